@@ -1,0 +1,296 @@
+//! [`Channel`]: concurrent calls multiplexed over one [`Connection`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::calls::CallTable;
+use crate::outbound::{send_control, send_frame};
+use crate::service::MethodDescriptor;
+use crate::transport::Connection;
+use crate::wire::{Flags, Frame, FrameKind, Header};
+use crate::{ClientConfig, Code, Metadata, Request, Response, Status};
+
+/// A client's handle on one connection. Cheap to clone; every clone shares the
+/// connection, and calls from all of them run concurrently over it, matched to their
+/// responses by call id.
+///
+/// Creating a channel spawns its receive task on the current tokio runtime. The
+/// connection closes when the last clone is dropped.
+pub struct Channel<C: Connection> {
+    shared: Arc<Shared<C>>,
+}
+
+impl<C: Connection> Clone for Channel<C> {
+    fn clone(&self) -> Self {
+        Channel {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<C: Connection> fmt::Debug for Channel<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("peer", &self.shared.conn.peer())
+            .field("in_flight", &self.shared.calls.lock().len())
+            .finish()
+    }
+}
+
+/// State shared by the clones, the call guards and the receive task.
+struct Shared<C: Connection> {
+    /// Also held by the receive task, which must not keep `Shared` alive.
+    conn: Arc<C>,
+    config: ClientConfig,
+    /// Waiting calls. Locked briefly by callers (insert/remove) and by the receive task
+    /// (complete); never held across an await.
+    calls: Mutex<CallTable<C::RecvBuf>>,
+    /// Control frames (cancel, pong) to send from contexts that cannot await (Drop).
+    control: mpsc::UnboundedSender<(FrameKind, u64)>,
+}
+
+impl<C: Connection> Drop for Shared<C> {
+    fn drop(&mut self) {
+        self.conn.close();
+    }
+}
+
+impl<C: Connection> Channel<C> {
+    /// A channel over `conn` with default settings.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn new(conn: C) -> Channel<C> {
+        Channel::with_config(conn, ClientConfig::default())
+    }
+
+    /// A channel over `conn` with `config`.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn with_config(conn: C, config: ClientConfig) -> Channel<C> {
+        let (control, control_rx) = mpsc::unbounded_channel();
+        let conn = Arc::new(conn);
+        let shared = Arc::new(Shared {
+            conn: conn.clone(),
+            config,
+            calls: Mutex::new(CallTable::new()),
+            control,
+        });
+        let weak = Arc::downgrade(&shared);
+        tokio::spawn(
+            receive_loop(conn, weak.clone()).instrument(tracing::debug_span!("channel-recv")),
+        );
+        tokio::spawn(control_loop(weak, control_rx));
+        Channel { shared }
+    }
+
+    /// The connection's peer, for logs.
+    pub fn peer(&self) -> String {
+        self.shared.conn.peer()
+    }
+
+    /// The underlying connection (e.g. to read transport counters).
+    pub fn connection(&self) -> &C {
+        &self.shared.conn
+    }
+
+    /// Whether the connection is gone (every further call fails with `UNAVAILABLE`).
+    pub fn is_closed(&self) -> bool {
+        self.shared.calls.lock().is_closed()
+    }
+
+    /// Makes one unary call of `method`.
+    ///
+    /// The request is encoded straight into a buffer of the transport. Dropping the
+    /// returned future cancels the call: the server is told and drops its handler.
+    ///
+    /// # Errors
+    /// The server's status; `DEADLINE_EXCEEDED` when the request's (or the channel's
+    /// default) timeout passes; `RESOURCE_EXHAUSTED` for a request over the configured
+    /// maximum; `UNAVAILABLE` when the connection fails; `INTERNAL` for an undecodable
+    /// response.
+    pub async fn unary<Req, Resp>(
+        &self,
+        request: Request<Req>,
+        method: &'static MethodDescriptor,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let span = tracing::debug_span!(
+            "rpc-call",
+            method = method.path,
+            call_id = tracing::field::Empty
+        );
+        self.unary_inner(request, method, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    async fn unary_inner<Req, Resp>(
+        &self,
+        request: Request<Req>,
+        method: &'static MethodDescriptor,
+        span: &tracing::Span,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let (metadata, message, timeout) = request.into_parts();
+        let timeout = timeout.or(self.shared.config.timeout);
+        let payload_len = message.encoded_len();
+        if payload_len > self.shared.config.max_message_size {
+            return Err(Status::resource_exhausted(format!(
+                "request message of {payload_len} bytes exceeds the maximum of {}",
+                self.shared.config.max_message_size
+            )));
+        }
+        metadata
+            .check()
+            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
+
+        let (call_id, response) = self.shared.calls.lock().insert()?;
+        span.record("call_id", call_id);
+        let guard = CallGuard {
+            shared: &self.shared,
+            call_id,
+        };
+
+        let exchange = async {
+            let mut header = Header::new(FrameKind::Request, call_id);
+            header.flags = Flags::END_STREAM;
+            header.method_id = method.id;
+            header.timeout_us =
+                timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
+            header.payload_len = payload_len as u32;
+            send_frame(&*self.shared.conn, header, &metadata, |buf| {
+                message.encode_raw(buf)
+            })
+            .await?;
+            match response.await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(Status::unavailable("connection closed")),
+            }
+        };
+        let frame = match timeout {
+            Some(t) => match tokio::time::timeout(t, exchange).await {
+                Ok(result) => result,
+                Err(_) => Err(Status::deadline_exceeded(format!(
+                    "deadline of {t:?} exceeded"
+                ))),
+            },
+            None => exchange.await,
+        };
+        // Answered calls left the table when their response arrived; a call that is still
+        // there (deadline, failed send) is cancelled on the server by the guard.
+        drop(guard);
+        decode_response(&frame?)
+    }
+}
+
+/// Removes an abandoned call from the table and tells the server to drop its handler.
+///
+/// Runs on every exit of a call, including when the caller drops the call's future: that
+/// is how dropping a future cancels the call.
+struct CallGuard<'a, C: Connection> {
+    shared: &'a Shared<C>,
+    call_id: u64,
+}
+
+impl<C: Connection> Drop for CallGuard<'_, C> {
+    fn drop(&mut self) {
+        let was_waiting = self.shared.calls.lock().remove(self.call_id);
+        if was_waiting {
+            tracing::debug!(
+                call_id = self.call_id,
+                "call abandoned; cancelling on the server"
+            );
+            let _ = self.shared.control.send((FrameKind::Cancel, self.call_id));
+        }
+    }
+}
+
+fn decode_response<Resp: prost::Message + Default>(buf: &[u8]) -> Result<Response<Resp>, Status> {
+    let frame =
+        Frame::parse(buf).map_err(|e| Status::internal(format!("bad response frame: {e}")))?;
+    if frame.is_discarded() {
+        return Err(Status::resource_exhausted(format!(
+            "response message of {} bytes exceeds the maximum",
+            frame.header.payload_len
+        )));
+    }
+    let code = Code::from_u8(frame.header.status);
+    if code != Code::Ok {
+        return Err(Status::new(code, String::from_utf8_lossy(frame.payload)));
+    }
+    let metadata = Metadata::decode(frame.metadata).map_err(|e| Status::internal(e.to_string()))?;
+    let message = Resp::decode(frame.payload)
+        .map_err(|e| Status::internal(format!("failed to decode response: {e}")))?;
+    Ok(Response::from_parts(metadata, message))
+}
+
+/// Receives frames and hands responses to their callers until the connection ends.
+///
+/// It holds the connection but only a weak reference to the channel's state, so dropping
+/// the last [`Channel`] closes the connection, which ends this loop.
+async fn receive_loop<C: Connection>(conn: Arc<C>, shared: std::sync::Weak<Shared<C>>) {
+    let reason = loop {
+        let received = conn.recv().await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        match received {
+            Ok(Some(buf)) => match Frame::parse(&buf).map(|f| f.header) {
+                Ok(header) => match header.kind {
+                    FrameKind::Response => {
+                        let call_id = header.call_id;
+                        if !strong.calls.lock().complete(call_id, Ok(buf)) {
+                            tracing::trace!(call_id, "response to a call no longer waiting");
+                        }
+                    }
+                    FrameKind::Ping => {
+                        let _ = strong.control.send((FrameKind::Pong, header.call_id));
+                    }
+                    FrameKind::GoAway => {
+                        tracing::debug!(peer = %strong.conn.peer(), "server is going away");
+                    }
+                    kind => tracing::trace!(?kind, "ignoring frame"),
+                },
+                Err(e) => {
+                    tracing::warn!(peer = %strong.conn.peer(), "closing connection: malformed frame: {e}");
+                    strong.conn.close();
+                    break Status::unavailable(format!("malformed frame from server: {e}"));
+                }
+            },
+            Ok(None) => break Status::unavailable("connection closed by peer"),
+            Err(e) => break Status::unavailable(e.to_string()),
+        }
+    };
+    if let Some(strong) = shared.upgrade() {
+        tracing::debug!(peer = %strong.conn.peer(), "channel closed: {}", reason.message());
+        strong.calls.lock().close(reason);
+    }
+    conn.close();
+}
+
+/// Sends control frames queued from synchronous contexts.
+async fn control_loop<C: Connection>(
+    shared: std::sync::Weak<Shared<C>>,
+    mut queue: mpsc::UnboundedReceiver<(FrameKind, u64)>,
+) {
+    while let Some((kind, call_id)) = queue.recv().await {
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        if let Err(e) = send_control(&*strong.conn, kind, call_id).await {
+            tracing::debug!("control frame not sent: {e}");
+        }
+    }
+}

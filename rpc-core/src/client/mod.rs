@@ -1,0 +1,6 @@
+//! The client side: [`Channel`] multiplexes concurrent calls over one connection.
+
+mod calls;
+mod channel;
+
+pub use channel::Channel;

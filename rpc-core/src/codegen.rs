@@ -1,0 +1,44 @@
+//! What generated code uses. Not for direct use: its contents may change with the generator.
+
+use std::future::Future;
+
+pub use crate::service::{
+    method_id, BoxMessage, EncodeMessage, MethodDescriptor, NamedService, Service, ServiceFuture,
+};
+pub use crate::{Channel, Code, Connection, IntoRequest, Metadata, Request, Response, Status};
+pub use bytes;
+pub use prost;
+
+/// Decodes `request`'s payload as `Req` and runs `f` on it.
+///
+/// # Returns
+/// A ready future failing with `INVALID_ARGUMENT` when the payload is not a valid `Req`;
+/// otherwise `f`'s future, boxed, with its response message boxed.
+pub fn unary<Req, Resp, F, Fut>(request: Request<&[u8]>, f: F) -> ServiceFuture
+where
+    Req: prost::Message + Default + 'static,
+    Resp: prost::Message + Sync + 'static,
+    F: FnOnce(Request<Req>) -> Fut,
+    Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
+{
+    let (metadata, payload, timeout) = request.into_parts();
+    match Req::decode(payload) {
+        Ok(message) => {
+            let fut = f(Request::from_parts(metadata, message, timeout));
+            Box::pin(async move {
+                let response = fut.await?;
+                Ok(response.map(|m| Box::new(m) as BoxMessage))
+            })
+        }
+        Err(err) => {
+            let status = Status::invalid_argument(format!("failed to decode request: {err}"));
+            Box::pin(std::future::ready(Err(status)))
+        }
+    }
+}
+
+/// A ready future failing with `UNIMPLEMENTED` for `path`.
+pub fn unimplemented(path: &str) -> ServiceFuture {
+    let status = Status::unimplemented(format!("method {path} is not implemented"));
+    Box::pin(std::future::ready(Err(status)))
+}

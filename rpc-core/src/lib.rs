@@ -1,0 +1,52 @@
+//! The transport-agnostic runtime of the RDMA-backed RPC framework.
+//!
+//! Services are defined in `.proto` files and compiled by `rpc-codegen` into clients
+//! (`FooClient<C>`, over a [`Channel`]) and server traits (`Foo`, adapted by `FooServer`
+//! into a [`Service`](codegen::Service) that a [`Server`] routes to). Transports implement
+//! the small [`Connection`] trait; generated code never names one.
+//!
+//! # Layout
+//! - [`wire`]: the frame header codec and frame parsing (pure, no I/O).
+//! - [`Connection`], [`Listener`]: the transport contract (`transport.rs`).
+//! - [`Channel`]: client side, concurrent calls over one connection (`client/`).
+//! - [`Server`]: routing, concurrency limit, cancellation, graceful shutdown (`server/`).
+//! - [`Status`], [`Code`], [`Request`], [`Response`], [`Metadata`]: what calls carry.
+//! - [`memory`]: an in-memory transport for tests.
+//! - [`codegen`]: what generated code uses.
+//!
+//! # Feature Flags
+//! None.
+#![forbid(unsafe_code)]
+
+mod client;
+pub mod codegen;
+mod config;
+pub mod memory;
+mod metadata;
+mod outbound;
+mod request;
+mod server;
+mod service;
+mod status;
+mod transport;
+pub mod wire;
+
+pub use client::Channel;
+pub use config::{ClientConfig, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE};
+pub use metadata::{Metadata, MAX_METADATA_LEN};
+pub use request::{IntoRequest, Request, Response};
+pub use server::{Server, ServerBuilder};
+pub use status::{Code, Status};
+pub use transport::{Connection, Listener, TransportError};
+
+/// The crate's result type: errors are [`Status`].
+pub type Result<T, E = Status> = std::result::Result<T, E>;
+
+/// Includes the code `rpc-codegen` generated for proto package `$package` (from
+/// `OUT_DIR`).
+#[macro_export]
+macro_rules! include_proto {
+    ($package:tt) => {
+        include!(concat!(env!("OUT_DIR"), concat!("/", $package, ".rs")));
+    };
+}

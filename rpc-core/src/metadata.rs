@@ -1,0 +1,166 @@
+//! [`Metadata`]: string key/value pairs carried with a request or a response.
+//!
+//! On the wire the metadata block sits between the header and the payload:
+//!
+//! ```text
+//! repeated { key_len: u16 LE | key: UTF-8 | value_len: u32 LE | value: UTF-8 }
+//! ```
+//! Its total length is the header's `meta_len`, bounded by [`MAX_METADATA_LEN`].
+
+use bytes::BufMut;
+
+use crate::wire::FrameError;
+
+/// The largest metadata block a frame may carry, in bytes.
+pub const MAX_METADATA_LEN: usize = 64 * 1024;
+
+/// Ordered string key/value pairs. Keys are compared case-sensitively; a key may repeat.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metadata {
+    entries: Vec<(String, String)>,
+}
+
+impl Metadata {
+    /// Empty metadata.
+    pub fn new() -> Metadata {
+        Metadata::default()
+    }
+
+    /// Appends `key: value` (keeps earlier values of the same key).
+    pub fn append(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.entries.push((key.into(), value.into()));
+    }
+
+    /// Sets `key` to `value`, replacing every earlier value of `key`.
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        let key = key.into();
+        self.entries.retain(|(k, _)| *k != key);
+        self.entries.push((key, value.into()));
+    }
+
+    /// The first value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Removes every value of `key`; returns the first one.
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        let first = self.entries.iter().position(|(k, _)| k == key)?;
+        let value = self.entries.remove(first).1;
+        self.entries.retain(|(k, _)| k != key);
+        Some(value)
+    }
+
+    /// All pairs, in insertion order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Number of pairs.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no pairs.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Size of the encoded block in bytes.
+    pub fn encoded_len(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|(k, v)| 6 + k.len() + v.len())
+            .sum()
+    }
+
+    /// Writes the encoded block. The caller has checked [`Metadata::encoded_len`] against
+    /// [`MAX_METADATA_LEN`] and that no key is longer than `u16::MAX`.
+    pub fn encode(&self, buf: &mut impl BufMut) {
+        for (k, v) in &self.entries {
+            buf.put_u16_le(k.len() as u16);
+            buf.put_slice(k.as_bytes());
+            buf.put_u32_le(v.len() as u32);
+            buf.put_slice(v.as_bytes());
+        }
+    }
+
+    /// Checks that this metadata can be encoded: block within [`MAX_METADATA_LEN`].
+    pub fn check(&self) -> Result<(), FrameError> {
+        let len = self.encoded_len();
+        if len > MAX_METADATA_LEN {
+            return Err(FrameError::MetadataTooLarge(len));
+        }
+        Ok(())
+    }
+
+    /// Parses an encoded block.
+    ///
+    /// # Errors
+    /// [`FrameError::BadMetadata`] if an entry runs past the block or is not UTF-8.
+    pub fn decode(mut block: &[u8]) -> Result<Metadata, FrameError> {
+        let mut entries = Vec::new();
+        while !block.is_empty() {
+            let key = take(&mut block, 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)?;
+            let key = take(&mut block, key)?;
+            let val_len = take(&mut block, 4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)?;
+            let val = take(&mut block, val_len)?;
+            let key = std::str::from_utf8(key)
+                .map_err(|_| FrameError::BadMetadata("key is not UTF-8"))?;
+            let val = std::str::from_utf8(val)
+                .map_err(|_| FrameError::BadMetadata("value is not UTF-8"))?;
+            entries.push((key.to_owned(), val.to_owned()));
+        }
+        Ok(Metadata { entries })
+    }
+}
+
+fn take<'a>(block: &mut &'a [u8], n: usize) -> Result<&'a [u8], FrameError> {
+    if block.len() < n {
+        return Err(FrameError::BadMetadata(
+            "entry runs past the metadata block",
+        ));
+    }
+    let (head, tail) = block.split_at(n);
+    *block = tail;
+    Ok(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_bytes_and_round_trip() {
+        let mut md = Metadata::new();
+        md.insert("k", "vv");
+        let mut out = Vec::new();
+        md.encode(&mut out);
+        assert_eq!(out, [1, 0, b'k', 2, 0, 0, 0, b'v', b'v']);
+        assert_eq!(out.len(), md.encoded_len());
+        assert_eq!(Metadata::decode(&out).unwrap(), md);
+    }
+
+    #[test]
+    fn truncated_and_non_utf8_blocks_are_errors() {
+        assert!(Metadata::decode(&[5, 0, b'a']).is_err());
+        assert!(Metadata::decode(&[1, 0, 0xff, 0, 0, 0, 0]).is_err());
+        assert!(Metadata::decode(&[1, 0, b'a', 9, 0, 0, 0, b'x']).is_err());
+    }
+
+    #[test]
+    fn insert_replaces_and_append_keeps() {
+        let mut md = Metadata::new();
+        md.append("a", "1");
+        md.append("a", "2");
+        assert_eq!(md.get("a"), Some("1"));
+        md.insert("a", "3");
+        assert_eq!(md.len(), 1);
+        assert_eq!(md.remove("a").as_deref(), Some("3"));
+        assert!(md.is_empty());
+    }
+}

@@ -1,0 +1,45 @@
+//! Building outgoing frames straight into transport buffers.
+
+use bytes::BufMut;
+
+use crate::transport::{Connection, TransportError};
+use crate::wire::{self, FrameKind, Header, HEADER_LEN};
+use crate::{Metadata, Status};
+
+/// Allocates one frame on `conn`, writes `header` and `metadata`, lets `body` write
+/// exactly `header.payload_len` bytes, and sends it.
+pub(crate) async fn send_frame<C: Connection>(
+    conn: &C,
+    mut header: Header,
+    metadata: &Metadata,
+    body: impl FnOnce(&mut C::SendBuf),
+) -> Result<(), TransportError> {
+    let len = HEADER_LEN + metadata.encoded_len() + header.payload_len as usize;
+    let mut buf = conn.alloc(len).await?;
+    wire::encode_head(&mut header, metadata, &mut buf);
+    body(&mut buf);
+    conn.send(buf).await
+}
+
+/// Sends a frame with no metadata and no payload.
+pub(crate) async fn send_control<C: Connection>(
+    conn: &C,
+    kind: FrameKind,
+    call_id: u64,
+) -> Result<(), TransportError> {
+    send_frame(conn, Header::new(kind, call_id), &Metadata::new(), |_| {}).await
+}
+
+/// Sends a failed response: the status code in the header, its message as payload.
+pub(crate) async fn send_status<C: Connection>(
+    conn: &C,
+    call_id: u64,
+    status: &Status,
+) -> Result<(), TransportError> {
+    let mut header = Header::new(FrameKind::Response, call_id);
+    header.flags = wire::Flags::END_STREAM;
+    header.status = status.code() as u8;
+    let message = status.message().as_bytes();
+    header.payload_len = message.len() as u32;
+    send_frame(conn, header, &Metadata::new(), |buf| buf.put_slice(message)).await
+}

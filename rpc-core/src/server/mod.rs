@@ -1,0 +1,144 @@
+//! The server side: a [`Server`] routes requests from any [`Listener`] to services.
+
+mod connection;
+mod router;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::{watch, Semaphore};
+
+pub(crate) use router::Router;
+
+use crate::service::Service;
+use crate::transport::{Connection, Listener, TransportError};
+use crate::ServerConfig;
+
+/// Serves services over connections of any transport.
+///
+/// ```no_run
+/// # async fn f<L: rpc_core::Listener>(listener: L, svc: impl rpc_core::codegen::Service) {
+/// let server = rpc_core::Server::builder().add_service(svc).unwrap().build();
+/// server.serve_with_shutdown(listener, async { tokio::signal::ctrl_c().await.unwrap() }).await.unwrap();
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    router: Router,
+    config: ServerConfig,
+    /// Permits for running calls, shared by every connection.
+    limit: Arc<Semaphore>,
+    /// Flips to true when a graceful shutdown starts; connections watch it.
+    shutdown: watch::Sender<bool>,
+}
+
+/// Collects services and settings for a [`Server`].
+#[derive(Debug, Default)]
+pub struct ServerBuilder {
+    router: Router,
+    config: ServerConfig,
+}
+
+impl ServerBuilder {
+    /// Adds a service (a generated `FooServer`).
+    ///
+    /// # Errors
+    /// A message naming both paths if one of its method ids collides with one already
+    /// registered (or the method is registered twice).
+    pub fn add_service(mut self, service: impl Service) -> Result<Self, String> {
+        self.router.add(Arc::new(service))?;
+        Ok(self)
+    }
+
+    /// Replaces the settings.
+    pub fn config(mut self, config: ServerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Builds the server.
+    pub fn build(self) -> Server {
+        let (shutdown, _) = watch::channel(false);
+        Server {
+            inner: Arc::new(Inner {
+                limit: Arc::new(Semaphore::new(self.config.max_concurrent_calls.max(1))),
+                router: self.router,
+                config: self.config,
+                shutdown,
+            }),
+        }
+    }
+}
+
+impl Server {
+    /// A builder.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    /// Accepts connections from `listener` and serves each on its own task, forever.
+    ///
+    /// # Errors
+    /// An error of the listener itself (not of one connection).
+    pub async fn serve<L: Listener>(&self, listener: L) -> Result<(), TransportError> {
+        self.serve_with_shutdown(listener, std::future::pending())
+            .await
+    }
+
+    /// Like [`Server::serve`] until `signal` completes, then shuts down gracefully: stops
+    /// accepting, tells every client (GOAWAY), answers new requests with `UNAVAILABLE`,
+    /// lets in-flight calls finish (up to [`ServerConfig::shutdown_grace`]) and closes.
+    ///
+    /// # Errors
+    /// An error of the listener itself.
+    pub async fn serve_with_shutdown<L: Listener>(
+        &self,
+        mut listener: L,
+        signal: impl Future<Output = ()>,
+    ) -> Result<(), TransportError> {
+        tracing::info!(addr = %listener.local_addr(), "serving");
+        // Each connection task holds a clone of `alive`; when all are gone, `done` closes.
+        let (alive, mut done) = tokio::sync::mpsc::channel::<()>(1);
+        tokio::pin!(signal);
+        let result = loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(conn) => {
+                        let server = self.clone();
+                        let alive = alive.clone();
+                        tokio::spawn(async move {
+                            server.serve_connection(conn).await;
+                            drop(alive);
+                        });
+                    }
+                    Err(e) => break Err(e),
+                },
+                () = &mut signal => break Ok(()),
+            }
+        };
+        drop(listener);
+        self.shutdown();
+        drop(alive);
+        let grace = self.inner.config.shutdown_grace;
+        if tokio::time::timeout(grace, done.recv()).await.is_err() {
+            tracing::warn!(?grace, "shutdown grace elapsed with calls still running");
+        }
+        result
+    }
+
+    /// Starts a graceful shutdown of every connection this server serves.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+
+    /// Serves one connection until the peer closes it, it fails, or a shutdown completes.
+    /// A malformed frame closes this connection only, with a logged reason.
+    pub async fn serve_connection<C: Connection>(&self, conn: C) {
+        connection::serve(self.inner.clone(), conn).await;
+    }
+}

@@ -1,0 +1,100 @@
+//! The transport contract: the one small trait that TCP, RDMA and the in-memory pair
+//! implement.
+//!
+//! Unlike a `Stream + Sink` of owned frames, a [`Connection`] hands out send buffers, so
+//! the runtime encodes a frame straight into the transport's memory: a slot of a
+//! registered ring on RDMA, a `BytesMut` on TCP. Received frames borrow the transport's
+//! memory too; dropping a [`Connection::RecvBuf`] gives it back.
+
+use std::future::Future;
+use std::io;
+use std::ops::Deref;
+
+use bytes::BufMut;
+
+use crate::wire::FrameError;
+
+/// One established, bidirectional, frame-oriented connection.
+///
+/// Frames are complete wire frames (header, metadata, payload; see [`crate::wire`]).
+/// Every method takes `&self`: many callers allocate and send concurrently while one
+/// task receives.
+pub trait Connection: Send + Sync + 'static {
+    /// Room for exactly one frame of the length given to [`Connection::alloc`].
+    type SendBuf: BufMut + Send + 'static;
+    /// A received frame. Holding it holds transport resources (an RDMA receive slot).
+    type RecvBuf: Deref<Target = [u8]> + Send + 'static;
+
+    /// Reserves room for one frame of `len` bytes, waiting for flow-control credit or
+    /// ring space when there is none. The caller writes exactly `len` bytes.
+    ///
+    /// # Errors
+    /// [`TransportError::TooLarge`] if `len` exceeds the transport's maximum frame,
+    /// [`TransportError::Closed`] if the connection is gone.
+    fn alloc(
+        &self,
+        len: usize,
+    ) -> impl Future<Output = Result<Self::SendBuf, TransportError>> + Send;
+
+    /// Queues a filled buffer for transmission. Returns once the transport owns it (not
+    /// necessarily once the peer has it).
+    fn send(&self, frame: Self::SendBuf)
+        -> impl Future<Output = Result<(), TransportError>> + Send;
+
+    /// The next complete frame, or `Ok(None)` when the peer closed the connection cleanly.
+    ///
+    /// Must be cancel-safe: dropping the future loses no bytes. Only one task calls it at a
+    /// time. A frame whose declared payload exceeds the transport's maximum is delivered as
+    /// its header alone with [`Flags::DISCARDED`](crate::wire::Flags::DISCARDED) set and
+    /// its body skipped, so that the runtime can answer it with `RESOURCE_EXHAUSTED`.
+    fn recv(&self) -> impl Future<Output = Result<Option<Self::RecvBuf>, TransportError>> + Send;
+
+    /// Starts closing the connection: pending and future `recv`/`send` calls fail or
+    /// return `None` soon after.
+    fn close(&self);
+
+    /// A short description of the peer for logs, e.g. `tcp://127.0.0.1:4000`.
+    fn peer(&self) -> String;
+}
+
+/// Accepts connections for a server.
+pub trait Listener: Send + 'static {
+    /// The connections it yields.
+    type Conn: Connection;
+
+    /// The next established connection. A failed handshake of one peer is logged by the
+    /// transport and not returned: errors here are errors of the listener itself.
+    fn accept(&mut self) -> impl Future<Output = Result<Self::Conn, TransportError>> + Send;
+
+    /// The local address, as a URL (`tcp://127.0.0.1:4000`).
+    fn local_addr(&self) -> String;
+}
+
+/// A transport failure. Calls on the connection fail with `UNAVAILABLE` carrying its text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The connection is closed.
+    #[error("connection closed")]
+    Closed,
+    /// A socket or device operation failed.
+    #[error("i/o error: {0}")]
+    Io(#[from] io::Error),
+    /// The peer sent bytes that are not a valid frame.
+    #[error("malformed frame: {0}")]
+    Frame(#[from] FrameError),
+    /// A frame larger than the configured maximum.
+    #[error("frame of {len} bytes exceeds the maximum of {max}")]
+    TooLarge {
+        /// Length asked for.
+        len: usize,
+        /// Configured maximum.
+        max: usize,
+    },
+    /// The peer went silent past the keepalive timeout.
+    #[error("peer silent for longer than {0:?}")]
+    PeerSilent(std::time::Duration),
+    /// Anything else, described.
+    #[error("{0}")]
+    Other(String),
+}

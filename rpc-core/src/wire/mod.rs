@@ -1,0 +1,12 @@
+//! The wire protocol shared by every transport: header codec and frame parsing.
+//!
+//! Pure functions with no I/O: transports use them to delimit frames, the runtime to
+//! build and read them.
+
+mod frame;
+mod header;
+#[cfg(test)]
+mod tests;
+
+pub use frame::{encode_head, Frame, FrameError};
+pub use header::{Flags, FrameKind, Header, HEADER_LEN, MAGIC, VERSION};

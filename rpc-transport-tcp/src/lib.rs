@@ -1,0 +1,28 @@
+//! TCP transport for `rpc-core`.
+//!
+//! Frames of the shared wire format (see `rpc_core::wire`) over tokio TCP with
+//! `TCP_NODELAY`. Sends of concurrent calls are queued to one writer task per connection,
+//! which coalesces whatever is queued into as few `write` system calls as it can. The
+//! reader checks every header before allocating: a frame over the configured maximum is
+//! skipped byte by byte (never buffered) and reported to the runtime, which answers it
+//! with `RESOURCE_EXHAUSTED`; a malformed byte stream closes that one connection.
+//!
+//! # Layout
+//! - [`TcpConnection`]: one connection (`connection.rs`); reading in `reader.rs`, the
+//!   coalescing writer in `writer.rs`.
+//! - [`TcpListener`]: accepts connections for `rpc_core::Server` (`listener.rs`).
+//! - [`TcpConfig`]: settings (`config.rs`).
+//!
+//! # Feature Flags
+//! None.
+#![forbid(unsafe_code)]
+
+mod config;
+mod connection;
+mod listener;
+mod reader;
+mod writer;
+
+pub use config::TcpConfig;
+pub use connection::TcpConnection;
+pub use listener::TcpListener;
