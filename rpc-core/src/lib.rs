@@ -11,6 +11,7 @@
 //! - [`Channel`]: client side, concurrent calls over one connection (`client/`).
 //! - [`Server`]: routing, concurrency limit, cancellation, graceful shutdown (`server/`).
 //! - [`Status`], [`Code`], [`Request`], [`Response`], [`Metadata`]: what calls carry.
+//! - [`Endpoint`]: `tcp://`, `rdma://`, `auto://` URLs.
 //! - [`memory`]: an in-memory transport for tests.
 //! - [`codegen`]: what generated code uses.
 //!
@@ -21,6 +22,7 @@
 mod client;
 pub mod codegen;
 mod config;
+mod endpoint;
 pub mod memory;
 mod metadata;
 mod outbound;
@@ -33,6 +35,7 @@ pub mod wire;
 
 pub use client::Channel;
 pub use config::{ClientConfig, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE};
+pub use endpoint::{Endpoint, TransportKind};
 pub use metadata::{Metadata, MAX_METADATA_LEN};
 pub use request::{IntoRequest, Request, Response};
 pub use server::{Server, ServerBuilder};

@@ -1,0 +1,134 @@
+//! `kv-client --addr URL put|get|delete|scan ...`: one call to the key-value store. Prints
+//! the result; on error prints the status and exits non-zero.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use examples::kv::kv_client::KvClient;
+use examples::kv::*;
+use examples::transport::{self, Settings};
+use examples::KV_MAX_MESSAGE_SIZE;
+
+/// A client of the key-value store.
+#[derive(Parser, Debug)]
+struct Args {
+    /// Server address: tcp://HOST:PORT.
+    #[arg(long, default_value = "tcp://127.0.0.1:50052")]
+    addr: String,
+    /// Call timeout in milliseconds (0 = none).
+    #[arg(long, default_value_t = 30_000)]
+    timeout_ms: u64,
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Stores a value: from --value-file, or --value.
+    Put {
+        /// The key.
+        key: String,
+        /// File whose contents become the value.
+        #[arg(long, conflicts_with = "value")]
+        value_file: Option<PathBuf>,
+        /// The value as a string.
+        #[arg(long)]
+        value: Option<String>,
+    },
+    /// Prints a value (raw bytes to stdout, or to --output).
+    Get {
+        /// The key.
+        key: String,
+        /// Write the value to this file instead of stdout.
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Removes a key.
+    Delete {
+        /// The key.
+        key: String,
+    },
+    /// Lists keys with a prefix, one per line with the value's size.
+    Scan {
+        /// Key prefix ("" for all).
+        prefix: String,
+        /// Most entries.
+        #[arg(long, default_value_t = 0)]
+        limit: u32,
+    },
+}
+
+#[tokio::main]
+async fn main() {
+    examples::init_tracing();
+    let args = Args::parse();
+    if let Err(e) = run(args).await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let settings = Settings {
+        max_message_size: KV_MAX_MESSAGE_SIZE,
+        timeout: (args.timeout_ms > 0).then(|| Duration::from_millis(args.timeout_ms)),
+    };
+    let client = KvClient::new(transport::connect(&args.addr, &settings).await?);
+    match args.command {
+        Command::Put {
+            key,
+            value_file,
+            value,
+        } => {
+            let value = match (value_file, value) {
+                (Some(path), _) => std::fs::read(&path)
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?,
+                (None, Some(v)) => v.into_bytes(),
+                (None, None) => anyhow::bail!("put needs --value-file or --value"),
+            };
+            let len = value.len();
+            let reply = client
+                .put(PutRequest {
+                    key: key.clone(),
+                    value,
+                })
+                .await?
+                .into_inner();
+            println!(
+                "put {key:?}: {len} bytes{}",
+                if reply.replaced { " (replaced)" } else { "" }
+            );
+        }
+        Command::Get { key, output } => {
+            let value = client.get(GetRequest { key }).await?.into_inner().value;
+            match output {
+                Some(path) => std::fs::write(&path, &value)?,
+                None => std::io::stdout().write_all(&value)?,
+            }
+        }
+        Command::Delete { key } => {
+            client.delete(DeleteRequest { key: key.clone() }).await?;
+            println!("deleted {key:?}");
+        }
+        Command::Scan { prefix, limit } => {
+            let reply = client
+                .scan(ScanRequest {
+                    prefix,
+                    limit,
+                    keys_only: false,
+                })
+                .await?
+                .into_inner();
+            for entry in &reply.entries {
+                println!("{}\t{}", entry.key, entry.value.len());
+            }
+            if reply.truncated {
+                println!("(more entries match)");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! Example services of the RPC framework, shared by the example binaries and the
+//! end-to-end tests: an echo service and an in-memory key-value store.
+//!
+//! # Layout
+//! - [`echo`], [`kv`]: code generated from `proto/echo.proto` and `proto/kv.proto`.
+//! - [`EchoService`], [`KvStore`]: the servers' implementations.
+//! - [`transport`]: turning `--addr URL` into a listener or a channel.
+
+/// Generated from `proto/echo.proto`.
+#[allow(missing_docs)]
+pub mod echo {
+    rpc_core::include_proto!("echo");
+}
+
+/// Generated from `proto/kv.proto`.
+#[allow(missing_docs)]
+pub mod kv {
+    rpc_core::include_proto!("kv");
+}
+
+mod echo_service;
+mod kv_store;
+pub mod transport;
+
+pub use echo_service::EchoService;
+pub use kv_store::{KvStore, KV_MAX_MESSAGE_SIZE};
+
+/// Sets up logging to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
