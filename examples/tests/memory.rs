@@ -1,0 +1,62 @@
+//! The shared end-to-end suite over rpc-core's in-memory transport.
+
+mod suite;
+
+use parking_lot::Mutex;
+use rpc_core::memory::{self, MemoryConnection, MemoryConnector};
+use rpc_core::{Channel, ClientConfig, Server};
+use suite::*;
+
+#[derive(Default)]
+struct Memory {
+    connector: Mutex<Option<MemoryConnector>>,
+}
+
+impl Harness for Memory {
+    type Conn = MemoryConnection;
+
+    async fn start(&self, server: Server) -> String {
+        let (listener, connector) = memory::listener(BIG);
+        *self.connector.lock() = Some(connector);
+        tokio::spawn(async move { server.serve(listener).await });
+        "memory".into()
+    }
+
+    async fn connect(&self, _addr: &str, max_message_size: usize) -> Channel<MemoryConnection> {
+        let connector = self.connector.lock().clone().unwrap();
+        let conn = connector.connect().await.unwrap();
+        let mut config = ClientConfig::default();
+        config.max_message_size(max_message_size);
+        Channel::with_config(conn, config)
+    }
+}
+
+#[tokio::test]
+async fn thousand_concurrent_calls() {
+    thousand_concurrent_calls_on_one_connection(Memory::default()).await;
+}
+
+#[tokio::test]
+async fn kv_large_value_round_trip() {
+    large_value_put_then_get(Memory::default(), 8 << 20).await;
+}
+
+#[tokio::test]
+async fn deadline_exceeded() {
+    deadline_fails_one_call_not_the_others(Memory::default()).await;
+}
+
+#[tokio::test]
+async fn cancellation_reaches_the_handler() {
+    dropping_the_call_cancels_the_handler(Memory::default()).await;
+}
+
+#[tokio::test]
+async fn unknown_method_oversized_and_garbage_protobuf() {
+    bad_requests_get_their_status(Memory::default()).await;
+}
+
+#[tokio::test]
+async fn concurrency_limit() {
+    concurrency_limit_is_respected(Memory::default()).await;
+}

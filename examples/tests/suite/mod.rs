@@ -1,0 +1,356 @@
+//! The end-to-end suite, generic over the transport: every test runs over TCP on
+//! 127.0.0.1 and over the in-memory transport (and, in the RDMA crate, over verbs).
+
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use examples::echo::echo_client::EchoClient;
+use examples::echo::echo_server::{Echo, EchoServer};
+use examples::echo::{EchoReply, EchoRequest};
+use examples::kv::kv_client::KvClient;
+use examples::kv::kv_server::KvServer;
+use examples::kv::{GetRequest, PutRequest, ScanRequest};
+use examples::KvStore;
+use rpc_core::codegen::MethodDescriptor;
+use rpc_core::{Channel, Code, Connection, Request, Response, Server, ServerConfig, Status};
+use tokio::sync::mpsc;
+
+/// Starts servers and connects channels over one transport.
+pub trait Harness: Send + Sync + 'static {
+    type Conn: Connection;
+    /// Starts `server` on a fresh listener; returns what `connect` needs.
+    fn start(&self, server: Server) -> impl Future<Output = String> + Send;
+    /// A channel to the server at `addr` (client limit `max_message_size`).
+    fn connect(
+        &self,
+        addr: &str,
+        max_message_size: usize,
+    ) -> impl Future<Output = Channel<Self::Conn>> + Send;
+}
+
+pub const BIG: usize = 64 << 20;
+
+/// An echo service that counts handlers running, records the largest concurrency seen,
+/// echoes metadata, and reports when a handler's future is dropped before finishing.
+#[derive(Clone, Default)]
+pub struct Probe {
+    pub running: Arc<AtomicUsize>,
+    pub peak: Arc<AtomicUsize>,
+    pub dropped: Option<mpsc::UnboundedSender<Vec<u8>>>,
+}
+
+struct DropSignal {
+    tag: Vec<u8>,
+    finished: bool,
+    running: Arc<AtomicUsize>,
+    tx: Option<mpsc::UnboundedSender<Vec<u8>>>,
+}
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        if !self.finished {
+            if let Some(tx) = &self.tx {
+                let _ = tx.send(self.tag.clone());
+            }
+        }
+    }
+}
+
+impl Echo for Probe {
+    async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        let (metadata, message, _) = request.into_parts();
+        let mut guard = DropSignal {
+            tag: message.payload.clone(),
+            finished: false,
+            running: self.running.clone(),
+            tx: self.dropped.clone(),
+        };
+        if message.delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(message.delay_ms.into())).await;
+        }
+        guard.finished = true;
+        if metadata.get("fail") == Some("not-found") {
+            return Err(Status::not_found("asked to fail"));
+        }
+        let mut response = Response::new(EchoReply {
+            payload: message.payload,
+        });
+        for (k, v) in metadata.iter() {
+            response.metadata_mut().append(format!("echo-{k}"), v);
+        }
+        Ok(response)
+    }
+}
+
+pub fn server_with(probe: Probe, config: ServerConfig) -> Server {
+    Server::builder()
+        .add_service(EchoServer::new(probe))
+        .unwrap()
+        .add_service(KvServer::new(KvStore::default()))
+        .unwrap()
+        .config(config)
+        .build()
+}
+
+pub fn big_config() -> ServerConfig {
+    let mut config = ServerConfig::default();
+    config.max_message_size(BIG);
+    config
+}
+
+fn payload(i: usize, size: usize) -> Vec<u8> {
+    (0..size)
+        .map(|j| (i.wrapping_mul(131) ^ j.wrapping_mul(7) ^ (j >> 8)) as u8)
+        .collect()
+}
+
+pub async fn thousand_concurrent_calls_on_one_connection<H: Harness>(h: H) {
+    let addr = h.start(server_with(Probe::default(), big_config())).await;
+    let client = EchoClient::new(h.connect(&addr, BIG).await);
+    let calls = (0..1000).map(|i| {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let sent = payload(i, 16 + i % 300);
+            let reply = client
+                .echo(EchoRequest {
+                    payload: sent.clone(),
+                    delay_ms: (i % 5) as u32,
+                })
+                .await
+                .unwrap();
+            assert_eq!(reply.into_inner().payload, sent, "reply of call {i}");
+        })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        call.await.unwrap();
+    }
+}
+
+pub async fn large_value_put_then_get<H: Harness>(h: H, size: usize) {
+    let addr = h.start(server_with(Probe::default(), big_config())).await;
+    let client = KvClient::new(h.connect(&addr, BIG).await);
+    let value = payload(7, size);
+    client
+        .put(PutRequest {
+            key: "big".into(),
+            value: value.clone(),
+        })
+        .await
+        .unwrap();
+    let got = client
+        .get(GetRequest { key: "big".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .value;
+    assert!(
+        got == value,
+        "value differs after a round trip of {size} bytes"
+    );
+    let missing = client
+        .get(GetRequest { key: "nope".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+    let scan = client
+        .scan(ScanRequest {
+            prefix: "b".into(),
+            limit: 0,
+            keys_only: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(scan.entries.len(), 1);
+}
+
+pub async fn deadline_fails_one_call_not_the_others<H: Harness>(h: H) {
+    let addr = h.start(server_with(Probe::default(), big_config())).await;
+    let client = EchoClient::new(h.connect(&addr, BIG).await);
+    let mut slow = Request::new(EchoRequest {
+        payload: b"slow".to_vec(),
+        delay_ms: 5_000,
+    });
+    slow.set_timeout(Duration::from_millis(200));
+    let slow = tokio::spawn({
+        let client = client.clone();
+        async move { client.echo(slow).await }
+    });
+    let fast: Vec<_> = (0..20)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let sent = payload(i, 100);
+                let reply = client
+                    .echo(EchoRequest {
+                        payload: sent.clone(),
+                        delay_ms: 10,
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(reply.into_inner().payload, sent);
+            })
+        })
+        .collect();
+    let status = slow.await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status}");
+    for f in fast {
+        f.await.unwrap();
+    }
+    // The connection is still good after the expired call.
+    let reply = client
+        .echo(EchoRequest {
+            payload: b"after".to_vec(),
+            delay_ms: 0,
+        })
+        .await
+        .unwrap();
+    assert_eq!(reply.into_inner().payload, b"after");
+}
+
+pub async fn dropping_the_call_cancels_the_handler<H: Harness>(h: H) {
+    let (tx, mut dropped) = mpsc::unbounded_channel();
+    let probe = Probe {
+        dropped: Some(tx),
+        ..Probe::default()
+    };
+    let running = probe.running.clone();
+    let addr = h.start(server_with(probe, big_config())).await;
+    let client = EchoClient::new(h.connect(&addr, BIG).await);
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .echo(EchoRequest {
+                    payload: b"cancel-me".to_vec(),
+                    delay_ms: 60_000,
+                })
+                .await
+        }
+    });
+    // Wait until the handler runs, then drop the caller's future.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while running.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("handler never started");
+    call.abort();
+    let tag = tokio::time::timeout(Duration::from_secs(10), dropped.recv())
+        .await
+        .expect("the server did not drop the handler of a cancelled call")
+        .unwrap();
+    assert_eq!(tag, b"cancel-me");
+    assert_eq!(running.load(Ordering::SeqCst), 0);
+}
+
+static UNKNOWN: MethodDescriptor = MethodDescriptor::new("/echo.Echo/NoSuchMethod");
+
+/// Encodes as field 1 with wire type varint, which EchoRequest (bytes field 1) rejects.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NotAnEchoRequest {
+    #[prost(uint64, tag = "1")]
+    pub number: u64,
+}
+
+pub async fn bad_requests_get_their_status<H: Harness>(h: H) {
+    let mut config = ServerConfig::default();
+    config.max_message_size(1 << 20);
+    let addr = h.start(server_with(Probe::default(), config)).await;
+    // The client allows more than the server, so the server's limit is what answers.
+    let channel = h.connect(&addr, BIG).await;
+    let client = EchoClient::new(channel.clone());
+
+    let status = channel
+        .unary::<_, EchoReply>(Request::new(EchoRequest::default()), &UNKNOWN)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented, "{status}");
+
+    let oversized = EchoRequest {
+        payload: vec![1; (1 << 20) + 1],
+        delay_ms: 0,
+    };
+    let status = client.echo(oversized).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status}");
+
+    let garbage = NotAnEchoRequest { number: 42 };
+    let status = channel
+        .unary::<_, EchoReply>(
+            Request::new(garbage),
+            &examples::echo::echo_methods::METHODS[0],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status}");
+
+    let mut failing = Request::new(EchoRequest {
+        payload: b"x".to_vec(),
+        delay_ms: 0,
+    });
+    failing.metadata_mut().insert("fail", "not-found");
+    assert_eq!(
+        client.echo(failing).await.unwrap_err().code(),
+        Code::NotFound
+    );
+
+    // The connection survived all of it, and metadata travels both ways.
+    let mut request = Request::new(EchoRequest {
+        payload: b"fine".to_vec(),
+        delay_ms: 0,
+    });
+    request.metadata_mut().insert("trace-id", "abc123");
+    let reply = client.echo(request).await.unwrap();
+    assert_eq!(reply.metadata().get("echo-trace-id"), Some("abc123"));
+    assert_eq!(reply.into_inner().payload, b"fine");
+
+    // A client-side limit fails locally.
+    let small = EchoClient::new(h.connect(&addr, 1000).await);
+    let status = small
+        .echo(EchoRequest {
+            payload: vec![0; 2000],
+            delay_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+}
+
+pub async fn concurrency_limit_is_respected<H: Harness>(h: H) {
+    let probe = Probe::default();
+    let peak = probe.peak.clone();
+    let mut config = big_config();
+    config.max_concurrent_calls(3);
+    let addr = h.start(server_with(probe, config)).await;
+    let client = EchoClient::new(h.connect(&addr, BIG).await);
+    let calls: Vec<_> = (0..12)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .echo(EchoRequest {
+                        payload: vec![i as u8],
+                        delay_ms: 30,
+                    })
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    for c in calls {
+        c.await.unwrap();
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(
+        (1..=3).contains(&peak),
+        "peak concurrency {peak} with a limit of 3"
+    );
+}

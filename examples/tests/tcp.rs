@@ -1,0 +1,228 @@
+//! End to end over TCP on 127.0.0.1: the shared suite, plus what only a socket can do
+//! (hostile byte streams, a peer that vanishes, graceful shutdown of a listener).
+
+mod suite;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use examples::echo::echo_client::EchoClient;
+use examples::echo::EchoRequest;
+use rand::{Rng, SeedableRng};
+use rpc_core::{Channel, ClientConfig, Code, Server};
+use rpc_transport_tcp::{TcpConfig, TcpConnection, TcpListener};
+use suite::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+struct Tcp;
+
+fn tcp_config(max: usize) -> TcpConfig {
+    let mut config = TcpConfig::default();
+    config.max_message_size(max);
+    config
+}
+
+impl Harness for Tcp {
+    type Conn = TcpConnection;
+
+    async fn start(&self, server: Server) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0", tcp_config(BIG))
+            .await
+            .unwrap();
+        let addr = listener.local_socket_addr().unwrap().to_string();
+        tokio::spawn(async move { server.serve(listener).await });
+        addr
+    }
+
+    async fn connect(&self, addr: &str, max_message_size: usize) -> Channel<TcpConnection> {
+        let conn = TcpConnection::connect(addr, &tcp_config(max_message_size))
+            .await
+            .unwrap();
+        let mut config = ClientConfig::default();
+        config.max_message_size(max_message_size);
+        Channel::with_config(conn, config)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_concurrent_calls() {
+    thousand_concurrent_calls_on_one_connection(Tcp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_32_mib_value_round_trip() {
+    large_value_put_then_get(Tcp, 32 << 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_exceeded() {
+    deadline_fails_one_call_not_the_others(Tcp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_reaches_the_handler() {
+    dropping_the_call_cancels_the_handler(Tcp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_method_oversized_and_garbage_protobuf() {
+    bad_requests_get_their_status(Tcp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_limit() {
+    concurrency_limit_is_respected(Tcp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_byte_strings_do_not_stop_the_server() {
+    let addr = Tcp.start(server_with(Probe::default(), big_config())).await;
+    // A well-behaved client connected before the garbage, and one after.
+    let before = EchoClient::new(Tcp.connect(&addr, BIG).await);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    let mut garbage = Vec::new();
+    for i in 0..1000 {
+        let len = rng.gen_range(1..4096);
+        let mut bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        // Some strings start with a valid magic and version so that they get past the
+        // first check and exercise the deeper ones (lengths, kinds, flags).
+        if i % 4 == 0 && bytes.len() >= 4 {
+            bytes[..3].copy_from_slice(&[b'R', b'P', 1]);
+        }
+        garbage.push(bytes);
+    }
+    let writers: Vec<_> = garbage
+        .chunks(50)
+        .map(|chunk| {
+            let chunk = chunk.to_vec();
+            let addr = addr.clone();
+            tokio::spawn(async move {
+                for bytes in chunk {
+                    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+                    let _ = s.write_all(&bytes).await;
+                    let _ = s.shutdown().await;
+                    // The server closes a hostile connection; drain until it does.
+                    let mut sink = [0u8; 1024];
+                    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                        while matches!(s.read(&mut sink).await, Ok(n) if n > 0) {}
+                    })
+                    .await;
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let after = EchoClient::new(Tcp.connect(&addr, BIG).await);
+    for client in [&before, &after] {
+        let reply = client
+            .echo(EchoRequest {
+                payload: b"still here".to_vec(),
+                delay_ms: 0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(reply.into_inner().payload, b"still here");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_server_fails_calls_with_unavailable() {
+    // A "server" that accepts, reads the request, then drops the socket without answering.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 64];
+        let _ = s.read(&mut buf).await;
+        drop(s);
+    });
+    let client = EchoClient::new(Tcp.connect(&addr, BIG).await);
+    let status = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.echo(EchoRequest {
+            payload: b"hello".to_vec(),
+            delay_ms: 0,
+        }),
+    )
+    .await
+    .expect("call hung after the peer vanished")
+    .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status}");
+    let again = client.echo(EchoRequest::default()).await.unwrap_err();
+    assert_eq!(again.code(), Code::Unavailable);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_client_gets_its_handlers_dropped() {
+    let (tx, mut dropped) = tokio::sync::mpsc::unbounded_channel();
+    let probe = Probe {
+        dropped: Some(tx),
+        ..Probe::default()
+    };
+    let running = probe.running.clone();
+    let addr = Tcp.start(server_with(probe, big_config())).await;
+    let client = EchoClient::new(Tcp.connect(&addr, BIG).await);
+    let call = tokio::spawn(async move {
+        client
+            .echo(EchoRequest {
+                payload: b"orphan".to_vec(),
+                delay_ms: 60_000,
+            })
+            .await
+    });
+    while running.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    call.abort(); // drops the only client, and with it the connection
+    let tag = tokio::time::timeout(Duration::from_secs(10), dropped.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(tag, b"orphan");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_lets_in_flight_calls_finish() {
+    let listener = TcpListener::bind("127.0.0.1:0", tcp_config(BIG))
+        .await
+        .unwrap();
+    let addr = listener.local_socket_addr().unwrap().to_string();
+    let server = server_with(Probe::default(), big_config());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let serving = tokio::spawn(async move {
+        server
+            .serve_with_shutdown(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let client = EchoClient::new(Tcp.connect(&addr, BIG).await);
+    let slow = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .echo(EchoRequest {
+                    payload: b"finish me".to_vec(),
+                    delay_ms: 500,
+                })
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.send(()).unwrap();
+    let reply = slow
+        .await
+        .unwrap()
+        .expect("in-flight call was not allowed to finish");
+    assert_eq!(reply.into_inner().payload, b"finish me");
+    tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    // The listener is closed now.
+    assert!(tokio::net::TcpStream::connect(&addr).await.is_err());
+}
