@@ -1,0 +1,33 @@
+//! Generates the acme packages from proto/ and the protoless `ping.Ping` service.
+
+use rpc_codegen::manual;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    rpc_codegen::configure()
+        .bytes([".acme.store.Item.thumbnail"])
+        .type_attribute(".acme.common.Currency", "#[doc(alias = \"iso4217\")]")
+        .compile_protos(
+            &[
+                "proto/acme/store/store.proto",
+                "proto/acme/common/audit.proto",
+            ],
+            &["proto"],
+        )?;
+
+    let ping = manual::Service::builder()
+        .name("Ping")
+        .package("ping")
+        .comment("Answers pings; described in build.rs, without a .proto file.")
+        .method(
+            manual::Method::builder()
+                .name("ping")
+                .route_name("Ping")
+                .comment("Echoes the sequence number.")
+                .input_type("crate::manual_types::PingRequest")
+                .output_type("crate::manual_types::PingReply")
+                .build(),
+        )
+        .build();
+    manual::Builder::new().compile(&[ping])?;
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! Emits the `<service>_client` module.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+
+use crate::code_gen::{docs_or, ServicePlan};
+
+/// `pub mod <service>_client { pub struct <Service>Client<C> { … } }`.
+pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
+    let module = &plan.client_module;
+    let methods_module = &plan.methods_module;
+    let client = format_ident!("{}Client", plan.ident);
+    let client_name = client.to_string();
+    let full_name = &plan.full_name;
+    let module_doc = format!(" Generated client of `{full_name}`.");
+    let client_doc = plan.docs_or(format!("Client of the `{full_name}` service."));
+
+    let methods = plan.methods.iter().enumerate().map(|(index, method)| {
+        let ident = &method.ident;
+        let input = &method.input;
+        let output = &method.output;
+        let docs = docs_or(&method.docs, format!("Calls `{}`.", method.route));
+        quote! {
+            #docs
+            ///
+            /// # Errors
+            ///
+            /// The `Status` returned by the server's handler, or the one the channel fails the
+            /// call with (e.g. `UNAVAILABLE`, `DEADLINE_EXCEEDED`).
+            pub async fn #ident(
+                &self,
+                request: impl #codegen::IntoRequest<#input>,
+            ) -> ::core::result::Result<#codegen::Response<#output>, #codegen::Status> {
+                self.inner
+                    .unary(
+                        #codegen::IntoRequest::into_request(request),
+                        &super::#methods_module::METHODS[#index],
+                    )
+                    .await
+            }
+        }
+    });
+
+    quote! {
+        #[doc = #module_doc]
+        pub mod #module {
+            #client_doc
+            ///
+            /// Cloning is cheap: clones share the channel and its connection.
+            pub struct #client<C: #codegen::Connection> {
+                inner: #codegen::Channel<C>,
+            }
+
+            impl<C: #codegen::Connection> #client<C> {
+                /// Creates a client that issues its calls on `channel`.
+                pub fn new(channel: #codegen::Channel<C>) -> Self {
+                    Self { inner: channel }
+                }
+
+                /// The channel this client issues its calls on.
+                pub fn channel(&self) -> &#codegen::Channel<C> {
+                    &self.inner
+                }
+
+                /// Gives the channel back.
+                pub fn into_channel(self) -> #codegen::Channel<C> {
+                    self.inner
+                }
+
+                #(#methods)*
+            }
+
+            impl<C: #codegen::Connection> ::core::clone::Clone for #client<C> {
+                fn clone(&self) -> Self {
+                    Self {
+                        inner: ::core::clone::Clone::clone(&self.inner),
+                    }
+                }
+            }
+
+            impl<C: #codegen::Connection> ::core::fmt::Debug for #client<C> {
+                fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                    f.debug_struct(#client_name)
+                        .field("service", &#full_name)
+                        .finish_non_exhaustive()
+                }
+            }
+        }
+    }
+}

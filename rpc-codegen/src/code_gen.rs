@@ -1,0 +1,240 @@
+//! The emitter: IR in, `proc_macro2::TokenStream` out.
+
+use proc_macro2::{Ident, TokenStream};
+use quote::quote;
+
+use crate::ir::{Method, Service};
+use crate::syntax::{self, doc_attrs};
+use crate::{client, server, Error};
+
+/// The path generated code uses to reach the runtime, unless overridden.
+pub(crate) const DEFAULT_CODEGEN_PATH: &str = "rpc_core::codegen";
+
+/// Emits the Rust code of one [`Service`]: a `<service>_methods` module with the method
+/// descriptors, a `<service>_client` module and a `<service>_server` module.
+///
+/// Generated code names nothing but `<codegen path>::*`, `core` and `std`, plus the message types
+/// the IR gives it; every type it mentions is fully qualified, so that a service called `Service`
+/// or a method called `clone` cannot clash with it.
+///
+/// # Examples
+///
+/// ```
+/// use rpc_codegen::{manual, CodeGenBuilder};
+///
+/// let service = manual::Service::builder()
+///     .name("Echo")
+///     .package("echo")
+///     .method(
+///         manual::Method::builder()
+///             .name("echo")
+///             .input_type("crate::EchoRequest")
+///             .output_type("crate::EchoReply")
+///             .build(),
+///     )
+///     .build();
+/// let tokens = CodeGenBuilder::new().build_server(false).generate(&service)?;
+/// let code = rpc_codegen::format(tokens)?;
+/// assert!(code.contains("pub struct EchoClient"));
+/// assert!(!code.contains("pub trait Echo"));
+/// # Ok::<(), rpc_codegen::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct CodeGenBuilder {
+    /// The runtime path; see [`codegen_path`](Self::codegen_path).
+    codegen_path: String,
+    /// Whether to emit `<service>_client`.
+    build_client: bool,
+    /// Whether to emit `<service>_server`.
+    build_server: bool,
+}
+
+impl Default for CodeGenBuilder {
+    fn default() -> Self {
+        Self {
+            codegen_path: DEFAULT_CODEGEN_PATH.to_owned(),
+            build_client: true,
+            build_server: true,
+        }
+    }
+}
+
+impl CodeGenBuilder {
+    /// A builder that emits clients and servers against `rpc_core::codegen`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The path of the runtime's codegen module. Default: `rpc_core::codegen`.
+    ///
+    /// Change it when the user crate renames `rpc-core` or re-exports it from a facade crate.
+    pub fn codegen_path(&mut self, path: impl Into<String>) -> &mut Self {
+        self.codegen_path = path.into();
+        self
+    }
+
+    /// Whether to emit the `<service>_client` module. Default: `true`.
+    pub fn build_client(&mut self, enable: bool) -> &mut Self {
+        self.build_client = enable;
+        self
+    }
+
+    /// Whether to emit the `<service>_server` module. Default: `true`.
+    pub fn build_server(&mut self, enable: bool) -> &mut Self {
+        self.build_server = enable;
+        self
+    }
+
+    /// The configured codegen path, unparsed.
+    pub(crate) fn codegen_path_str(&self) -> &str {
+        &self.codegen_path
+    }
+
+    /// Emits the code of `service`. The result is a list of items; pass it to
+    /// [`format()`](crate::format()) for readable text.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::UnsupportedStreaming`] if a method streams requests or responses;
+    /// - [`Error::InvalidSyntax`] if a name, a type or the codegen path does not parse as Rust.
+    pub fn generate<S: Service>(&self, service: &S) -> Result<TokenStream, Error> {
+        if !self.build_client && !self.build_server {
+            return Ok(TokenStream::new());
+        }
+        let codegen = syntax::parse_path(&self.codegen_path, "codegen path")?;
+        let plan = ServicePlan::new(service)?;
+        let methods = methods_module(&plan, &codegen);
+        let client = if self.build_client {
+            client::generate(&plan, &codegen)
+        } else {
+            TokenStream::new()
+        };
+        let server = if self.build_server {
+            server::generate(&plan, &codegen)
+        } else {
+            TokenStream::new()
+        };
+        Ok(quote! { #methods #client #server })
+    }
+}
+
+/// A validated service, ready to be turned into tokens by the client and server emitters.
+pub(crate) struct ServicePlan {
+    /// `package.Service`: the `NamedService::NAME`.
+    pub(crate) full_name: String,
+    /// The trait name, e.g. `Echo`.
+    pub(crate) ident: Ident,
+    /// Documentation lines from the front end.
+    pub(crate) docs: Vec<String>,
+    /// `echo_methods`.
+    pub(crate) methods_module: Ident,
+    /// `echo_client`.
+    pub(crate) client_module: Ident,
+    /// `echo_server`.
+    pub(crate) server_module: Ident,
+    /// The methods in index order.
+    pub(crate) methods: Vec<MethodPlan>,
+}
+
+/// A validated method.
+pub(crate) struct MethodPlan {
+    /// The `snake_case` Rust name.
+    pub(crate) ident: Ident,
+    /// The wire path `/package.Service/Method`.
+    pub(crate) route: String,
+    /// Documentation lines from the front end.
+    pub(crate) docs: Vec<String>,
+    /// The request type as seen from `<service>_client` / `<service>_server`.
+    pub(crate) input: TokenStream,
+    /// The response type as seen from `<service>_client` / `<service>_server`.
+    pub(crate) output: TokenStream,
+}
+
+impl ServicePlan {
+    /// Validates `service` and resolves its names and types.
+    fn new<S: Service>(service: &S) -> Result<Self, Error> {
+        let full_name = syntax::qualified_name(service.package(), service.proto_name());
+        syntax::check_name(service.proto_name(), "service name", &full_name)?;
+        if !service.package().is_empty() {
+            for segment in service.package().split('.') {
+                syntax::check_name(segment, "package", &full_name)?;
+            }
+        }
+        let ident = syntax::type_ident(service.name(), &full_name)?;
+        let methods = service
+            .methods()
+            .iter()
+            .map(|method| {
+                let context = format!("{full_name}/{}", method.proto_name());
+                syntax::check_name(method.proto_name(), "method name", &context)?;
+                if method.client_streaming() || method.server_streaming() {
+                    return Err(Error::UnsupportedStreaming { method: context });
+                }
+                Ok(MethodPlan {
+                    ident: syntax::method_ident(method.name(), &context)?,
+                    route: format!("/{context}"),
+                    docs: method.comments(),
+                    input: syntax::resolve_type(method.input_type(), "input type", &context)?,
+                    output: syntax::resolve_type(method.output_type(), "output type", &context)?,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            methods_module: syntax::module_ident(service.name(), "methods"),
+            client_module: syntax::module_ident(service.name(), "client"),
+            server_module: syntax::module_ident(service.name(), "server"),
+            full_name,
+            ident,
+            docs: service.comments(),
+            methods,
+        })
+    }
+
+    /// The service docs, or `fallback` when the front end has none.
+    pub(crate) fn docs_or(&self, fallback: String) -> TokenStream {
+        docs_or(&self.docs, fallback)
+    }
+}
+
+/// `docs` as attributes, or `fallback` as a one-line doc when `docs` is empty.
+pub(crate) fn docs_or(docs: &[String], fallback: String) -> TokenStream {
+    if docs.is_empty() {
+        doc_attrs(&[fallback])
+    } else {
+        doc_attrs(docs)
+    }
+}
+
+/// `pub mod <service>_methods { pub static METHODS: [MethodDescriptor; N] = [...]; }`.
+fn methods_module(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
+    let module = &plan.methods_module;
+    let module_doc = format!(
+        " Method descriptors of `{}`, shared by its generated client and server.",
+        plan.full_name
+    );
+    let count = plan.methods.len();
+    let routes = plan.methods.iter().map(|method| &method.route);
+    let mut static_doc = vec![
+        format!(
+            "The methods of `{}`; an index into this table is what `Service::call` receives.",
+            plan.full_name
+        ),
+        String::new(),
+    ];
+    static_doc.extend(
+        plan.methods
+            .iter()
+            .enumerate()
+            .map(|(index, method)| format!("- {index}: `{}`", method.route)),
+    );
+    let static_doc = doc_attrs(&static_doc);
+    quote! {
+        #[doc = #module_doc]
+        pub mod #module {
+            #static_doc
+            pub static METHODS: [#codegen::MethodDescriptor; #count] = [
+                #(#codegen::MethodDescriptor::new(#routes),)*
+            ];
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! The prost front end: `.proto` files -> protox -> `FileDescriptorSet` -> prost-build, with a
+//! [`prost_build::ServiceGenerator`] that hands every service to the emitter.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use prost::Message as _;
+use prost_types::FileDescriptorSet;
+
+use crate::{ir, syntax, CodeGenBuilder, Error};
+
+/// A [`Builder`] with the default options; the entry point of a `build.rs`.
+///
+/// # Examples
+///
+/// ```no_run
+/// // build.rs
+/// fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     rpc_codegen::configure()
+///         .bytes(["."])
+///         .compile_protos(&["../proto/echo.proto"], &["../proto"])?;
+///     Ok(())
+/// }
+/// ```
+pub fn configure() -> Builder {
+    Builder::new()
+}
+
+/// Compiles `.proto` files into messages (prost), clients and servers; the options of a build.
+///
+/// Each protobuf package becomes one file `<package>.rs` in the output directory, holding the
+/// package's messages and, per service `Foo`, the modules `foo_methods`, `foo_client` and
+/// `foo_server`. Include it with `rpc_core::include_proto!("<package>")` in a module whose path
+/// mirrors the package (`acme.store` in `acme::store`), so that prost's relative paths between
+/// packages resolve.
+#[derive(Debug)]
+pub struct Builder {
+    /// The emitter options.
+    codegen: CodeGenBuilder,
+    /// prost-build's options, tweakable through [`Builder::prost_config`].
+    prost: prost_build::Config,
+    /// Where to write; `OUT_DIR` when `None`.
+    out_dir: Option<PathBuf>,
+    /// Whether to print `cargo:rerun-if-changed`.
+    emit_rerun_if_changed: bool,
+    /// Where to also write the encoded descriptor set, if anywhere.
+    file_descriptor_set_path: Option<PathBuf>,
+    /// Whether messages get `#[allow(missing_docs)]`.
+    allow_undocumented_messages: bool,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self {
+            codegen: CodeGenBuilder::new(),
+            prost: prost_build::Config::new(),
+            out_dir: None,
+            emit_rerun_if_changed: std::env::var_os("CARGO").is_some(),
+            file_descriptor_set_path: None,
+            allow_undocumented_messages: true,
+        }
+    }
+}
+
+impl Builder {
+    /// The default options; same as [`configure`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The directory the generated files go to. Default: `$OUT_DIR`.
+    pub fn out_dir(mut self, out_dir: impl AsRef<Path>) -> Self {
+        self.out_dir = Some(out_dir.as_ref().to_owned());
+        self
+    }
+
+    /// Whether to generate the `<service>_client` modules. Default: `true`.
+    pub fn build_client(mut self, enable: bool) -> Self {
+        self.codegen.build_client(enable);
+        self
+    }
+
+    /// Whether to generate the `<service>_server` modules. Default: `true`.
+    pub fn build_server(mut self, enable: bool) -> Self {
+        self.codegen.build_server(enable);
+        self
+    }
+
+    /// Whether to print `cargo:rerun-if-changed` for the `.proto` files, every file they import
+    /// and the include directories. Default: `true` when run by cargo (`$CARGO` is set).
+    pub fn emit_rerun_if_changed(mut self, enable: bool) -> Self {
+        self.emit_rerun_if_changed = enable;
+        self
+    }
+
+    /// The path generated code reaches the runtime by. Default: `rpc_core::codegen`.
+    pub fn codegen_path(mut self, path: impl Into<String>) -> Self {
+        self.codegen.codegen_path(path);
+        self
+    }
+
+    /// Also writes the compiled descriptors (imports and comments included) as an encoded
+    /// `FileDescriptorSet` to `path`, for reflection or a load generator. Default: not written.
+    pub fn file_descriptor_set_path(mut self, path: impl AsRef<Path>) -> Self {
+        self.file_descriptor_set_path = Some(path.as_ref().to_owned());
+        self
+    }
+
+    /// Whether messages, enums and oneofs get `#[allow(missing_docs)]`. Default: `true`.
+    ///
+    /// prost-build documents a message only with its `.proto` comment, so a crate with
+    /// `missing_docs` would otherwise warn on every uncommented message or field. Services are
+    /// always documented and not affected.
+    pub fn allow_undocumented_messages(mut self, enable: bool) -> Self {
+        self.allow_undocumented_messages = enable;
+        self
+    }
+
+    /// Adds an attribute to the matching messages, enums and oneofs; see
+    /// [`prost_build::Config::type_attribute`].
+    pub fn type_attribute(mut self, path: impl AsRef<str>, attribute: impl AsRef<str>) -> Self {
+        self.prost.type_attribute(path, attribute);
+        self
+    }
+
+    /// Adds an attribute to the matching fields; see [`prost_build::Config::field_attribute`].
+    pub fn field_attribute(mut self, path: impl AsRef<str>, attribute: impl AsRef<str>) -> Self {
+        self.prost.field_attribute(path, attribute);
+        self
+    }
+
+    /// Generates `bytes::Bytes` instead of `Vec<u8>` for the matching `bytes` fields (`["."]`
+    /// for all); see [`prost_build::Config::bytes`].
+    pub fn bytes<I, S>(mut self, paths: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.prost.bytes(paths);
+        self
+    }
+
+    /// Uses an existing Rust type for a protobuf package or type instead of generating it; see
+    /// [`prost_build::Config::extern_path`].
+    pub fn extern_path(
+        mut self,
+        proto_path: impl Into<String>,
+        rust_path: impl Into<String>,
+    ) -> Self {
+        self.prost.extern_path(proto_path, rust_path);
+        self
+    }
+
+    /// Any other prost-build option.
+    ///
+    /// Do not set a service generator or an output directory there:
+    /// [`compile_fds`](Self::compile_fds) replaces both.
+    ///
+    /// ```
+    /// let builder = rpc_codegen::configure().prost_config(|config| {
+    ///     config.btree_map(["."]);
+    /// });
+    /// # drop(builder);
+    /// ```
+    pub fn prost_config(mut self, tweak: impl FnOnce(&mut prost_build::Config)) -> Self {
+        tweak(&mut self.prost);
+        self
+    }
+
+    /// Parses `protos` (looking up imports in `includes`) with protox and generates their code.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Proto`] if a file cannot be found, read, parsed or type-checked;
+    /// - [`Error::UnsupportedStreaming`] if a method streams;
+    /// - [`Error::Io`] if the output cannot be written.
+    pub fn compile_protos(
+        self,
+        protos: &[impl AsRef<Path>],
+        includes: &[impl AsRef<Path>],
+    ) -> Result<(), Error> {
+        let mut rerun: BTreeSet<PathBuf> = protos
+            .iter()
+            .map(|path| path.as_ref().to_owned())
+            .chain(includes.iter().map(|path| path.as_ref().to_owned()))
+            .collect();
+        if self.emit_rerun_if_changed {
+            // Printed before parsing so that a fix of a broken file triggers a rebuild as well.
+            for path in &rerun {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
+        let mut compiler = protox::Compiler::new(includes)?;
+        compiler
+            .include_imports(true)
+            .include_source_info(true)
+            .open_files(protos)?;
+        if self.emit_rerun_if_changed {
+            for path in compiler.files().filter_map(|file| file.path()) {
+                if rerun.insert(path.to_owned()) {
+                    println!("cargo:rerun-if-changed={}", path.display());
+                }
+            }
+        }
+        self.compile_fds(compiler.file_descriptor_set())
+    }
+
+    /// Generates the code of an already compiled descriptor set (every file in it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnsupportedStreaming`] if a method streams, [`Error::InvalidSyntax`] if the
+    /// codegen path is not a path, [`Error::Io`] if prost-build or writing fails.
+    pub fn compile_fds(mut self, fds: FileDescriptorSet) -> Result<(), Error> {
+        reject_streaming(&fds)?;
+        syntax::parse_path(self.codegen.codegen_path_str(), "codegen path")?;
+        if let Some(path) = &self.file_descriptor_set_path {
+            fs::write(path, fds.encode_to_vec())?;
+        }
+        if self.allow_undocumented_messages {
+            self.prost.type_attribute(".", "#[allow(missing_docs)]");
+        }
+        if let Some(out_dir) = &self.out_dir {
+            self.prost.out_dir(out_dir);
+        }
+        let failure = Rc::new(RefCell::new(None));
+        self.prost.service_generator(Box::new(Generator {
+            codegen: self.codegen,
+            failure: Rc::clone(&failure),
+        }));
+        self.prost.compile_fds(fds)?;
+        match failure.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Fails on the first streaming method, before anything is written.
+fn reject_streaming(fds: &FileDescriptorSet) -> Result<(), Error> {
+    for file in &fds.file {
+        for service in &file.service {
+            let streaming = service
+                .method
+                .iter()
+                .find(|method| method.client_streaming() || method.server_streaming());
+            if let Some(method) = streaming {
+                let service = syntax::qualified_name(file.package(), service.name());
+                return Err(Error::UnsupportedStreaming {
+                    method: format!("{service}/{}", method.name()),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `prost_build::ServiceGenerator`: runs the emitter and appends its formatted output to the
+/// package's file. prost-build cannot take an error back, so the first one is parked in
+/// `failure` and returned by [`Builder::compile_fds`] once prost-build is done.
+struct Generator {
+    /// The emitter options.
+    codegen: CodeGenBuilder,
+    /// The first error, shared with `compile_fds`.
+    failure: Rc<RefCell<Option<Error>>>,
+}
+
+impl prost_build::ServiceGenerator for Generator {
+    fn generate(&mut self, service: prost_build::Service, buf: &mut String) {
+        let code = self
+            .codegen
+            .generate(&service)
+            .and_then(crate::syntax::format);
+        match code {
+            Ok(code) => buf.push_str(&code),
+            Err(error) => {
+                self.failure.borrow_mut().get_or_insert(error);
+            }
+        }
+    }
+}
+
+/// prost's comments as doc lines, escaped the way prost-build escapes message docs (URLs in
+/// `<>`, brackets that are not links); detached comments are not documentation.
+fn doc_lines(comments: &prost_build::Comments) -> Vec<String> {
+    let attached = prost_build::Comments {
+        leading_detached: Vec::new(),
+        ..comments.clone()
+    };
+    let mut text = String::new();
+    attached.append_with_indent(0, &mut text);
+    text.lines()
+        .map(|line| line.strip_prefix("///").unwrap_or(line).to_owned())
+        .collect()
+}
+
+impl ir::Service for prost_build::Service {
+    type Method = prost_build::Method;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn proto_name(&self) -> &str {
+        &self.proto_name
+    }
+
+    fn package(&self) -> &str {
+        &self.package
+    }
+
+    fn comments(&self) -> Vec<String> {
+        doc_lines(&self.comments)
+    }
+
+    fn methods(&self) -> &[prost_build::Method] {
+        &self.methods
+    }
+}
+
+impl ir::Method for prost_build::Method {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn proto_name(&self) -> &str {
+        &self.proto_name
+    }
+
+    fn comments(&self) -> Vec<String> {
+        doc_lines(&self.comments)
+    }
+
+    fn input_type(&self) -> &str {
+        &self.input_type
+    }
+
+    fn output_type(&self) -> &str {
+        &self.output_type
+    }
+
+    fn client_streaming(&self) -> bool {
+        self.client_streaming
+    }
+
+    fn server_streaming(&self) -> bool {
+        self.server_streaming
+    }
+}

@@ -1,0 +1,109 @@
+//! The error type of the verbs layer.
+
+use std::io;
+use std::net::Ipv4Addr;
+
+/// Result of a verbs set-up or posting operation.
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A failure of the verbs layer, one variant per cause so callers can fall back (e.g. to
+/// TCP on [`Error::NoDevice`]) or report precisely. Completion errors are not here: they
+/// arrive as [`WcStatus`](super::WcStatus) in a [`Completion`](super::Completion).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum Error {
+    /// The host has no RDMA device at all: `ibv_get_device_list` returned NULL (errno
+    /// `ENOSYS` on a kernel without InfiniBand support) or an empty list.
+    #[error("no RDMA device on this host: {source}")]
+    NoDevice {
+        /// The errno of `ibv_get_device_list`, or `ENODEV` for an empty list.
+        #[source]
+        source: io::Error,
+    },
+    /// A device was requested by name and no device has that name.
+    #[error("RDMA device {name:?} not found")]
+    DeviceNotFound {
+        /// The requested device name.
+        name: String,
+    },
+    /// No device owns the given local IPv4 address as a RoCE GID.
+    #[error("no RDMA device has a GID for local address {addr}")]
+    NoDeviceForAddress {
+        /// The local address asked for.
+        addr: Ipv4Addr,
+    },
+    /// The device has no usable (IPv4-mapped) GID, or none for the requested address.
+    #[error("RDMA device {device} has no IPv4-mapped GID{}", addr.map(|a| format!(" for {a}")).unwrap_or_default())]
+    NoGid {
+        /// The device that was searched.
+        device: String,
+        /// The local address asked for, if any.
+        addr: Option<Ipv4Addr>,
+    },
+    /// A verb failed; `source` holds the errno it reported.
+    #[error("{verb} failed: {source}")]
+    Verb {
+        /// The name of the failing verb, e.g. `"ibv_modify_qp(RTR)"`.
+        verb: &'static str,
+        /// The errno: `from_raw_os_error(ret)` for return-code verbs, `last_os_error()`
+        /// for verbs that return NULL or -1.
+        #[source]
+        source: io::Error,
+    },
+    /// A byte range does not lie inside its memory region.
+    #[error("range {offset}+{len} is outside the memory region of {region_len} bytes")]
+    OutOfBounds {
+        /// Start of the range.
+        offset: usize,
+        /// Length of the range.
+        len: usize,
+        /// Length of the memory region.
+        region_len: usize,
+    },
+    /// A work request asked for more than the QP or the wire allows (e.g. an inline send
+    /// larger than the inline size granted, or a length above `u32::MAX`).
+    #[error("{what}: {len} bytes exceeds the limit of {max}")]
+    TooLarge {
+        /// What was too large.
+        what: &'static str,
+        /// The requested size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A [`MemoryRegion`](super::MemoryRegion) of another protection domain (or device)
+    /// was used with a queue pair.
+    #[error("memory region belongs to another protection domain")]
+    ForeignRegion,
+}
+
+impl Error {
+    /// Wraps the errno *value* returned by a return-code verb (`ibv_modify_qp`,
+    /// `ibv_post_send`, ...), which return it directly instead of setting `errno`.
+    pub(crate) fn from_ret(verb: &'static str, ret: i32) -> Self {
+        // A few providers return -1 and set errno instead; both cases are covered.
+        let source = if ret > 0 {
+            io::Error::from_raw_os_error(ret)
+        } else {
+            io::Error::last_os_error()
+        };
+        Error::Verb { verb, source }
+    }
+
+    /// Wraps `errno` after a verb that returned NULL or -1.
+    pub(crate) fn last_os(verb: &'static str) -> Self {
+        Error::Verb {
+            verb,
+            source: io::Error::last_os_error(),
+        }
+    }
+}
+
+/// Turns a return-code verb's result into `Ok(())` or [`Error::Verb`].
+pub(crate) fn check_ret(verb: &'static str, ret: i32) -> Result<()> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(Error::from_ret(verb, ret))
+    }
+}

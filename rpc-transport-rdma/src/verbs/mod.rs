@@ -1,0 +1,96 @@
+//! Safe RAII wrappers over libibverbs (through `rdma-sys`): the only module of the
+//! project that contains `unsafe` code.
+//!
+//! # Layout
+//!
+//! | file          | concept                                                        |
+//! |---------------|----------------------------------------------------------------|
+//! | `device.rs`   | [`Context`]: device discovery, GID selection, port attributes  |
+//! | `pd.rs`       | [`ProtectionDomain`]                                           |
+//! | `cq.rs`       | [`CompChannel`], [`CompletionQueue`] set-up and events         |
+//! | `mr.rs`       | [`MemoryRegion`]: an owned, page-aligned, registered buffer    |
+//! | `qp.rs`       | [`QueuePair`] set-up: RC, typed `Reset -> Init -> Rtr -> Rts`  |
+//! | `qp_state.rs` | the typed QP states and the queried [`QpState`]                |
+//! | `datapath.rs` | the hot path: posting work requests and polling completions    |
+//! | `wc.rs`       | [`Completion`], [`WcStatus`], [`WcOpcode`]: plain-Rust results |
+//! | `error.rs`    | [`Error`]: every set-up failure, typed                         |
+//!
+//! # Teardown order
+//!
+//! Every child holds an `Arc` of its parents, so the types encode the order in which
+//! libibverbs requires objects to be destroyed:
+//!
+//! ```text
+//!   Context <- ProtectionDomain <- MemoryRegion
+//!      ^   ^            ^
+//!      |    \           |
+//!      |  CompChannel <- CompletionQueue <- QueuePair (also holds the PD)
+//! ```
+//!
+//! `Drop` of each wrapper calls the matching `ibv_destroy_*`/`ibv_dereg_*`/`ibv_close_*`,
+//! logs a failure with `tracing` and never panics.
+//!
+//! # Memory the NIC can touch
+//!
+//! Posting a work request hands a byte range of a [`MemoryRegion`] to the NIC until its
+//! completion is reaped. The compiler cannot see that hand-over, so the posting methods
+//! that take registered memory are `unsafe fn`: they check bounds, keys and lengths, and
+//! leave the caller one obligation, spelled out in their `# Safety` sections (the range
+//! stays registered and untouched by the CPU until the completion is reaped; see STYLE.md
+//! rule 6). Inline sends copy the payload during the call and are safe.
+//!
+//! # Thread safety
+//!
+//! libibverbs is thread-safe: every verb may be called concurrently on the same object
+//! from several threads (rdma-core `libibverbs/man/ibv_*`, and the providers serialise
+//! queue access with their own locks, e.g. the rxe provider's `sq.lock`/`rq.lock`/`cq.lock`
+//! spinlocks). That is what every `unsafe impl Send/Sync` below relies on.
+
+// Items are used by the transport modules the lead adds next; until then only the tests use
+// some of them.
+#![allow(dead_code, unused_imports)]
+
+mod cq;
+mod datapath;
+mod device;
+mod error;
+mod mr;
+mod pd;
+mod qp;
+mod qp_state;
+mod wc;
+
+#[cfg(test)]
+mod tests;
+
+pub(crate) use cq::{CompChannel, CompletionQueue};
+pub(crate) use datapath::{wc_buffer, RemoteBuf, SendOptions, MAX_RECV_BATCH};
+pub use device::rdma_available;
+pub(crate) use device::{Context, Mtu, PortInfo, PORT_NUM};
+pub(crate) use error::{Error, Result};
+pub(crate) use mr::{Access, MemoryRegion};
+pub(crate) use pd::ProtectionDomain;
+pub(crate) use qp::{QpConfig, QpEndpoint, QueuePair};
+pub(crate) use qp_state::{Init, QpStage, QpState, RecvReady, Reset, Rtr, Rts};
+pub(crate) use wc::{Completion, WcOpcode, WcStatus, WrId};
+
+/// Default number of entries of a completion queue.
+///
+/// Sized so that one CQ shared by the send and the receive queue of one QP with default
+/// depths can never overflow (a CQ overflow moves every QP on it to the error state).
+pub(crate) const DEFAULT_CQ_DEPTH: u32 = 1024;
+
+/// Default maximum of outstanding send work requests (SEND and RDMA READ) per QP.
+pub(crate) const DEFAULT_MAX_SEND_WR: u32 = 256;
+
+/// Default maximum of posted receive work requests per QP.
+pub(crate) const DEFAULT_MAX_RECV_WR: u32 = 256;
+
+/// Inline data requested per send WQE: payloads up to this size are copied into the WQE
+/// (no DMA read of the buffer, no lkey check), which saves a PCIe round trip on hardware.
+/// The provider may grant more; [`QueuePair::max_inline`] reports what was granted.
+pub(crate) const MAX_INLINE: u32 = 64;
+
+const _: () = assert!(DEFAULT_CQ_DEPTH >= DEFAULT_MAX_SEND_WR + DEFAULT_MAX_RECV_WR);
+const _: () = assert!(MAX_RECV_BATCH as u32 <= DEFAULT_MAX_RECV_WR);
+const _: () = assert!(MAX_INLINE > 0 && MAX_INLINE <= 1024);

@@ -1,0 +1,283 @@
+//! [`MemoryRegion`]: an owned, page-aligned buffer registered once with the NIC.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+use std::slice;
+use std::sync::Arc;
+
+use rdma_sys::{ibv_access_flags, ibv_dereg_mr, ibv_mr, ibv_reg_mr};
+
+use super::error::{check_ret, Error, Result};
+use super::pd::ProtectionDomain;
+
+/// Minimum alignment of every registered allocation; the actual one is the page size when
+/// larger, so that registrations never share a page with unrelated heap data (pinning and
+/// fork's copy-on-write work per page).
+const MR_ALIGN: usize = 4096;
+
+const _: () = assert!(MR_ALIGN.is_power_of_two());
+
+/// Which remote access a [`MemoryRegion`] grants. Local write access is always granted
+/// (RECVs and READ targets need it); remote access only to what the transport hands out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub(crate) enum Access {
+    /// Local access only: send and receive rings, READ targets.
+    Local,
+    /// Also readable by the peer with RDMA READ given the rkey: rendezvous source buffers.
+    RemoteRead,
+}
+
+/// An owned, zero-initialised, page-aligned allocation of `len` bytes, registered with
+/// `IBV_ACCESS_LOCAL_WRITE` (plus `IBV_ACCESS_REMOTE_READ` for [`Access::RemoteRead`]).
+///
+/// ```text
+///   addr()                                             addr() + len()
+///   |<------------------------- len bytes ------------------------->|
+///   [ slot 0 | slot 1 | ...                                          ]
+///     ^ the caller carves it into ranges by offset; a range that is part of a posted work
+///       request belongs to the NIC until its completion is reaped.
+/// ```
+///
+/// # Aliasing
+///
+/// The NIC reads and writes this memory behind the compiler's back. The safe accessors
+/// (`slice`, `slice_mut`, `as_slice`, `as_mut_slice`, `read_at`, `write_at`) create
+/// ordinary Rust references; they are sound because every posting method that hands a
+/// range to the NIC is an `unsafe fn` whose caller promises not to touch that range
+/// (through these accessors or otherwise) until its completion is reaped. Mutation needs
+/// `&mut self`; concurrent writers to disjoint ranges of a shared region go through the
+/// `unsafe` [`MemoryRegion::range_mut_unchecked`].
+///
+/// Invariant: `mr` came from `ibv_reg_mr` over exactly `buf[..len]`; the region is
+/// deregistered in `Drop` before the allocation is freed, and it holds an
+/// `Arc<ProtectionDomain>`, so the PD outlives it.
+#[derive(Debug)]
+pub(crate) struct MemoryRegion {
+    mr: NonNull<ibv_mr>,
+    buf: NonNull<u8>,
+    len: usize,
+    /// The layout `buf` was allocated with (`len` bytes, page-aligned), to free it.
+    layout: Layout,
+    access: Access,
+    pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: the registration (`ibv_mr`) is a kernel object with no thread affinity, and
+// `ibv_dereg_mr` may run on any thread. The buffer is owned like a `Box<[u8]>`.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: `&self` only gives shared (`&[u8]`) access to the bytes and reads immutable keys;
+// mutation needs `&mut self` or the unsafe `range_mut_unchecked`, whose caller guarantees
+// exclusivity. Concurrency with the NIC is governed by the posting methods' contracts.
+unsafe impl Sync for MemoryRegion {}
+
+impl MemoryRegion {
+    /// Allocates `len` zeroed, page-aligned bytes and registers them in `pd`.
+    ///
+    /// Registration pins the pages, which is slow (hundreds of µs per MiB) and counts
+    /// against `RLIMIT_MEMLOCK` for unprivileged processes (8 MiB by default): do it once at
+    /// start-up, in pools, never per call.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TooLarge`] for `len == 0` or a length that cannot be allocated,
+    /// [`Error::Verb`] if `ibv_reg_mr` fails (`ENOMEM`/`EPERM`: usually the memlock limit).
+    pub(crate) fn new(pd: &Arc<ProtectionDomain>, len: usize, access: Access) -> Result<Self> {
+        let layout = Layout::from_size_align(len, page_size().max(MR_ALIGN))
+            .ok()
+            .filter(|_| len > 0)
+            .ok_or(Error::TooLarge {
+                what: "memory region",
+                len,
+                max: isize::MAX as usize,
+            })?;
+        // SAFETY: `layout` has a non-zero size (checked above).
+        let buf = unsafe { alloc::alloc_zeroed(layout) };
+        let Some(buf) = NonNull::new(buf) else {
+            alloc::handle_alloc_error(layout)
+        };
+        let mut flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
+        if access == Access::RemoteRead {
+            flags |= ibv_access_flags::IBV_ACCESS_REMOTE_READ;
+        }
+        // SAFETY: `pd` is a live PD (kept alive by the `Arc` stored below) and `buf[..len]`
+        // is a live allocation that is freed only after ibv_dereg_mr (see Drop);
+        // ibv_reg_mr(3) returns NULL + errno on failure. The flag bits fit in an i32.
+        let mr = unsafe { ibv_reg_mr(pd.as_ptr(), buf.as_ptr().cast(), len, flags.0 as i32) };
+        let Some(mr) = NonNull::new(mr) else {
+            let err = Error::last_os("ibv_reg_mr");
+            // SAFETY: `buf` was allocated above with `layout` and is not registered.
+            unsafe { alloc::dealloc(buf.as_ptr(), layout) };
+            return Err(err);
+        };
+        Ok(MemoryRegion {
+            mr,
+            buf,
+            len,
+            layout,
+            access,
+            pd: Arc::clone(pd),
+        })
+    }
+
+    /// Start address of the buffer, as the NIC sees it (the `addr` of an SGE or of a
+    /// remote READ descriptor).
+    pub(crate) fn addr(&self) -> u64 {
+        self.buf.as_ptr() as u64
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: a region has at least one byte.
+    pub(crate) fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The local key, for SGEs of work requests posted on QPs of the same PD.
+    pub(crate) fn lkey(&self) -> u32 {
+        // SAFETY: `mr` is live (invariant) and its keys never change after registration.
+        unsafe { (*self.mr.as_ptr()).lkey }
+    }
+
+    /// The remote key: give it to a peer only for a buffer it may read, only while it
+    /// needs to, and only for [`Access::RemoteRead`] regions (others refuse remote access).
+    pub(crate) fn rkey(&self) -> u32 {
+        // SAFETY: as in `lkey`.
+        unsafe { (*self.mr.as_ptr()).rkey }
+    }
+
+    /// The access this region was registered with.
+    pub(crate) fn access(&self) -> Access {
+        self.access
+    }
+
+    /// The protection domain the region is registered in.
+    pub(crate) fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    /// Checks that `offset..offset + len` lies inside the region.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`] if it does not.
+    pub(crate) fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::OutOfBounds {
+                offset,
+                len,
+                region_len: self.len,
+            }),
+        }
+    }
+
+    /// The bytes `offset..offset + len`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`] if the range is not inside the region.
+    pub(crate) fn slice(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        self.check_range(offset, len)?;
+        // SAFETY: the range is inside the allocation (checked) and initialised (zeroed at
+        // allocation, then only written as bytes); no `&mut` to it can exist while `&self`
+        // is borrowed, except through `range_mut_unchecked`, whose caller excludes overlap.
+        Ok(unsafe { slice::from_raw_parts(self.buf.as_ptr().add(offset), len) })
+    }
+
+    /// The bytes `offset..offset + len`, mutably.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`] if the range is not inside the region.
+    pub(crate) fn slice_mut(&mut self, offset: usize, len: usize) -> Result<&mut [u8]> {
+        self.check_range(offset, len)?;
+        // SAFETY: as in `slice`, and `&mut self` makes this the only reference.
+        Ok(unsafe { slice::from_raw_parts_mut(self.buf.as_ptr().add(offset), len) })
+    }
+
+    /// The whole buffer.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: as in `slice`, for the whole allocation.
+        unsafe { slice::from_raw_parts(self.buf.as_ptr(), self.len) }
+    }
+
+    /// The whole buffer, mutably.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `slice_mut`, for the whole allocation.
+        unsafe { slice::from_raw_parts_mut(self.buf.as_ptr(), self.len) }
+    }
+
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`] if the range is not inside the region.
+    pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        dst.copy_from_slice(self.slice(offset, dst.len())?);
+        Ok(())
+    }
+
+    /// Copies `src` into the region starting at `offset`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`] if the range is not inside the region.
+    pub(crate) fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        self.slice_mut(offset, src.len())?.copy_from_slice(src);
+        Ok(())
+    }
+
+    /// The bytes `offset..offset + len`, mutably, through a shared reference: for rings
+    /// whose disjoint slots are filled concurrently.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`] if the range is not inside the region.
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned slice lives, no other reference to any byte of the range
+    /// may exist or be created (no overlapping `range_mut_unchecked`, `slice`, `as_slice`,
+    /// `read_at`, ...), and no posted work request may cover the range.
+    #[allow(clippy::mut_from_ref)] // exclusivity is the caller's documented obligation
+    pub(crate) unsafe fn range_mut_unchecked(
+        &self,
+        offset: usize,
+        len: usize,
+    ) -> Result<&mut [u8]> {
+        self.check_range(offset, len)?;
+        // SAFETY: in bounds (checked) and initialised; exclusivity is the caller's contract.
+        Ok(unsafe { slice::from_raw_parts_mut(self.buf.as_ptr().add(offset), len) })
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // SAFETY: `mr` came from ibv_reg_mr and is deregistered only here; once
+        // ibv_dereg_mr(3) returns, the NIC no longer translates addresses of the buffer.
+        let ret = unsafe { ibv_dereg_mr(self.mr.as_ptr()) };
+        if let Err(error) = check_ret("ibv_dereg_mr", ret) {
+            // The NIC may still be able to reach the pages: leak them rather than hand them
+            // back to the allocator.
+            tracing::error!(%error, len = self.len, "cannot deregister memory region; leaking it");
+            return;
+        }
+        // SAFETY: `buf` was allocated in `new` with this very layout and is freed only here,
+        // after the registration is gone.
+        unsafe { alloc::dealloc(self.buf.as_ptr(), self.layout) };
+    }
+}
+
+/// The system page size (4 KiB when it cannot be determined).
+fn page_size() -> usize {
+    // SAFETY: sysconf(3) only reads a system constant; it returns -1 for unknown names.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size)
+        .ok()
+        .filter(|s| s.is_power_of_two())
+        .unwrap_or(MR_ALIGN)
+}
