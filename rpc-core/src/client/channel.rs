@@ -117,32 +117,50 @@ impl<C: Connection> Channel<C> {
     pub async fn unary<Req, Resp>(
         &self,
         request: Request<Req>,
-        method: &'static MethodDescriptor,
+        method: &MethodDescriptor,
     ) -> Result<Response<Resp>, Status>
     where
         Req: prost::Message,
         Resp: prost::Message + Default,
+    {
+        self.unary_with(request, method, |payload| Resp::decode(payload))
+            .await
+    }
+
+    /// Like [`Channel::unary`], with the response decoded by `decode` instead of
+    /// `Resp::decode`: for messages whose type is only known at run time (e.g.
+    /// `prost_reflect::DynamicMessage` in a load generator).
+    ///
+    /// # Errors
+    /// As [`Channel::unary`].
+    pub async fn unary_with<Req, Resp>(
+        &self,
+        request: Request<Req>,
+        method: &MethodDescriptor,
+        decode: impl FnOnce(&[u8]) -> Result<Resp, prost::DecodeError>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message,
     {
         let span = tracing::debug_span!(
             "rpc-call",
             method = method.path,
             call_id = tracing::field::Empty
         );
-        self.unary_inner(request, method, &span)
+        let frame = self
+            .exchange(request, method, &span)
             .instrument(span.clone())
-            .await
+            .await?;
+        decode_response(&frame, decode)
     }
 
-    async fn unary_inner<Req, Resp>(
+    /// Sends the request and waits for its response frame.
+    async fn exchange<Req: prost::Message>(
         &self,
         request: Request<Req>,
-        method: &'static MethodDescriptor,
+        method: &MethodDescriptor,
         span: &tracing::Span,
-    ) -> Result<Response<Resp>, Status>
-    where
-        Req: prost::Message,
-        Resp: prost::Message + Default,
-    {
+    ) -> Result<C::RecvBuf, Status> {
         let (metadata, message, timeout) = request.into_parts();
         let timeout = timeout.or(self.shared.config.timeout);
         let payload_len = message.encoded_len();
@@ -191,7 +209,7 @@ impl<C: Connection> Channel<C> {
         // Answered calls left the table when their response arrived; a call that is still
         // there (deadline, failed send) is cancelled on the server by the guard.
         drop(guard);
-        decode_response(&frame?)
+        frame
     }
 }
 
@@ -217,7 +235,10 @@ impl<C: Connection> Drop for CallGuard<'_, C> {
     }
 }
 
-fn decode_response<Resp: prost::Message + Default>(buf: &[u8]) -> Result<Response<Resp>, Status> {
+fn decode_response<Resp>(
+    buf: &[u8],
+    decode: impl FnOnce(&[u8]) -> Result<Resp, prost::DecodeError>,
+) -> Result<Response<Resp>, Status> {
     let frame =
         Frame::parse(buf).map_err(|e| Status::internal(format!("bad response frame: {e}")))?;
     if frame.is_discarded() {
@@ -231,7 +252,7 @@ fn decode_response<Resp: prost::Message + Default>(buf: &[u8]) -> Result<Respons
         return Err(Status::new(code, String::from_utf8_lossy(frame.payload)));
     }
     let metadata = Metadata::decode(frame.metadata).map_err(|e| Status::internal(e.to_string()))?;
-    let message = Resp::decode(frame.payload)
+    let message = decode(frame.payload)
         .map_err(|e| Status::internal(format!("failed to decode response: {e}")))?;
     Ok(Response::from_parts(metadata, message))
 }
