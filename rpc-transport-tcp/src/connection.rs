@@ -46,6 +46,20 @@ impl TcpConnection {
         stream: TcpStream,
         config: &TcpConfig,
     ) -> Result<TcpConnection, TransportError> {
+        TcpConnection::from_stream_with_prefix(stream, config, &[])
+    }
+
+    /// Wraps an established stream of which `already_read` was already consumed (e.g. by
+    /// a transport negotiation that read the first bytes); they are parsed as the start of
+    /// the frame stream.
+    ///
+    /// # Errors
+    /// If the socket options cannot be set.
+    pub fn from_stream_with_prefix(
+        stream: TcpStream,
+        config: &TcpConfig,
+        already_read: &[u8],
+    ) -> Result<TcpConnection, TransportError> {
         stream.set_nodelay(true)?;
         let peer = match stream.peer_addr() {
             Ok(addr) => format!("tcp://{addr}"),
@@ -65,7 +79,12 @@ impl TcpConnection {
             peer,
             max_frame: HEADER_LEN + MAX_METADATA_LEN + config.max_message_size,
             outbound,
-            reader: tokio::sync::Mutex::new(Reader::new(read, config.max_message_size, closed_rx)),
+            reader: tokio::sync::Mutex::new(Reader::new(
+                read,
+                config.max_message_size,
+                closed_rx,
+                already_read,
+            )),
             closed,
         })
     }

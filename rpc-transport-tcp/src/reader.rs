@@ -27,10 +27,13 @@ impl Reader {
         socket: OwnedReadHalf,
         max_message_size: usize,
         closed: watch::Receiver<bool>,
+        already_read: &[u8],
     ) -> Reader {
+        let mut buf = BytesMut::with_capacity(READ_CHUNK.max(already_read.len()));
+        buf.extend_from_slice(already_read);
         Reader {
             socket,
-            buf: BytesMut::with_capacity(READ_CHUNK),
+            buf,
             max_message_size,
             discard: 0,
             closed,

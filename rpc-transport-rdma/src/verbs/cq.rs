@@ -230,3 +230,23 @@ impl Drop for CompletionQueue {
         }
     }
 }
+
+/// Registers a completion channel with the tokio reactor, for the driver to sleep on.
+///
+/// # Errors
+/// If the reactor refuses the descriptor.
+///
+/// # Panics
+/// Outside a tokio runtime.
+pub(crate) fn register_channel(
+    channel: Arc<CompChannel>,
+) -> std::io::Result<tokio::io::unix::AsyncFd<Arc<CompChannel>>> {
+    // SAFETY: AsyncFd::register requires the descriptor to stay open and refer to the same
+    // file for the AsyncFd's whole life. It is the channel's own fd, closed only by
+    // ibv_destroy_comp_channel in CompChannel's Drop, which cannot run while the AsyncFd
+    // owns this Arc; `as_raw_fd` always returns that same fd.
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(channel, tokio::io::Interest::READABLE)
+            .map_err(|e| e.into())
+    }
+}

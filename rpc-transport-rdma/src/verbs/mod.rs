@@ -12,6 +12,8 @@
 //! | `qp.rs`       | [`QueuePair`] set-up: RC, typed `Reset -> Init -> Rtr -> Rts`  |
 //! | `qp_state.rs` | the typed QP states and the queried [`QpState`]                |
 //! | `datapath.rs` | the hot path: posting work requests and polling completions    |
+//! | `tracker.rs`  | [`Rings`]: rings, slot tokens, the completion tracker          |
+//! | `sendbuf.rs`  | [`SendBuf`]: `bytes::BufMut` over a send slot or pool buffer   |
 //! | `wc.rs`       | [`Completion`], [`WcStatus`], [`WcOpcode`]: plain-Rust results |
 //! | `error.rs`    | [`Error`]: every set-up failure, typed                         |
 //!
@@ -58,12 +60,14 @@ mod mr;
 mod pd;
 mod qp;
 mod qp_state;
+mod sendbuf;
+mod tracker;
 mod wc;
 
 #[cfg(test)]
 mod tests;
 
-pub(crate) use cq::{CompChannel, CompletionQueue};
+pub(crate) use cq::{register_channel, CompChannel, CompletionQueue};
 pub(crate) use datapath::{wc_buffer, RemoteBuf, SendOptions, MAX_RECV_BATCH};
 pub use device::rdma_available;
 pub(crate) use device::{Context, Mtu, PortInfo, PORT_NUM};
@@ -72,6 +76,9 @@ pub(crate) use mr::{Access, MemoryRegion};
 pub(crate) use pd::ProtectionDomain;
 pub(crate) use qp::{QpConfig, QpEndpoint, QueuePair};
 pub(crate) use qp_state::{Init, QpStage, QpState, RecvReady, Reset, Rtr, Rts};
+pub use sendbuf::SendBuf;
+pub(crate) use sendbuf::{RegisteredTarget, Target};
+pub(crate) use tracker::{Event, PreparedRings, RecvSlot, RingGeometry, Rings, SendSlot};
 pub(crate) use wc::{Completion, WcOpcode, WcStatus, WrId};
 
 /// Default number of entries of a completion queue.

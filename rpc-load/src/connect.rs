@@ -1,0 +1,101 @@
+//! Turning the address URL into a connection.
+//!
+//! `tcp://`, `rdma://` and `auto://` name this framework's transports (an
+//! [`rpc_core::Endpoint`]); `grpc://HOST:PORT` names a standard gRPC server, driven
+//! through tonic (see [`crate::grpc`]).
+//!
+//! The runner is generic over [`rpc_core::Connection`]; [`RpcConnection`] is the one
+//! connection type this binary instantiates it with, and [`connect`] the one function that
+//! makes such connections. Wiring another transport changes those two items only.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use rpc_core::{Endpoint, TransportKind};
+use rpc_transport_tcp::{TcpConfig, TcpConnection};
+
+/// Where to send the load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Address {
+    /// A service of this framework: `tcp://`, `rdma://` or `auto://`.
+    Rpc(Endpoint),
+    /// A gRPC server: `grpc://HOST:PORT`; holds `HOST:PORT`.
+    Grpc(String),
+}
+
+impl Address {
+    /// Parses `tcp://HOST:PORT`, `rdma://HOST:PORT`, `auto://HOST:PORT` or
+    /// `grpc://HOST:PORT`.
+    ///
+    /// ```
+    /// use rpc_load::connect::Address;
+    /// assert!(matches!(Address::parse("grpc://127.0.0.1:50052").unwrap(), Address::Grpc(a) if a == "127.0.0.1:50052"));
+    /// assert!(matches!(Address::parse("tcp://127.0.0.1:50051").unwrap(), Address::Rpc(_)));
+    /// assert!(Address::parse("127.0.0.1:50051").is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// Not a URL of one of these schemes with a numeric port.
+    pub fn parse(url: &str) -> anyhow::Result<Address> {
+        if let Some(rest) = url.strip_prefix("grpc://") {
+            let addr = rest.trim_end_matches('/');
+            let port_ok = addr
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !port_ok {
+                bail!("{url:?} needs HOST:PORT with a numeric port");
+            }
+            return Ok(Address::Grpc(addr.to_owned()));
+        }
+        let endpoint: Endpoint = url.parse().map_err(|e: String| {
+            anyhow::anyhow!("{e}; expected tcp://, rdma://, auto:// or grpc://HOST:PORT")
+        })?;
+        Ok(Address::Rpc(endpoint))
+    }
+}
+
+/// The connection type behind `tcp://`, `rdma://` and `auto://`: what the runner is
+/// instantiated with.
+pub type RpcConnection = TcpConnection;
+
+/// Settings of the connections to the server under test.
+#[derive(Debug, Clone)]
+pub struct ConnectSettings {
+    /// How long connecting (including any transport handshake) may take.
+    pub connect_timeout: Duration,
+    /// Largest message sent or received.
+    pub max_message_size: usize,
+}
+
+/// Opens one connection to `endpoint`.
+///
+/// # Returns
+/// The connection and the transport it actually uses, for the report (`"tcp"`; with
+/// `auto://`, whichever of `"rdma"` and `"tcp"` the handshake settled on).
+///
+/// # Errors
+/// A transport this build does not have, a connect error, or the connect timeout.
+pub async fn connect(
+    endpoint: &Endpoint,
+    settings: &ConnectSettings,
+) -> anyhow::Result<(RpcConnection, String)> {
+    match endpoint.kind {
+        TransportKind::Tcp => {
+            let mut config = TcpConfig::default();
+            config.max_message_size(settings.max_message_size);
+            let conn = tokio::time::timeout(
+                settings.connect_timeout,
+                TcpConnection::connect(endpoint.address.as_str(), &config),
+            )
+            .await
+            .with_context(|| format!("connecting to {endpoint} timed out"))?
+            .with_context(|| format!("cannot connect to {endpoint}"))?;
+            Ok((conn, "tcp".to_owned()))
+        }
+        other => bail!(
+            "{}:// is not wired yet in rpc-load (waiting for rpc-transport-rdma); use tcp:// or grpc://",
+            other.scheme()
+        ),
+    }
+}

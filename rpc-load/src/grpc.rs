@@ -1,0 +1,183 @@
+//! `grpc://`: driving a standard gRPC (HTTP/2) server through tonic, so the same harness
+//! measures gRPC servers. Messages stay [`DynamicMessage`]s: a small tonic [`Codec`]
+//! encodes them with prost and decodes responses by reflection.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use prost::Message;
+use prost_reflect::{DynamicMessage, MessageDescriptor};
+use rpc_core::Code;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Status;
+
+use crate::stats::CallError;
+use crate::target::Target;
+
+/// A tonic codec for messages known only at run time.
+#[derive(Debug, Clone)]
+pub struct DynamicCodec {
+    output: MessageDescriptor,
+}
+
+impl DynamicCodec {
+    /// A codec whose responses decode as `output`.
+    pub fn new(output: MessageDescriptor) -> DynamicCodec {
+        DynamicCodec { output }
+    }
+}
+
+impl Codec for DynamicCodec {
+    type Encode = DynamicMessage;
+    type Decode = DynamicMessage;
+    type Encoder = DynamicEncoder;
+    type Decoder = DynamicDecoder;
+
+    fn encoder(&mut self) -> DynamicEncoder {
+        DynamicEncoder
+    }
+
+    fn decoder(&mut self) -> DynamicDecoder {
+        DynamicDecoder(self.output.clone())
+    }
+}
+
+/// Encodes a [`DynamicMessage`] into tonic's buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct DynamicEncoder;
+
+impl Encoder for DynamicEncoder {
+    type Item = DynamicMessage;
+    type Error = Status;
+
+    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("cannot encode request: {e}")))
+    }
+}
+
+/// Decodes tonic's buffer as a [`DynamicMessage`] of the method's output type.
+#[derive(Debug, Clone)]
+pub struct DynamicDecoder(MessageDescriptor);
+
+impl Decoder for DynamicDecoder {
+    type Item = DynamicMessage;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Status> {
+        DynamicMessage::decode(self.0.clone(), src)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("failed to decode response: {e}")))
+    }
+}
+
+/// Settings of the gRPC client.
+#[derive(Debug, Clone)]
+pub struct GrpcSettings {
+    /// How long connecting may take.
+    pub connect_timeout: Duration,
+    /// Largest message sent or received.
+    pub max_message_size: usize,
+}
+
+/// Opens one HTTP/2 connection to `addr` (`host:port`), with `TCP_NODELAY` and adaptive
+/// HTTP/2 flow-control windows (so that large messages are not throttled by the 64 KiB
+/// default window).
+///
+/// # Errors
+/// A bad address or a failed connect.
+pub async fn connect(addr: &str, settings: &GrpcSettings) -> anyhow::Result<Channel> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .with_context(|| format!("bad gRPC address {addr:?}"))?
+        .tcp_nodelay(true)
+        .connect_timeout(settings.connect_timeout)
+        .http2_adaptive_window(true);
+    endpoint
+        .connect()
+        .await
+        .with_context(|| format!("cannot connect to grpc://{addr}"))
+}
+
+/// Calls a unary method of a gRPC server over one HTTP/2 connection.
+#[derive(Debug, Clone)]
+pub struct GrpcTarget {
+    grpc: tonic::client::Grpc<Channel>,
+    path: PathAndQuery,
+    codec: DynamicCodec,
+    metadata: MetadataMap,
+    timeout: Option<Duration>,
+}
+
+impl GrpcTarget {
+    /// A target calling `path` (`/package.Service/Method`) over `channel`, decoding
+    /// responses as `output`, with `metadata` and `timeout` on every request.
+    ///
+    /// # Errors
+    /// Metadata that is not valid ASCII HTTP/2 header material.
+    pub fn new(
+        channel: Channel,
+        path: &str,
+        output: MessageDescriptor,
+        metadata: &[(String, String)],
+        timeout: Option<Duration>,
+        max_message_size: usize,
+    ) -> anyhow::Result<GrpcTarget> {
+        let mut map = MetadataMap::new();
+        for (key, value) in metadata {
+            let k: AsciiMetadataKey = key
+                .to_ascii_lowercase()
+                .parse()
+                .with_context(|| format!("metadata key {key:?} is not a valid gRPC header name"))?;
+            let v: AsciiMetadataValue = value
+                .parse()
+                .with_context(|| format!("metadata value of {key:?} is not valid ASCII"))?;
+            map.append(k, v);
+        }
+        let grpc = tonic::client::Grpc::new(channel)
+            .max_decoding_message_size(max_message_size)
+            .max_encoding_message_size(max_message_size);
+        Ok(GrpcTarget {
+            grpc,
+            path: PathAndQuery::try_from(path).context("bad method path")?,
+            codec: DynamicCodec::new(output),
+            metadata: map,
+            timeout,
+        })
+    }
+}
+
+impl Target for GrpcTarget {
+    async fn call(&self, message: DynamicMessage) -> Result<(), CallError> {
+        let mut grpc = self.grpc.clone();
+        let mut request = tonic::Request::new(message);
+        *request.metadata_mut() = self.metadata.clone();
+        if let Some(timeout) = self.timeout {
+            // Tells the server (grpc-timeout); the client side is enforced below.
+            request.set_timeout(timeout);
+        }
+        let call = async {
+            grpc.ready()
+                .await
+                .map_err(|e| CallError::new(Code::Unavailable, e.to_string()))?;
+            grpc.unary(request, self.path.clone(), self.codec.clone())
+                .await
+                .map(drop)
+                .map_err(|status| {
+                    CallError::new(Code::from_u8(status.code() as u8), status.message())
+                })
+        };
+        match self.timeout {
+            Some(timeout) => match tokio::time::timeout(timeout, call).await {
+                Ok(result) => result,
+                Err(_) => Err(CallError::new(
+                    Code::DeadlineExceeded,
+                    format!("deadline of {timeout:?} exceeded"),
+                )),
+            },
+            None => call.await,
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Loading a `.proto` at run time and finding the method to call.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use prost_reflect::{DescriptorPool, MessageDescriptor};
+use rpc_core::codegen::MethodDescriptor;
+
+/// The unary method under test, resolved from the `.proto` at run time.
+#[derive(Debug, Clone)]
+pub struct Method {
+    /// `package.Service/Method`, as given to `--call` (normalised).
+    pub name: String,
+    /// The wire descriptor: path `/package.Service/Method` and its method id.
+    pub descriptor: MethodDescriptor,
+    /// The request message type.
+    pub input: MessageDescriptor,
+    /// The response message type.
+    pub output: MessageDescriptor,
+}
+
+/// Parses `proto` with protox into reflection descriptors. Imports are looked up in
+/// `includes`, then (as ghz does) in the directory of `proto` itself.
+///
+/// # Errors
+/// A missing file or a parse error, with protox's location.
+pub fn load_descriptors(proto: &Path, includes: &[PathBuf]) -> anyhow::Result<DescriptorPool> {
+    let file = proto
+        .canonicalize()
+        .with_context(|| format!("cannot open {}", proto.display()))?;
+    let mut paths = Vec::with_capacity(includes.len() + 1);
+    for dir in includes {
+        paths.push(
+            dir.canonicalize()
+                .with_context(|| format!("bad import path {}", dir.display()))?,
+        );
+    }
+    paths.extend(file.parent().map(Path::to_path_buf));
+    let mut compiler = protox::Compiler::new(&paths)?;
+    compiler.include_imports(true);
+    compiler
+        .open_file(&file)
+        .with_context(|| format!("cannot compile {}", proto.display()))?;
+    Ok(compiler.descriptor_pool())
+}
+
+/// Finds `call` (`package.Service/Method` or `package.Service.Method`) in `pool`.
+///
+/// The method path is leaked once (a few bytes for the life of the process) because
+/// [`MethodDescriptor`] holds a `&'static str`, as generated code does.
+///
+/// # Errors
+/// An unknown service or method, or a streaming method (only unary calls are supported).
+pub fn find_method(pool: &DescriptorPool, call: &str) -> anyhow::Result<Method> {
+    let (service, method) = match call.split_once('/') {
+        Some(parts) => parts,
+        None => call
+            .rsplit_once('.')
+            .with_context(|| format!("--call {call:?} is not package.Service/Method"))?,
+    };
+    let Some(service_desc) = pool.get_service_by_name(service) else {
+        let known: Vec<String> = pool.services().map(|s| s.full_name().to_owned()).collect();
+        bail!("no service {service:?} in the proto (it has: {})", known.join(", "));
+    };
+    let Some(method_desc) = service_desc.methods().find(|m| m.name() == method) else {
+        let known: Vec<String> = service_desc.methods().map(|m| m.name().to_owned()).collect();
+        bail!("service {service} has no method {method:?} (it has: {})", known.join(", "));
+    };
+    if method_desc.is_client_streaming() || method_desc.is_server_streaming() {
+        bail!("{service}/{method} is a streaming method; only unary methods are supported");
+    }
+    let path: &'static str = Box::leak(format!("/{service}/{method}").into_boxed_str());
+    Ok(Method {
+        name: format!("{service}/{method}"),
+        descriptor: MethodDescriptor::new(path),
+        input: method_desc.input(),
+        output: method_desc.output(),
+    })
+}

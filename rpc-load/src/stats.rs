@@ -1,0 +1,271 @@
+//! [`Stats`]: what a run measured. Latencies of successful calls go into an HDR
+//! histogram (nanoseconds, 3 significant digits); every call also counts towards its
+//! status code, its error message (if any), and a timeline of fixed-width intervals.
+//!
+//! Workers record into a few shards (one `Stats` each) that are merged after the run, so
+//! recording never contends on one lock.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use rpc_core::Code;
+
+/// Distinct error messages kept; further ones are counted under [`OTHER_ERRORS`].
+pub const MAX_DISTINCT_ERRORS: usize = 256;
+
+/// The error-distribution key of errors past [`MAX_DISTINCT_ERRORS`] distinct ones.
+pub const OTHER_ERRORS: &str = "(other errors)";
+
+/// Highest latency the histogram is sized for up front; larger ones resize it.
+const HISTOGRAM_MAX_NS: u64 = 60_000_000_000;
+
+/// How a call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallError {
+    /// The gRPC status code.
+    pub code: Code,
+    /// The status message.
+    pub message: String,
+}
+
+impl CallError {
+    /// An error with `code` and `message`.
+    pub fn new(code: Code, message: impl Into<String>) -> CallError {
+        CallError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// How ghz (grpc-go) prints an error: `rpc error: code = NotFound desc = ...`.
+    pub fn to_ghz_string(&self) -> String {
+        format!(
+            "rpc error: code = {} desc = {}",
+            code_name(self.code),
+            self.message
+        )
+    }
+}
+
+/// The name grpc-go gives a status code (`OK`, `NotFound`, `DeadlineExceeded`, ...): the
+/// names ghz reports carry in `statusCodeDistribution`.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+        _ => "Unknown",
+    }
+}
+
+/// One interval of the timeline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Interval {
+    /// Calls that completed successfully in the interval.
+    pub ok: u64,
+    /// Calls that failed in the interval.
+    pub errors: u64,
+    /// Sum of the latencies of all calls completed in the interval, in nanoseconds.
+    pub latency_sum_ns: u64,
+    /// Largest latency of a call completed in the interval, in nanoseconds.
+    pub latency_max_ns: u64,
+}
+
+/// The measurements of a run (or of one shard of it).
+#[derive(Debug, Clone)]
+pub struct Stats {
+    /// Latencies of successful calls, in nanoseconds.
+    ok_latency: Histogram<u64>,
+    ok: u64,
+    errors: u64,
+    /// Sum over all calls, successful or not (ghz's `average` includes errors).
+    latency_sum_ns: u128,
+    /// Exact extremes of successful calls (the histogram's are rounded).
+    fastest_ns: u64,
+    slowest_ns: u64,
+    /// Calls per status code, indexed by the code's numeric value.
+    status: [u64; 17],
+    error_messages: HashMap<String, u64>,
+    interval: Duration,
+    timeline: Vec<Interval>,
+}
+
+impl Stats {
+    /// Empty stats whose timeline has intervals of `interval` (non-zero).
+    pub fn new(interval: Duration) -> Stats {
+        let mut ok_latency = Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
+            .expect("valid histogram bounds");
+        ok_latency.auto(true);
+        Stats {
+            ok_latency,
+            ok: 0,
+            errors: 0,
+            latency_sum_ns: 0,
+            fastest_ns: u64::MAX,
+            slowest_ns: 0,
+            status: [0; 17],
+            error_messages: HashMap::new(),
+            interval: interval.max(Duration::from_millis(1)),
+            timeline: Vec::new(),
+        }
+    }
+
+    /// Records a call that took `latency` and completed `at` after the start of the run.
+    pub fn record(&mut self, latency: Duration, at: Duration, result: &Result<(), CallError>) {
+        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.latency_sum_ns += u128::from(ns);
+        let index = (at.as_nanos() / self.interval.as_nanos()) as usize;
+        if self.timeline.len() <= index {
+            self.timeline.resize(index + 1, Interval::default());
+        }
+        let slot = &mut self.timeline[index];
+        slot.latency_sum_ns = slot.latency_sum_ns.saturating_add(ns);
+        slot.latency_max_ns = slot.latency_max_ns.max(ns);
+        match result {
+            Ok(()) => {
+                self.ok += 1;
+                slot.ok += 1;
+                self.status[Code::Ok as usize] += 1;
+                self.fastest_ns = self.fastest_ns.min(ns);
+                self.slowest_ns = self.slowest_ns.max(ns);
+                // Cannot fail: auto-resize is on and `ns` >= 1.
+                let _ = self.ok_latency.record(ns);
+            }
+            Err(error) => {
+                self.errors += 1;
+                slot.errors += 1;
+                self.status[(error.code as usize).min(16)] += 1;
+                self.count_error(error.to_ghz_string(), 1);
+            }
+        }
+    }
+
+    fn count_error(&mut self, key: String, n: u64) {
+        let full = self.error_messages.len() >= MAX_DISTINCT_ERRORS;
+        let key = if full && !self.error_messages.contains_key(&key) {
+            OTHER_ERRORS.to_owned()
+        } else {
+            key
+        };
+        *self.error_messages.entry(key).or_default() += n;
+    }
+
+    /// Adds `other`'s measurements (same interval width) to these.
+    pub fn merge(&mut self, other: &Stats) {
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.latency_sum_ns += other.latency_sum_ns;
+        self.fastest_ns = self.fastest_ns.min(other.fastest_ns);
+        self.slowest_ns = self.slowest_ns.max(other.slowest_ns);
+        let _ = self.ok_latency.add(&other.ok_latency);
+        for (mine, theirs) in self.status.iter_mut().zip(other.status) {
+            *mine += theirs;
+        }
+        for (key, n) in &other.error_messages {
+            self.count_error(key.clone(), *n);
+        }
+        if self.timeline.len() < other.timeline.len() {
+            self.timeline.resize(other.timeline.len(), Interval::default());
+        }
+        for (mine, theirs) in self.timeline.iter_mut().zip(&other.timeline) {
+            mine.ok += theirs.ok;
+            mine.errors += theirs.errors;
+            mine.latency_sum_ns = mine.latency_sum_ns.saturating_add(theirs.latency_sum_ns);
+            mine.latency_max_ns = mine.latency_max_ns.max(theirs.latency_max_ns);
+        }
+    }
+
+    /// Calls recorded, successful or not.
+    pub fn count(&self) -> u64 {
+        self.ok + self.errors
+    }
+
+    /// Successful calls.
+    pub fn ok(&self) -> u64 {
+        self.ok
+    }
+
+    /// Failed calls.
+    pub fn errors(&self) -> u64 {
+        self.errors
+    }
+
+    /// Mean latency of all calls, successful or not (as ghz computes it); zero if none.
+    pub fn average(&self) -> Duration {
+        match self.count() {
+            0 => Duration::ZERO,
+            n => nanos(u64::try_from(self.latency_sum_ns / u128::from(n)).unwrap_or(u64::MAX)),
+        }
+    }
+
+    /// Exact lowest latency of a successful call; `None` if none succeeded.
+    pub fn fastest(&self) -> Option<Duration> {
+        (self.ok > 0).then(|| nanos(self.fastest_ns))
+    }
+
+    /// Exact highest latency of a successful call; `None` if none succeeded.
+    pub fn slowest(&self) -> Option<Duration> {
+        (self.ok > 0).then(|| nanos(self.slowest_ns))
+    }
+
+    /// The latency below which `percent` % of successful calls fall (to the histogram's
+    /// 3 significant digits, never beyond the exact extremes); `None` if none succeeded.
+    pub fn percentile(&self, percent: f64) -> Option<Duration> {
+        (self.ok > 0).then(|| {
+            let value = self.ok_latency.value_at_quantile(percent / 100.0);
+            nanos(value.clamp(self.fastest_ns, self.slowest_ns))
+        })
+    }
+
+    /// The histogram of successful calls' latencies, in nanoseconds.
+    pub fn latency_histogram(&self) -> &Histogram<u64> {
+        &self.ok_latency
+    }
+
+    /// Calls per status code, in code order, codes with no call left out.
+    pub fn status_counts(&self) -> Vec<(Code, u64)> {
+        (0u8..=16)
+            .filter(|&c| self.status[c as usize] > 0)
+            .map(|c| (Code::from_u8(c), self.status[c as usize]))
+            .collect()
+    }
+
+    /// Calls per error message (ghz's format), most frequent first.
+    pub fn error_counts(&self) -> Vec<(String, u64)> {
+        let mut errors: Vec<(String, u64)> = self
+            .error_messages
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        errors.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        errors
+    }
+
+    /// The width of one timeline interval.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// The timeline: interval `i` covers completions in `[i*interval, (i+1)*interval)`.
+    pub fn timeline(&self) -> &[Interval] {
+        &self.timeline
+    }
+}
+
+fn nanos(ns: u64) -> Duration {
+    Duration::from_nanos(ns)
+}

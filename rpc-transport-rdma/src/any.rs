@@ -1,0 +1,300 @@
+//! [`AnyConnection`] and [`AnyListener`]: the transport chosen at run time from a URL
+//! (`tcp://`, `rdma://`, `auto://`), statically dispatched, so generated clients and
+//! servers run unchanged over either.
+
+use std::sync::Arc;
+
+use rpc_core::{Connection, Endpoint, Listener, TransportError, TransportKind};
+use rpc_transport_tcp::{TcpConfig, TcpConnection};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::connection::{RdmaConnection, Received, RecvBuf};
+use crate::counters::RdmaCounters;
+use crate::handshake::{Mode, HELLO};
+use crate::setup::{self, Negotiated};
+use crate::verbs::{rdma_available, SendBuf, Target};
+use crate::RdmaConfig;
+
+/// Settings of both transports; what a `--config` file or flags fill in.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct TransportSettings {
+    /// TCP settings (also used by `auto://` when it falls back).
+    pub tcp: TcpConfig,
+    /// RDMA settings.
+    pub rdma: RdmaConfig,
+}
+
+impl TransportSettings {
+    /// Sets the largest message on both transports.
+    pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {
+        self.tcp.max_message_size(bytes);
+        self.rdma.max_message_size(bytes);
+        self
+    }
+}
+
+/// A connection over whichever transport was negotiated.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyConnection {
+    /// TCP.
+    Tcp(TcpConnection),
+    /// RDMA.
+    Rdma(RdmaConnection),
+}
+
+impl AnyConnection {
+    /// The transport in use: [`TransportKind::Tcp`] or [`TransportKind::Rdma`].
+    pub fn transport(&self) -> TransportKind {
+        match self {
+            AnyConnection::Tcp(_) => TransportKind::Tcp,
+            AnyConnection::Rdma(_) => TransportKind::Rdma,
+        }
+    }
+
+    /// RDMA counters, when on RDMA.
+    pub fn rdma_counters(&self) -> Option<RdmaCounters> {
+        match self {
+            AnyConnection::Rdma(c) => Some(c.counters()),
+            AnyConnection::Tcp(_) => None,
+        }
+    }
+}
+
+impl Connection for AnyConnection {
+    type SendBuf = SendBuf;
+    type RecvBuf = RecvBuf;
+
+    async fn alloc(&self, len: usize) -> Result<SendBuf, TransportError> {
+        match self {
+            AnyConnection::Tcp(c) => {
+                c.alloc(len).await?;
+                Ok(SendBuf::bytes(len))
+            }
+            AnyConnection::Rdma(c) => c.alloc(len).await,
+        }
+    }
+
+    async fn send(&self, frame: SendBuf) -> Result<(), TransportError> {
+        match (self, frame.target) {
+            (AnyConnection::Tcp(c), Target::Bytes(bytes)) => c.send(bytes).await,
+            (AnyConnection::Rdma(c), target) => {
+                c.send(SendBuf {
+                    target,
+                    filled: frame.filled,
+                    cap: frame.cap,
+                })
+                .await
+            }
+            (AnyConnection::Tcp(_), Target::Registered(_)) => Err(TransportError::Other(
+                "an RDMA buffer sent on a TCP connection".into(),
+            )),
+        }
+    }
+
+    async fn recv(&self) -> Result<Option<RecvBuf>, TransportError> {
+        match self {
+            AnyConnection::Tcp(c) => Ok(c.recv().await?.map(|b| RecvBuf(Received::Bytes(b)))),
+            AnyConnection::Rdma(c) => c.recv().await,
+        }
+    }
+
+    fn close(&self) {
+        match self {
+            AnyConnection::Tcp(c) => c.close(),
+            AnyConnection::Rdma(c) => c.close(),
+        }
+    }
+
+    fn peer(&self) -> String {
+        match self {
+            AnyConnection::Tcp(c) => c.peer(),
+            AnyConnection::Rdma(c) => c.peer(),
+        }
+    }
+}
+
+/// Connects to `endpoint`:
+/// - `tcp://`: TCP.
+/// - `rdma://`: RDMA, or an error naming why not (no local device, server without RDMA).
+/// - `auto://`: RDMA when both ends have a device, otherwise TCP over the same socket;
+///   logs one line saying which.
+///
+/// # Errors
+/// Connect or handshake failure.
+pub async fn connect(
+    endpoint: &Endpoint,
+    settings: &TransportSettings,
+) -> Result<AnyConnection, TransportError> {
+    let address = endpoint.address.as_str();
+    match endpoint.kind {
+        TransportKind::Rdma if !rdma_available() => {
+            return Err(TransportError::Other(format!(
+                "{endpoint}: this host has no RDMA device (ibv_get_device_list found none); use tcp:// or auto://"
+            )))
+        }
+        TransportKind::Tcp => return Ok(AnyConnection::Tcp(TcpConnection::connect(address, &settings.tcp).await?)),
+        TransportKind::Auto if !rdma_available() => {
+            tracing::info!(%endpoint, "auto: no local RDMA device, using TCP");
+            return Ok(AnyConnection::Tcp(TcpConnection::connect(address, &settings.tcp).await?));
+        }
+        _ => {}
+    }
+    let stream = TcpStream::connect(address).await?;
+    stream.set_nodelay(true)?;
+    let mode = if endpoint.kind == TransportKind::Rdma {
+        Mode::Rdma
+    } else {
+        Mode::Auto
+    };
+    match setup::client(stream, &settings.rdma, mode).await? {
+        Negotiated::Rdma(conn) => {
+            if mode == Mode::Auto {
+                tracing::info!(%endpoint, "auto: using RDMA");
+            }
+            Ok(AnyConnection::Rdma(conn))
+        }
+        Negotiated::Tcp(stream, reason) => {
+            tracing::info!(%endpoint, "auto: using TCP ({reason})");
+            Ok(AnyConnection::Tcp(TcpConnection::from_stream(
+                stream,
+                &settings.tcp,
+            )?))
+        }
+    }
+}
+
+/// Accepts connections of every kind on one TCP port: plain TCP clients, and RDMA
+/// handshakes (answered with RDMA when this server serves it, else with a TCP fallback).
+#[derive(Debug)]
+pub struct AnyListener {
+    incoming: mpsc::Receiver<AnyConnection>,
+    local: String,
+    serves_rdma: bool,
+}
+
+impl AnyListener {
+    /// Binds `endpoint`. `rdma://` requires a local RDMA device; `auto://` serves RDMA
+    /// when one exists; `tcp://` answers RDMA handshakes with a TCP fallback.
+    ///
+    /// # Errors
+    /// Bind failure, or `rdma://` on a host without RDMA.
+    pub async fn bind(
+        endpoint: &Endpoint,
+        settings: &TransportSettings,
+    ) -> Result<AnyListener, TransportError> {
+        let serves_rdma = match endpoint.kind {
+            TransportKind::Tcp => false,
+            TransportKind::Rdma if !rdma_available() => {
+                return Err(TransportError::Other(format!(
+                    "{endpoint}: this host has no RDMA device; use tcp:// or auto://"
+                )))
+            }
+            _ => rdma_available(),
+        };
+        if let Some(e) = serves_rdma
+            .then(|| settings.rdma.validate().err())
+            .flatten()
+        {
+            return Err(TransportError::Other(e));
+        }
+        let listener = tokio::net::TcpListener::bind(endpoint.address.as_str()).await?;
+        let local_addr = listener.local_addr()?;
+        let local = format!("{}://{local_addr}", endpoint.kind.scheme());
+        tracing::info!(%local, rdma = serves_rdma, "listening");
+        let (tx, incoming) = mpsc::channel(64);
+        let settings = Arc::new(settings.clone());
+        tokio::spawn(accept_loop(listener, tx, settings, serves_rdma));
+        Ok(AnyListener {
+            incoming,
+            local,
+            serves_rdma,
+        })
+    }
+
+    /// Whether RDMA handshakes are answered with RDMA.
+    pub fn serves_rdma(&self) -> bool {
+        self.serves_rdma
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.local
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Listener for AnyListener {
+    type Conn = AnyConnection;
+
+    async fn accept(&mut self) -> Result<AnyConnection, TransportError> {
+        self.incoming.recv().await.ok_or(TransportError::Closed)
+    }
+
+    fn local_addr(&self) -> String {
+        self.local.clone()
+    }
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    tx: mpsc::Sender<AnyConnection>,
+    settings: Arc<TransportSettings>,
+    serves_rdma: bool,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = tx.closed() => return,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let (tx, settings) = (tx.clone(), settings.clone());
+                tokio::spawn(async move {
+                    match classify(stream, &settings, serves_rdma).await {
+                        Ok(conn) => {
+                            let _ = tx.send(conn).await;
+                        }
+                        Err(e) => tracing::warn!(%peer, "dropping connection: {e}"),
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Tells a plain TCP client from an RDMA handshake by the first 8 bytes.
+async fn classify(
+    mut stream: TcpStream,
+    settings: &TransportSettings,
+    serves_rdma: bool,
+) -> Result<AnyConnection, String> {
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut first = [0u8; 8];
+    stream
+        .read_exact(&mut first)
+        .await
+        .map_err(|e| format!("reading the first bytes: {e}"))?;
+    if &first != HELLO {
+        return TcpConnection::from_stream_with_prefix(stream, &settings.tcp, &first)
+            .map(AnyConnection::Tcp)
+            .map_err(|e| e.to_string());
+    }
+    let rdma = serves_rdma.then_some(&settings.rdma);
+    match setup::server(stream, rdma).await? {
+        Ok(conn) => Ok(AnyConnection::Rdma(conn)),
+        Err(stream) => TcpConnection::from_stream(stream, &settings.tcp)
+            .map(AnyConnection::Tcp)
+            .map_err(|e| e.to_string()),
+    }
+}

@@ -1,0 +1,128 @@
+//! [`RdmaConfig`]: the RDMA transport's tunables.
+
+use std::time::Duration;
+
+use crate::protocol::{PREFIX_LEN, RENDEZVOUS_LEN};
+
+/// Smallest slot that can carry a rendezvous descriptor or a control message.
+pub const MIN_SLOT_SIZE: u32 = 256;
+
+const _: () = assert!(MIN_SLOT_SIZE as usize >= PREFIX_LEN + RENDEZVOUS_LEN);
+
+/// Settings of the RDMA transport. Both ends choose their own; ring geometry is exchanged
+/// in the handshake.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RdmaConfig {
+    /// RDMA device to use, e.g. `"mlx5_0"` or `"rxe0"`. Default: the device that owns the
+    /// local IP address of the side-channel socket (what rdma_cm would pick).
+    pub device: Option<String>,
+    /// Slots of the send ring and of the receive ring. Default 64. More slots allow more
+    /// small messages in flight before a sender waits for credits; each costs
+    /// `slot_size` of registered memory twice per connection.
+    pub ring_slots: u32,
+    /// Bytes per slot, at least [`MIN_SLOT_SIZE`]. Default 8 KiB. Messages whose frame
+    /// (plus the 16-byte slot prefix) fits travel eagerly by SEND.
+    pub slot_size: u32,
+    /// Frames larger than this many bytes go by rendezvous (RDMA READ by the receiver)
+    /// even if they would fit a slot. Default: no lower threshold than the slot.
+    pub eager_threshold: Option<usize>,
+    /// Largest message payload accepted or sent. Default 4 MiB (as gRPC).
+    pub max_message_size: usize,
+    /// How long the completion driver busy-polls an idle completion queue before it
+    /// sleeps on the completion channel. Default 50 µs: low latency under load at the
+    /// price of some CPU while idle-but-busy.
+    pub poll_spin: Duration,
+    /// A ping is sent after this much silence from the peer. Default 1 s.
+    pub ping_interval: Duration,
+    /// The peer is declared dead after this much silence (pings unanswered); its calls
+    /// fail with `UNAVAILABLE`. Default 5 s.
+    pub ping_timeout: Duration,
+    /// Largest single RDMA READ work request; larger transfers are split into several
+    /// READs in flight. Default 1 MiB.
+    pub read_chunk: usize,
+    /// Idle rendezvous buffers kept registered per connection and direction. Default
+    /// 64 MiB.
+    pub pool_keep_bytes: usize,
+    /// RC ACK timeout exponent (4.096 µs × 2^n). Default 14 (~67 ms): with 7 retries a
+    /// dead link is reported within about half a second.
+    pub ack_timeout: u8,
+    /// How long the side-channel handshake may take. Default 10 s.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for RdmaConfig {
+    fn default() -> Self {
+        RdmaConfig {
+            device: None,
+            ring_slots: 64,
+            slot_size: 8 * 1024,
+            eager_threshold: None,
+            max_message_size: rpc_core::DEFAULT_MAX_MESSAGE_SIZE,
+            poll_spin: Duration::from_micros(50),
+            ping_interval: Duration::from_secs(1),
+            ping_timeout: Duration::from_secs(5),
+            read_chunk: 1 << 20,
+            pool_keep_bytes: 64 << 20,
+            ack_timeout: 14,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl RdmaConfig {
+    /// Sets [`RdmaConfig::max_message_size`].
+    ///
+    /// ```
+    /// let mut config = rpc_transport_rdma::RdmaConfig::default();
+    /// config.max_message_size(64 << 20).ring_slots(128).slot_size(4096);
+    /// ```
+    pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// Sets [`RdmaConfig::ring_slots`].
+    pub fn ring_slots(&mut self, slots: u32) -> &mut Self {
+        self.ring_slots = slots;
+        self
+    }
+
+    /// Sets [`RdmaConfig::slot_size`].
+    pub fn slot_size(&mut self, bytes: u32) -> &mut Self {
+        self.slot_size = bytes;
+        self
+    }
+
+    /// Checks the invariants between the settings.
+    ///
+    /// # Errors
+    /// A message naming the bad setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.slot_size < MIN_SLOT_SIZE {
+            return Err(format!(
+                "slot_size {} is below the minimum {MIN_SLOT_SIZE}",
+                self.slot_size
+            ));
+        }
+        if !(4..=4096).contains(&self.ring_slots) {
+            return Err(format!(
+                "ring_slots {} is outside 4..=4096",
+                self.ring_slots
+            ));
+        }
+        if self.ping_timeout <= self.ping_interval {
+            return Err("ping_timeout must be longer than ping_interval".into());
+        }
+        if self.read_chunk < 4096 {
+            return Err("read_chunk must be at least 4096".into());
+        }
+        Ok(())
+    }
+
+    /// Largest frame that travels eagerly.
+    pub(crate) fn eager_limit(&self) -> usize {
+        let slot = self.slot_size as usize - PREFIX_LEN;
+        self.eager_threshold.map_or(slot, |t| t.min(slot))
+    }
+}

@@ -1,0 +1,143 @@
+//! [`FileConfig`]: the transport choice and its tunables from a TOML file, so switching
+//! transport is a configuration change.
+//!
+//! ```toml
+//! address = "auto://10.77.0.2:7000"   # tcp:// | rdma:// | auto://  (a --addr flag wins)
+//! max_message_size = 16777216
+//!
+//! [rdma]
+//! device = "rxe1"             # default: the device owning the socket's local address
+//! ring_slots = 64
+//! slot_size = 8192
+//! eager_threshold = 4096      # frames above go by RDMA READ
+//! poll_spin_us = 50
+//! ping_interval_ms = 1000
+//! ping_timeout_ms = 5000
+//! read_chunk = 1048576
+//! ```
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::TransportSettings;
+
+/// The contents of a transport configuration file. Every field is optional; unknown
+/// fields are an error (a typo must not be silently ignored).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct FileConfig {
+    /// The address URL.
+    pub address: Option<String>,
+    /// Largest message, both transports.
+    pub max_message_size: Option<usize>,
+    /// RDMA tunables.
+    #[serde(default)]
+    pub rdma: RdmaSection,
+}
+
+/// The `[rdma]` table.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct RdmaSection {
+    /// See [`RdmaConfig::device`](crate::RdmaConfig::device).
+    pub device: Option<String>,
+    /// See [`RdmaConfig::ring_slots`](crate::RdmaConfig::ring_slots).
+    pub ring_slots: Option<u32>,
+    /// See [`RdmaConfig::slot_size`](crate::RdmaConfig::slot_size).
+    pub slot_size: Option<u32>,
+    /// See [`RdmaConfig::eager_threshold`](crate::RdmaConfig::eager_threshold).
+    pub eager_threshold: Option<usize>,
+    /// [`RdmaConfig::poll_spin`](crate::RdmaConfig::poll_spin) in microseconds.
+    pub poll_spin_us: Option<u64>,
+    /// [`RdmaConfig::ping_interval`](crate::RdmaConfig::ping_interval) in milliseconds.
+    pub ping_interval_ms: Option<u64>,
+    /// [`RdmaConfig::ping_timeout`](crate::RdmaConfig::ping_timeout) in milliseconds.
+    pub ping_timeout_ms: Option<u64>,
+    /// See [`RdmaConfig::read_chunk`](crate::RdmaConfig::read_chunk).
+    pub read_chunk: Option<usize>,
+}
+
+impl FileConfig {
+    /// Parses TOML text.
+    ///
+    /// # Errors
+    /// The parse error, naming the bad field.
+    pub fn parse(text: &str) -> Result<FileConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Reads and parses a file.
+    ///
+    /// # Errors
+    /// The read or parse error, with the path.
+    pub fn load(path: &Path) -> Result<FileConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        FileConfig::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Applies every field that is set to `settings`.
+    ///
+    /// # Errors
+    /// If the resulting RDMA settings are inconsistent.
+    pub fn apply(&self, settings: &mut TransportSettings) -> Result<(), String> {
+        if let Some(max) = self.max_message_size {
+            settings.max_message_size(max);
+        }
+        let (r, c) = (&self.rdma, &mut settings.rdma);
+        if let Some(d) = &r.device {
+            c.device = Some(d.clone());
+        }
+        if let Some(v) = r.ring_slots {
+            c.ring_slots = v;
+        }
+        if let Some(v) = r.slot_size {
+            c.slot_size = v;
+        }
+        if let Some(v) = r.eager_threshold {
+            c.eager_threshold = Some(v);
+        }
+        if let Some(v) = r.poll_spin_us {
+            c.poll_spin = Duration::from_micros(v);
+        }
+        if let Some(v) = r.ping_interval_ms {
+            c.ping_interval = Duration::from_millis(v);
+        }
+        if let Some(v) = r.ping_timeout_ms {
+            c.ping_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = r.read_chunk {
+            c.read_chunk = v;
+        }
+        c.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_applies_the_documented_example() {
+        let text = "address = \"auto://10.77.0.2:7000\"\nmax_message_size = 1048576\n[rdma]\nring_slots = 32\nslot_size = 4096\neager_threshold = 1000\nping_interval_ms = 200\nping_timeout_ms = 900\n";
+        let file = FileConfig::parse(text).unwrap();
+        assert_eq!(file.address.as_deref(), Some("auto://10.77.0.2:7000"));
+        let mut settings = TransportSettings::default();
+        file.apply(&mut settings).unwrap();
+        assert_eq!(settings.rdma.ring_slots, 32);
+        assert_eq!(settings.rdma.eager_limit(), 1000);
+        assert_eq!(settings.rdma.max_message_size, 1 << 20);
+        assert_eq!(settings.tcp.max_message_size, 1 << 20);
+        assert_eq!(settings.rdma.ping_timeout, Duration::from_millis(900));
+    }
+
+    #[test]
+    fn typos_and_bad_values_are_errors() {
+        assert!(FileConfig::parse("[rdma]\nring_slot = 3\n").is_err());
+        let file = FileConfig::parse("[rdma]\nslot_size = 16\n").unwrap();
+        assert!(file.apply(&mut TransportSettings::default()).is_err());
+    }
+}

@@ -1,0 +1,449 @@
+//! [`RdmaConnection`]: one RC queue pair with its rings, as an `rpc_core::Connection`.
+//!
+//! Sending a frame of `len` bytes:
+//! - `len <= eager limit`: `alloc` waits for a free send slot and a data credit, the frame
+//!   is encoded into the slot right after the 16-byte prefix, `send` posts one SEND.
+//! - otherwise (rendezvous): `alloc` takes a registered buffer with remote-read access
+//!   from the connection's pool plus a slot and a credit; the frame is encoded into the
+//!   buffer, `send` lends it to the peer (descriptor by SEND) until the peer's read-done.
+//!
+//! Receiving: the completion driver (`driver.rs`) hands eager frames up in their receive
+//! slot (re-posted when the [`RecvBuf`] is dropped) and pulls rendezvous frames with RDMA
+//! READ into a buffer of the local pool.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use rpc_core::wire::HEADER_LEN;
+use rpc_core::{Connection, TransportError, MAX_METADATA_LEN};
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::counters::{Counters, RdmaCounters};
+use crate::pool::{LargeBuf, LargePool};
+use crate::protocol::{Credits, Kind, Prefix, Rendezvous, PREFIX_LEN};
+use crate::verbs::{CompletionQueue, RecvSlot, RegisteredTarget, Rings, SendBuf, SendSlot, Target};
+use crate::RdmaConfig;
+
+/// An established RDMA connection. Cheap to share: clones of the inner state are held by
+/// the completion driver, the ping task and every outstanding buffer.
+#[derive(Debug)]
+pub struct RdmaConnection {
+    pub(crate) inner: Arc<Inner>,
+    /// Received frames, from the completion driver. `None` once the driver is gone.
+    pub(crate) incoming: tokio::sync::Mutex<mpsc::UnboundedReceiver<RecvBuf>>,
+}
+
+/// State shared by the connection, its driver and its buffers.
+///
+/// Field order is drop order: the rings (and with them the QP) go first, so the NIC is
+/// done with every buffer before the lent ones and the pools are released.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) rings: Rings,
+    pub(crate) cq: Arc<CompletionQueue>,
+    pub(crate) state: Mutex<State>,
+    /// Woken when a send slot or credits come back, or the connection fails.
+    pub(crate) space: Notify,
+    /// Set once with the reason the connection ended.
+    pub(crate) closed: watch::Sender<Option<String>>,
+    pub(crate) counters: Counters,
+    pub(crate) tx_pool: LargePool,
+    pub(crate) rx_pool: LargePool,
+    pub(crate) config: RdmaConfig,
+    pub(crate) peer: String,
+    /// Largest frame accepted or sent.
+    pub(crate) max_frame: usize,
+    pub(crate) eager_limit: usize,
+}
+
+/// Mutable protocol state, under one short lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) credits: Credits,
+    pub(crate) free_send: Vec<SendSlot>,
+    /// Buffers lent to the peer for rendezvous, by token, until its read-done.
+    pub(crate) lent: HashMap<u64, LargeBuf>,
+    pub(crate) next_token: u64,
+    /// Tokens of READs finished here, to acknowledge to the peer.
+    pub(crate) done_tokens: Vec<u64>,
+    /// READs being pulled: tag -> (peer's token, frame length).
+    pub(crate) reading: HashMap<u64, (u64, usize)>,
+    /// Descriptors waiting for READ work-request budget.
+    pub(crate) pending_reads: VecDeque<Rendezvous>,
+    /// READ work requests posted and not completed.
+    pub(crate) read_wrs: usize,
+    pub(crate) ping_due: bool,
+    pub(crate) pong_due: bool,
+    pub(crate) last_heard: Instant,
+    pub(crate) closed: bool,
+}
+
+/// A send in progress on registered memory: the token(s) it owns.
+#[derive(Debug)]
+pub(crate) struct RegisteredSend {
+    inner: Arc<Inner>,
+    /// Present until sent; dropping it unsent gives slot and credit back.
+    slot: Option<SendSlot>,
+    /// The rendezvous buffer, for frames over the eager limit.
+    large: Option<LargeBuf>,
+    len: usize,
+}
+
+impl RegisteredTarget for RegisteredSend {
+    fn area_mut(&mut self) -> &mut [u8] {
+        match &mut self.large {
+            Some(buf) => &mut buf.region_mut().as_mut_slice()[..self.len],
+            None => {
+                let slot = self.slot.as_mut().expect("slot present until sent");
+                &mut self.inner.rings.slot_mut(slot)[PREFIX_LEN..PREFIX_LEN + self.len]
+            }
+        }
+    }
+}
+
+impl Drop for RegisteredSend {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            let mut state = self.inner.state.lock();
+            state.free_send.push(slot);
+            state.credits.untake();
+            drop(state);
+            self.inner.space.notify_waiters();
+        }
+    }
+}
+
+/// A received frame: in its receive slot, in a pool buffer (rendezvous), or a header
+/// alone (discarded oversized frame). Dropping it gives the memory back.
+#[derive(Debug)]
+pub struct RecvBuf(pub(crate) Received);
+
+#[derive(Debug)]
+pub(crate) enum Received {
+    Slot {
+        inner: Arc<Inner>,
+        slot: Option<RecvSlot>,
+    },
+    Large {
+        buf: LargeBuf,
+        len: usize,
+    },
+    Header([u8; HEADER_LEN]),
+    Bytes(bytes::Bytes),
+}
+
+impl std::ops::Deref for RecvBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Received::Slot { inner, slot } => &inner
+                .rings
+                .received(slot.as_ref().expect("present until drop"))[PREFIX_LEN..],
+            Received::Large { buf, len } => &buf.region().as_slice()[..*len],
+            Received::Header(h) => h,
+            Received::Bytes(b) => b,
+        }
+    }
+}
+
+impl Drop for RecvBuf {
+    fn drop(&mut self) {
+        if let Received::Slot { inner, slot } = &mut self.0 {
+            if let Some(slot) = slot.take() {
+                inner.repost(slot);
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Waits for a free send slot and a data credit.
+    async fn take_slot(&self) -> Result<SendSlot, TransportError> {
+        let mut stalled = false;
+        loop {
+            let notified = self.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = self.state.lock();
+                if state.closed {
+                    return Err(self.close_error());
+                }
+                if !state.free_send.is_empty() && state.credits.try_take_data() {
+                    return Ok(state.free_send.pop().expect("checked non-empty"));
+                }
+            }
+            if !stalled {
+                stalled = true;
+                Counters::bump(&self.counters.credit_stalls, 1);
+            }
+            notified.await;
+        }
+    }
+
+    pub(crate) fn close_error(&self) -> TransportError {
+        match &*self.closed.borrow() {
+            Some(reason) => TransportError::Other(reason.clone()),
+            None => TransportError::Closed,
+        }
+    }
+
+    pub(crate) async fn alloc(self: &Arc<Self>, len: usize) -> Result<SendBuf, TransportError> {
+        if len > self.max_frame {
+            return Err(TransportError::TooLarge {
+                len,
+                max: self.max_frame,
+            });
+        }
+        let large = if len > self.eager_limit {
+            let buf = self
+                .tx_pool
+                .take(len)
+                .map_err(|e| TransportError::Other(format!("rendezvous buffer: {e}")))?;
+            Some(buf)
+        } else {
+            None
+        };
+        let slot = self.take_slot().await?;
+        Ok(SendBuf {
+            target: Target::Registered(RegisteredSend {
+                inner: self.clone(),
+                slot: Some(slot),
+                large,
+                len,
+            }),
+            filled: 0,
+            cap: len,
+        })
+    }
+
+    pub(crate) fn send(&self, mut send: RegisteredSend) -> Result<(), TransportError> {
+        let mut slot = send.slot.take().expect("slot present until sent");
+        let large = send.large.take();
+        let mut state = self.state.lock();
+        if state.closed {
+            state.free_send.push(slot);
+            return Err(self.close_error());
+        }
+        let reposted = state.credits.advertise();
+        let posted_len = match large {
+            None => {
+                let bytes = self.rings.slot_mut(&mut slot);
+                Prefix {
+                    kind: Kind::Data,
+                    flags: 0,
+                    n_tokens: 0,
+                    reposted,
+                }
+                .encode(bytes);
+                Counters::bump(&self.counters.eager_sends, 1);
+                PREFIX_LEN + send.len
+            }
+            Some(buf) => {
+                let token = state.next_token;
+                state.next_token += 1;
+                let remote = Rings::remote_of(&buf);
+                let mut header = [0u8; HEADER_LEN];
+                header.copy_from_slice(&buf.region().as_slice()[..HEADER_LEN]);
+                let descriptor = Rendezvous {
+                    addr: remote.addr,
+                    len: send.len as u64,
+                    rkey: remote.rkey,
+                    token,
+                    header,
+                };
+                state.lent.insert(token, buf);
+                let bytes = self.rings.slot_mut(&mut slot);
+                Prefix {
+                    kind: Kind::Rendezvous,
+                    flags: 0,
+                    n_tokens: 0,
+                    reposted,
+                }
+                .encode(bytes);
+                descriptor.encode(&mut bytes[PREFIX_LEN..]);
+                Counters::bump(&self.counters.rendezvous_sends, 1);
+                PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN
+            }
+        };
+        // Posted under the lock, so the advertised count cannot be overtaken by a later
+        // message that advertised less.
+        let posted = self.rings.post_send(slot, posted_len);
+        drop(state);
+        if let Err((slot, e)) = posted {
+            self.state.lock().free_send.push(slot);
+            let reason = format!("posting a send failed: {e}");
+            self.fail(&reason);
+            return Err(TransportError::Other(reason));
+        }
+        Ok(())
+    }
+
+    /// Re-posts a receive slot and returns credits when enough are owed.
+    pub(crate) fn repost(&self, slot: RecvSlot) {
+        if self.state.lock().closed {
+            return;
+        }
+        if let Err(e) = self.rings.post_recv(slot) {
+            self.fail(&format!("re-posting a receive failed: {e}"));
+            return;
+        }
+        let owed = {
+            let mut state = self.state.lock();
+            state.credits.handle_reposted();
+            state.credits.should_return()
+        };
+        if owed {
+            self.flush_control();
+        }
+    }
+
+    /// Sends whatever control traffic is due (credits, read-done tokens, ping, pong) while
+    /// a slot and a control credit are available. Called after every completion batch and
+    /// whenever a re-post makes credits owed; never waits.
+    pub(crate) fn flush_control(&self) {
+        let max_tokens = (self.rings.geometry().slot_size as usize - PREFIX_LEN) / 8;
+        loop {
+            let mut state = self.state.lock();
+            let due = !state.done_tokens.is_empty()
+                || state.pong_due
+                || state.ping_due
+                || state.credits.should_return();
+            if !due || state.closed || state.free_send.is_empty() {
+                return;
+            }
+            if !state.credits.try_take_control() {
+                return;
+            }
+            let mut slot = state.free_send.pop().expect("checked non-empty");
+            let n = state.done_tokens.len().min(max_tokens);
+            let tokens: Vec<u64> = state.done_tokens.drain(..n).collect();
+            let mut flags = 0;
+            if std::mem::take(&mut state.pong_due) {
+                flags |= Prefix::PONG;
+            }
+            if std::mem::take(&mut state.ping_due) {
+                flags |= Prefix::PING;
+            }
+            let reposted = state.credits.advertise();
+            let bytes = self.rings.slot_mut(&mut slot);
+            Prefix {
+                kind: Kind::Control,
+                flags,
+                n_tokens: n as u16,
+                reposted,
+            }
+            .encode(bytes);
+            for (i, token) in tokens.iter().enumerate() {
+                let at = PREFIX_LEN + 8 * i;
+                bytes[at..at + 8].copy_from_slice(&token.to_le_bytes());
+            }
+            let posted = self.rings.post_send(slot, PREFIX_LEN + 8 * n);
+            drop(state);
+            match posted {
+                Ok(()) => Counters::bump(&self.counters.control_sends, 1),
+                Err((slot, e)) => {
+                    self.state.lock().free_send.push(slot);
+                    self.fail(&format!("posting a control message failed: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Ends the connection: every call on it fails, the QP goes to the error state (so
+    /// the NIC retires every posted work request), the driver stops.
+    pub(crate) fn fail(&self, reason: &str) {
+        {
+            let mut state = self.state.lock();
+            if state.closed {
+                return;
+            }
+            state.closed = true;
+        }
+        if reason != "closed" {
+            Counters::bump(&self.counters.errors, 1);
+            tracing::warn!(peer = %self.peer, "RDMA connection failed: {reason}");
+        }
+        self.closed.send_replace(Some(reason.to_owned()));
+        if let Err(e) = self.rings.fail() {
+            tracing::debug!("moving the QP to the error state: {e}");
+        }
+        self.space.notify_waiters();
+        tracing::debug!(peer = %self.peer, counters = ?self.counters(), "RDMA connection closed");
+    }
+
+    pub(crate) fn counters(&self) -> RdmaCounters {
+        self.counters
+            .snapshot(self.tx_pool.registrations() + self.rx_pool.registrations())
+    }
+}
+
+impl RdmaConnection {
+    /// This connection's transport counters.
+    pub fn counters(&self) -> RdmaCounters {
+        self.inner.counters()
+    }
+
+    /// Largest frame that travels eagerly (by one SEND) on this connection.
+    pub fn eager_limit(&self) -> usize {
+        self.inner.eager_limit
+    }
+}
+
+impl Connection for RdmaConnection {
+    type SendBuf = SendBuf;
+    type RecvBuf = RecvBuf;
+
+    async fn alloc(&self, len: usize) -> Result<SendBuf, TransportError> {
+        self.inner.alloc(len).await
+    }
+
+    async fn send(&self, frame: SendBuf) -> Result<(), TransportError> {
+        match frame.target {
+            Target::Registered(send) => {
+                if frame.filled != frame.cap {
+                    return Err(TransportError::Other(format!(
+                        "frame of {} bytes sent with {} written",
+                        frame.cap, frame.filled
+                    )));
+                }
+                self.inner.send(send)
+            }
+            Target::Bytes(_) => Err(TransportError::Other(
+                "a TCP buffer sent on an RDMA connection".into(),
+            )),
+        }
+    }
+
+    async fn recv(&self) -> Result<Option<RecvBuf>, TransportError> {
+        match self.incoming.lock().await.recv().await {
+            Some(buf) => Ok(Some(buf)),
+            None => match self.inner.closed.borrow().as_deref() {
+                None | Some("closed") | Some("peer closed the connection") => Ok(None),
+                Some(reason) => Err(TransportError::Other(reason.to_owned())),
+            },
+        }
+    }
+
+    fn close(&self) {
+        self.inner.fail("closed");
+    }
+
+    fn peer(&self) -> String {
+        self.inner.peer.clone()
+    }
+}
+
+impl Drop for RdmaConnection {
+    fn drop(&mut self) {
+        self.inner.fail("closed");
+    }
+}
+
+/// Frame-size limit for a payload limit.
+pub(crate) fn max_frame(max_message_size: usize) -> usize {
+    HEADER_LEN + MAX_METADATA_LEN + max_message_size
+}

@@ -1,0 +1,61 @@
+//! [`RdmaCounters`]: what a connection did, for tests, logs and load reports.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of one connection's transport counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RdmaCounters {
+    /// Frames sent eagerly: encoded into a send slot, one SEND.
+    pub eager_sends: u64,
+    /// Frames sent by rendezvous: a descriptor by SEND, the frame pulled by the peer.
+    pub rendezvous_sends: u64,
+    /// Frames this side pulled with RDMA READ.
+    pub rendezvous_reads: u64,
+    /// Bytes pulled with RDMA READ.
+    pub bytes_read: u64,
+    /// Frames received eagerly.
+    pub eager_receives: u64,
+    /// Control messages sent (credit returns, read-done, ping, pong).
+    pub control_sends: u64,
+    /// Times a sender had to wait for a credit or a free send slot.
+    pub credit_stalls: u64,
+    /// Rendezvous buffers registered (registration happens once per buffer, then reuse).
+    pub registrations: u64,
+    /// Fatal errors (the connection failed).
+    pub errors: u64,
+}
+
+/// The live counters.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) eager_sends: AtomicU64,
+    pub(crate) rendezvous_sends: AtomicU64,
+    pub(crate) rendezvous_reads: AtomicU64,
+    pub(crate) bytes_read: AtomicU64,
+    pub(crate) eager_receives: AtomicU64,
+    pub(crate) control_sends: AtomicU64,
+    pub(crate) credit_stalls: AtomicU64,
+    pub(crate) errors: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64, by: u64) {
+        counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, registrations: u64) -> RdmaCounters {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RdmaCounters {
+            eager_sends: get(&self.eager_sends),
+            rendezvous_sends: get(&self.rendezvous_sends),
+            rendezvous_reads: get(&self.rendezvous_reads),
+            bytes_read: get(&self.bytes_read),
+            eager_receives: get(&self.eager_receives),
+            control_sends: get(&self.control_sends),
+            credit_stalls: get(&self.credit_stalls),
+            registrations,
+            errors: get(&self.errors),
+        }
+    }
+}

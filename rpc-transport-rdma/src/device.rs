@@ -1,0 +1,49 @@
+//! [`Device`]: an opened RDMA device with its protection domain, shared by every
+//! connection that goes through it (opening one is slow: the GID scan reads sysfs).
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use crate::verbs::{Context, ProtectionDomain, Result};
+
+/// An opened device and its protection domain.
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub(crate) pd: Arc<ProtectionDomain>,
+    pub(crate) context: Arc<Context>,
+}
+
+type Key = (Option<String>, Option<Ipv4Addr>);
+
+fn cache() -> &'static Mutex<HashMap<Key, Arc<Device>>> {
+    static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Device>>>> = OnceLock::new();
+    CACHE.get_or_init(Mutex::default)
+}
+
+impl Device {
+    /// The device named `name`, or else the one that owns `local_ip`; opened once per
+    /// process and then shared.
+    ///
+    /// # Errors
+    /// No RDMA on this host, no device for the address, or a verbs failure.
+    pub(crate) fn get(name: Option<&str>, local_ip: Option<Ipv4Addr>) -> Result<Arc<Device>> {
+        let key = (name.map(str::to_owned), local_ip);
+        if let Some(device) = cache().lock().get(&key) {
+            return Ok(device.clone());
+        }
+        let context = Arc::new(Context::open(name, local_ip)?);
+        let pd = Arc::new(ProtectionDomain::new(&context)?);
+        tracing::info!(
+            device = context.name(),
+            gid_index = context.gid_index(),
+            ?local_ip,
+            "opened RDMA device"
+        );
+        let device = Arc::new(Device { pd, context });
+        cache().lock().insert(key, device.clone());
+        Ok(device)
+    }
+}

@@ -1,0 +1,346 @@
+//! The completion driver: one task per connection that reaps completions and turns them
+//! into received frames, freed slots, credits and RDMA READs.
+//!
+//! Loop order: poll the CQ in batches; after each non-empty batch, handle every event,
+//! then send due control traffic. When the CQ is empty, keep polling for
+//! `RdmaConfig::poll_spin` (lowest latency under load), then arm the CQ notification,
+//! poll once more (a completion may have arrived between the last poll and the arming),
+//! and sleep on the completion channel's file descriptor through tokio, together with
+//! the side-channel socket (its end means the peer process is gone) and the close signal.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rpc_core::wire::{Flags, Header};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::connection::{Inner, Received, RecvBuf};
+use crate::counters::Counters;
+use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN};
+use crate::verbs::{register_channel, wc_buffer, CompChannel, Event, RecvSlot, WcStatus};
+
+/// Completions reaped per poll.
+const POLL_BATCH: usize = 32;
+/// READ work requests in flight per connection at most (the send queue is sized for it).
+pub(crate) const READ_WR_BUDGET: usize = 32;
+/// Chunks one rendezvous frame is split into at most.
+const MAX_CHUNKS: usize = 8;
+
+const _: () = assert!(MAX_CHUNKS <= READ_WR_BUDGET);
+
+/// Runs the connection until it fails or is closed.
+pub(crate) async fn run(
+    inner: Arc<Inner>,
+    channel: Arc<CompChannel>,
+    mut side: TcpStream,
+    incoming: mpsc::UnboundedSender<RecvBuf>,
+) {
+    let channel = match register_channel(channel) {
+        Ok(fd) => fd,
+        Err(e) => return inner.fail(&format!("registering the completion channel: {e}")),
+    };
+    let mut closed = inner.closed.subscribe();
+    let mut wcs = wc_buffer(POLL_BATCH);
+    let mut scratch = Vec::with_capacity(POLL_BATCH);
+    let mut events = Vec::with_capacity(POLL_BATCH);
+    let mut side_buf = [0u8; 64];
+    let mut idle_since: Option<Instant> = None;
+    let mut batches = 0u32;
+    loop {
+        if closed.borrow().is_some() {
+            break;
+        }
+        match inner
+            .rings
+            .poll(&inner.cq, &mut wcs, &mut scratch, &mut events)
+        {
+            Ok(0) => {}
+            Ok(_) => {
+                idle_since = None;
+                for event in events.drain(..) {
+                    handle(&inner, event, &incoming);
+                }
+                inner.flush_control();
+                batches = batches.wrapping_add(1);
+                if batches % 16 == 0 {
+                    tokio::task::yield_now().await;
+                }
+                continue;
+            }
+            Err(e) => {
+                inner.fail(&format!("polling the completion queue: {e}"));
+                break;
+            }
+        }
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < inner.config.poll_spin {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        if let Err(e) = inner.cq.req_notify(false) {
+            inner.fail(&format!("arming the completion queue: {e}"));
+            break;
+        }
+        // A completion that arrived before arming raised no event: poll once more.
+        match inner
+            .rings
+            .poll(&inner.cq, &mut wcs, &mut scratch, &mut events)
+        {
+            Ok(0) => {}
+            Ok(_) => {
+                for event in events.drain(..) {
+                    handle(&inner, event, &incoming);
+                }
+                inner.flush_control();
+                idle_since = None;
+                continue;
+            }
+            Err(e) => {
+                inner.fail(&format!("polling the completion queue: {e}"));
+                break;
+            }
+        }
+        tokio::select! {
+            ready = channel.readable() => match ready {
+                Ok(mut guard) => {
+                    guard.clear_ready();
+                    loop {
+                        match inner.cq.get_event_and_ack() {
+                            Ok(true) => continue,
+                            Ok(false) => break,
+                            Err(e) => {
+                                inner.fail(&format!("reading the completion channel: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                    idle_since = None;
+                }
+                Err(e) => {
+                    inner.fail(&format!("waiting on the completion channel: {e}"));
+                    break;
+                }
+            },
+            read = side.read(&mut side_buf) => {
+                match read {
+                    Ok(0) => inner.fail("peer closed the connection"),
+                    Ok(_) => inner.fail("unexpected bytes on the side channel"),
+                    Err(e) => inner.fail(&format!("side channel: {e}")),
+                }
+                break;
+            }
+            _ = closed.changed() => break,
+        }
+    }
+    // Tell the peer at once (its side channel ends), rather than after its ping timeout.
+    drop(side);
+    drop(incoming);
+}
+
+/// Handles one completion.
+fn handle(inner: &Arc<Inner>, event: Event, incoming: &mpsc::UnboundedSender<RecvBuf>) {
+    match event {
+        Event::Sent { slot, status } => {
+            inner.state.lock().free_send.push(slot);
+            inner.space.notify_waiters();
+            if let Err(status) = status {
+                fail_on(inner, "send", status);
+            }
+        }
+        Event::Received { slot, status } => match (slot, status) {
+            (Some(slot), Ok(())) => received(inner, slot, incoming),
+            (_, Err(status)) => fail_on(inner, "receive", status),
+            (None, Ok(())) => {}
+        },
+        Event::Read { buf, tag, status } => {
+            let entry = {
+                let mut state = inner.state.lock();
+                let entry = state.reading.remove(&tag);
+                if let Some((_, len)) = entry {
+                    state.read_wrs -= chunks_of(inner, len).min(state.read_wrs);
+                }
+                entry
+            };
+            if let Err(status) = status {
+                return fail_on(inner, "RDMA READ", status);
+            }
+            let Some((token, len)) = entry else {
+                return inner.fail("completion of an unknown rendezvous read");
+            };
+            Counters::bump(&inner.counters.rendezvous_reads, 1);
+            Counters::bump(&inner.counters.bytes_read, len as u64);
+            inner.state.lock().done_tokens.push(token);
+            let _ = incoming.send(RecvBuf(Received::Large { buf, len }));
+            start_pending_reads(inner);
+        }
+    }
+}
+
+fn fail_on(inner: &Inner, what: &str, status: WcStatus) {
+    // Flushes follow a failure that was already reported.
+    if status != WcStatus::WrFlush || !inner.state.lock().closed {
+        inner.fail(&format!("{what} completed with error: {status}"));
+    }
+}
+
+/// A message arrived in `slot`.
+fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender<RecvBuf>) {
+    let bytes = inner.rings.received(&slot);
+    let prefix = match Prefix::decode(bytes) {
+        Ok(p) => p,
+        Err(e) => return inner.fail(&format!("malformed message from the peer: {e}")),
+    };
+    {
+        let mut state = inner.state.lock();
+        state.last_heard = Instant::now();
+        if let Err(e) = state.credits.handle_peer_reposted(prefix.reposted) {
+            drop(state);
+            return inner.fail(&e);
+        }
+    }
+    inner.space.notify_waiters();
+    match prefix.kind {
+        Kind::Data => {
+            let frame = &bytes[PREFIX_LEN..];
+            match Header::decode(frame) {
+                Ok(Some(header)) if header.payload_len as usize > inner.config.max_message_size => {
+                    let _ = incoming.send(discarded(header));
+                    inner.repost(slot);
+                }
+                Ok(_) => {
+                    Counters::bump(&inner.counters.eager_receives, 1);
+                    let _ = incoming.send(RecvBuf(Received::Slot {
+                        inner: inner.clone(),
+                        slot: Some(slot),
+                    }));
+                }
+                Err(e) => inner.fail(&format!("malformed frame from the peer: {e}")),
+            }
+        }
+        Kind::Rendezvous => {
+            let descriptor = Rendezvous::decode(&bytes[PREFIX_LEN..]);
+            inner.repost(slot);
+            match Header::decode(&descriptor.header) {
+                Ok(Some(header))
+                    if header.payload_len as usize > inner.config.max_message_size
+                        || descriptor.len as usize > inner.max_frame =>
+                {
+                    // Refused unread; the peer may release its buffer at once.
+                    inner.state.lock().done_tokens.push(descriptor.token);
+                    let _ = incoming.send(discarded(header));
+                }
+                Ok(Some(header)) if header.frame_len() == descriptor.len as usize => {
+                    inner.state.lock().pending_reads.push_back(descriptor);
+                    start_pending_reads(inner);
+                }
+                Ok(_) => inner.fail("rendezvous descriptor does not match its frame header"),
+                Err(e) => inner.fail(&format!("malformed frame from the peer: {e}")),
+            }
+        }
+        Kind::Control => {
+            let body = &bytes[PREFIX_LEN..];
+            let released: Vec<_> = {
+                let mut state = inner.state.lock();
+                if prefix.flags & Prefix::PING != 0 {
+                    state.pong_due = true;
+                }
+                body.chunks_exact(8)
+                    .filter_map(|t| {
+                        state
+                            .lent
+                            .remove(&u64::from_le_bytes(t.try_into().expect("8 bytes")))
+                    })
+                    .collect()
+            };
+            // Buffers go back to the pool outside the lock.
+            drop(released);
+            inner.repost(slot);
+        }
+    }
+}
+
+/// READ work requests a frame of `len` bytes needs.
+fn chunks_of(inner: &Inner, len: usize) -> usize {
+    len.div_ceil(read_chunk(inner, len)).max(1)
+}
+
+fn read_chunk(inner: &Inner, len: usize) -> usize {
+    inner.config.read_chunk.max(len.div_ceil(MAX_CHUNKS))
+}
+
+/// Starts queued rendezvous reads while the READ budget allows.
+fn start_pending_reads(inner: &Arc<Inner>) {
+    loop {
+        let descriptor = {
+            let mut state = inner.state.lock();
+            let Some(next) = state.pending_reads.front() else {
+                return;
+            };
+            let need = chunks_of(inner, next.len as usize);
+            if state.read_wrs + need > READ_WR_BUDGET {
+                return;
+            }
+            state.read_wrs += need;
+            let d = state.pending_reads.pop_front().expect("checked");
+            state.reading.insert(d.token, (d.token, d.len as usize));
+            d
+        };
+        let len = descriptor.len as usize;
+        let buf = match inner.rx_pool.take(len) {
+            Ok(buf) => buf,
+            Err(e) => return inner.fail(&format!("rendezvous buffer: {e}")),
+        };
+        let remote = crate::verbs::RemoteBuf {
+            addr: descriptor.addr,
+            rkey: descriptor.rkey,
+        };
+        if let Err((_buf, e)) =
+            inner
+                .rings
+                .post_read(buf, len, remote, read_chunk(inner, len), descriptor.token)
+        {
+            return inner.fail(&format!("posting an RDMA READ failed: {e}"));
+        }
+    }
+}
+
+fn discarded(header: Header) -> RecvBuf {
+    let mut h = header;
+    h.flags = h.flags | Flags::DISCARDED;
+    h.meta_len = 0;
+    RecvBuf(Received::Header(h.encode()))
+}
+
+/// Sends pings after silence and fails the connection after too much of it.
+pub(crate) async fn keepalive(
+    inner: std::sync::Weak<Inner>,
+    interval: Duration,
+    timeout: Duration,
+) {
+    let mut tick = tokio::time::interval(interval / 2);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let silence = {
+            let mut state = inner.state.lock();
+            if state.closed {
+                return;
+            }
+            let silence = state.last_heard.elapsed();
+            if silence >= interval {
+                state.ping_due = true;
+            }
+            silence
+        };
+        if silence >= timeout {
+            inner.fail(&format!(
+                "peer silent for {silence:?} (ping timeout {timeout:?})"
+            ));
+            return;
+        }
+        inner.flush_control();
+    }
+}

@@ -1,0 +1,158 @@
+//! The side-channel handshake: who speaks RDMA, and the queue-pair endpoints.
+//!
+//! A client that wants RDMA opens TCP to the server's port and sends HELLO; the server
+//! answers OKAY with its own endpoint, or NONE with a reason (no device, or a TCP-only
+//! server), after which the same socket carries the TCP transport. After OKAY the client
+//! moves its QP to RTS and sends READY; only then may the server send. A plain TCP
+//! client sends rpc frames at once, which start with `RP`: the server tells them apart
+//! by the first 8 bytes.
+//!
+//! ```text
+//!  0       8         12    13    16       20    24         40    42    44    48          52          56     64
+//!  +-------+---------+-----+-----+--------+-----+----------+-----+-----+-----+-----------+-----------+------+
+//!  | magic | version |mode | pad | qp_num | psn | gid (16) | lid | pad | mtu |recv_slots |slot_size  | zero |
+//!  +-------+---------+-----+-----+--------+-----+----------+-----+-----+-----+-----------+-----------+------+
+//! ```
+//! NONE carries `reason_len: u32` at offset 8 and the UTF-8 reason after the 64 bytes.
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::verbs::{Mtu, QpEndpoint};
+
+/// Client hello.
+pub(crate) const HELLO: &[u8; 8] = b"RDMAHELO";
+/// Server accepts RDMA.
+pub(crate) const OKAY: &[u8; 8] = b"RDMAOKAY";
+/// Server refuses RDMA; the socket continues as TCP.
+pub(crate) const NONE: &[u8; 8] = b"RDMANONE";
+/// Client's QP is ready.
+pub(crate) const READY: &[u8; 8] = b"RDMAREDY";
+/// Handshake version.
+const VERSION: u32 = 1;
+/// Size of HELLO and OKAY.
+pub(crate) const BLOCK: usize = 64;
+/// Longest NONE reason accepted.
+const MAX_REASON: usize = 1024;
+
+/// What a client asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// RDMA or an error.
+    Rdma = 1,
+    /// RDMA if the server can, else TCP on the same socket.
+    Auto = 2,
+}
+
+/// One side's offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Offer {
+    pub(crate) mode: Mode,
+    pub(crate) endpoint: QpEndpoint,
+    pub(crate) recv_slots: u32,
+    pub(crate) slot_size: u32,
+}
+
+impl Offer {
+    pub(crate) fn encode(&self, magic: &[u8; 8]) -> [u8; BLOCK] {
+        let mut b = [0u8; BLOCK];
+        b[0..8].copy_from_slice(magic);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12] = self.mode as u8;
+        b[16..20].copy_from_slice(&self.endpoint.qp_num.to_le_bytes());
+        b[20..24].copy_from_slice(&self.endpoint.psn.to_le_bytes());
+        b[24..40].copy_from_slice(&self.endpoint.gid);
+        b[40..42].copy_from_slice(&self.endpoint.lid.to_le_bytes());
+        b[44..48].copy_from_slice(&self.endpoint.mtu.bytes().to_le_bytes());
+        b[48..52].copy_from_slice(&self.recv_slots.to_le_bytes());
+        b[52..56].copy_from_slice(&self.slot_size.to_le_bytes());
+        b
+    }
+
+    /// Decodes a HELLO or OKAY block (magic already checked by the caller).
+    ///
+    /// # Errors
+    /// A description of the bad field.
+    pub(crate) fn decode(b: &[u8; BLOCK]) -> Result<Offer, String> {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        if u32_at(8) != VERSION {
+            return Err(format!("unsupported handshake version {}", u32_at(8)));
+        }
+        let mode = match b[12] {
+            1 => Mode::Rdma,
+            2 => Mode::Auto,
+            m => return Err(format!("unknown mode {m}")),
+        };
+        let mtu = Mtu::from_bytes(u32_at(44)).ok_or_else(|| format!("bad MTU {}", u32_at(44)))?;
+        let (recv_slots, slot_size) = (u32_at(48), u32_at(52));
+        if !(4..=4096).contains(&recv_slots)
+            || !(crate::config::MIN_SLOT_SIZE..=1 << 20).contains(&slot_size)
+        {
+            return Err(format!("bad ring geometry {recv_slots} x {slot_size}"));
+        }
+        Ok(Offer {
+            mode,
+            endpoint: QpEndpoint {
+                qp_num: u32_at(16),
+                psn: u32_at(20),
+                gid: b[24..40].try_into().expect("16 bytes"),
+                lid: u16::from_le_bytes([b[40], b[41]]),
+                mtu,
+            },
+            recv_slots,
+            slot_size,
+        })
+    }
+}
+
+/// Sends NONE with `reason`.
+pub(crate) async fn refuse(stream: &mut TcpStream, reason: &str) -> std::io::Result<()> {
+    let reason = &reason.as_bytes()[..reason.len().min(MAX_REASON)];
+    let mut b = [0u8; BLOCK];
+    b[0..8].copy_from_slice(NONE);
+    b[8..12].copy_from_slice(&(reason.len() as u32).to_le_bytes());
+    stream.write_all(&b).await?;
+    stream.write_all(reason).await
+}
+
+/// Reads the rest of a NONE (after its 64-byte block) and returns the reason.
+pub(crate) async fn read_refusal(
+    stream: &mut TcpStream,
+    block: &[u8; BLOCK],
+) -> std::io::Result<String> {
+    let len =
+        (u32::from_le_bytes(block[8..12].try_into().expect("4 bytes")) as usize).min(MAX_REASON);
+    let mut reason = vec![0u8; len];
+    stream.read_exact(&mut reason).await?;
+    Ok(String::from_utf8_lossy(&reason).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offer_round_trip_and_checks() {
+        let offer = Offer {
+            mode: Mode::Auto,
+            endpoint: QpEndpoint {
+                qp_num: 0x11,
+                psn: 0x22,
+                gid: [9; 16],
+                lid: 3,
+                mtu: Mtu::from_bytes(1024).unwrap(),
+            },
+            recv_slots: 64,
+            slot_size: 8192,
+        };
+        let b = offer.encode(HELLO);
+        assert_eq!(&b[..8], HELLO);
+        assert_eq!(Offer::decode(&b).unwrap(), offer);
+        let mut bad = b;
+        bad[48..52].copy_from_slice(&1u32.to_le_bytes());
+        assert!(Offer::decode(&bad).is_err());
+        let mut bad = b;
+        bad[8] = 7;
+        assert!(Offer::decode(&bad).is_err());
+    }
+}

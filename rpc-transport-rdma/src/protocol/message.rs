@@ -1,0 +1,174 @@
+//! The slot layout: a 16-byte prefix, then a kind-specific body.
+//!
+//! ```text
+//!  0     1      2          4          8                      16
+//!  +-----+------+----------+----------+----------------------+------------------------
+//!  |kind |flags | n_tokens | reserved | reposted (u64 LE)    | body
+//!  +-----+------+----------+----------+----------------------+------------------------
+//!  DATA:        body = one whole rpc frame (header, metadata, payload)
+//!  RENDEZVOUS:  body = addr u64 | len u64 | rkey u32 | pad u32 | token u64 | rpc header (40)
+//!  CONTROL:     body = n_tokens x u64 tokens of finished READs (read-done);
+//!               flags: PING / PONG
+//! ```
+//! `reposted` is the sender's running count of the receiver's messages whose slots it has
+//! re-posted: the receiver's credits (see [`Credits`](super::Credits)).
+
+use rpc_core::wire::HEADER_LEN;
+
+/// Bytes of the prefix.
+pub(crate) const PREFIX_LEN: usize = 16;
+/// Bytes of a rendezvous body.
+pub(crate) const RENDEZVOUS_LEN: usize = 32 + HEADER_LEN;
+
+/// What a slot carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A whole frame.
+    Data = 1,
+    /// A descriptor of a frame to pull with RDMA READ.
+    Rendezvous = 2,
+    /// Credits, read-done tokens, pings.
+    Control = 3,
+}
+
+/// The decoded prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Prefix {
+    pub(crate) kind: Kind,
+    pub(crate) flags: u8,
+    pub(crate) n_tokens: u16,
+    pub(crate) reposted: u64,
+}
+
+impl Prefix {
+    /// Control flag: the sender asks for a PONG.
+    pub(crate) const PING: u8 = 1;
+    /// Control flag: the answer to a PING.
+    pub(crate) const PONG: u8 = 2;
+
+    pub(crate) fn encode(&self, out: &mut [u8]) {
+        out[0] = self.kind as u8;
+        out[1] = self.flags;
+        out[2..4].copy_from_slice(&self.n_tokens.to_le_bytes());
+        out[4..8].fill(0);
+        out[8..16].copy_from_slice(&self.reposted.to_le_bytes());
+    }
+
+    /// Decodes the prefix of a received slot.
+    ///
+    /// # Errors
+    /// A description of what is wrong (the connection then fails: the peer is broken).
+    pub(crate) fn decode(slot: &[u8]) -> Result<Prefix, String> {
+        if slot.len() < PREFIX_LEN {
+            return Err(format!(
+                "message of {} bytes is shorter than the prefix",
+                slot.len()
+            ));
+        }
+        let kind = match slot[0] {
+            1 => Kind::Data,
+            2 => Kind::Rendezvous,
+            3 => Kind::Control,
+            k => return Err(format!("unknown message kind {k}")),
+        };
+        let prefix = Prefix {
+            kind,
+            flags: slot[1],
+            n_tokens: u16::from_le_bytes([slot[2], slot[3]]),
+            reposted: u64::from_le_bytes(slot[8..16].try_into().expect("8 bytes")),
+        };
+        let body = slot.len() - PREFIX_LEN;
+        let ok = match kind {
+            Kind::Data => true,
+            Kind::Rendezvous => body == RENDEZVOUS_LEN,
+            Kind::Control => body == 8 * prefix.n_tokens as usize,
+        };
+        if !ok {
+            return Err(format!("{kind:?} message with a body of {body} bytes"));
+        }
+        Ok(prefix)
+    }
+}
+
+/// A rendezvous descriptor: where the frame is and how to name it when done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rendezvous {
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) rkey: u32,
+    /// Names the lent buffer in the read-done that releases it.
+    pub(crate) token: u64,
+    /// The frame's rpc header, so the receiver can refuse an oversized frame unread.
+    pub(crate) header: [u8; HEADER_LEN],
+}
+
+impl Rendezvous {
+    pub(crate) fn encode(&self, out: &mut [u8]) {
+        out[0..8].copy_from_slice(&self.addr.to_le_bytes());
+        out[8..16].copy_from_slice(&self.len.to_le_bytes());
+        out[16..20].copy_from_slice(&self.rkey.to_le_bytes());
+        out[20..24].fill(0);
+        out[24..32].copy_from_slice(&self.token.to_le_bytes());
+        out[32..32 + HEADER_LEN].copy_from_slice(&self.header);
+    }
+
+    pub(crate) fn decode(body: &[u8]) -> Rendezvous {
+        let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().expect("8 bytes"));
+        Rendezvous {
+            addr: u64_at(0),
+            len: u64_at(8),
+            rkey: u32::from_le_bytes(body[16..20].try_into().expect("4 bytes")),
+            token: u64_at(24),
+            header: body[32..32 + HEADER_LEN].try_into().expect("header"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_exact_bytes_and_round_trip() {
+        let p = Prefix {
+            kind: Kind::Control,
+            flags: Prefix::PING,
+            n_tokens: 2,
+            reposted: 0x0102,
+        };
+        let mut b = [0xffu8; PREFIX_LEN + 16];
+        p.encode(&mut b);
+        assert_eq!(
+            &b[..PREFIX_LEN],
+            &[3, 1, 2, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(Prefix::decode(&b).unwrap(), p);
+    }
+
+    #[test]
+    fn malformed_prefixes_are_refused() {
+        assert!(Prefix::decode(&[1; 3]).is_err());
+        let mut b = [0u8; PREFIX_LEN];
+        b[0] = 9;
+        assert!(Prefix::decode(&b).is_err());
+        b[0] = 2; // rendezvous without its body
+        assert!(Prefix::decode(&b).is_err());
+        b[0] = 3;
+        b[2] = 1; // one token announced, none present
+        assert!(Prefix::decode(&b).is_err());
+    }
+
+    #[test]
+    fn rendezvous_round_trip() {
+        let r = Rendezvous {
+            addr: 0xdead_beef_0000,
+            len: 16 << 20,
+            rkey: 0x1234,
+            token: 77,
+            header: [7; HEADER_LEN],
+        };
+        let mut b = [0u8; RENDEZVOUS_LEN];
+        r.encode(&mut b);
+        assert_eq!(Rendezvous::decode(&b), r);
+    }
+}

@@ -1,0 +1,276 @@
+//! Building an [`RdmaConnection`] on either side of the handshake.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use rpc_core::TransportError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::connection::{max_frame, Inner, RdmaConnection, State};
+use crate::counters::Counters;
+use crate::device::Device;
+use crate::driver::{self, READ_WR_BUDGET};
+use crate::handshake::{self, Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
+use crate::pool::LargePool;
+use crate::protocol::{Credits, PREFIX_LEN};
+use crate::verbs::{
+    Access, CompChannel, CompletionQueue, PreparedRings, QpConfig, RingGeometry, Rings, SendSlot,
+};
+use crate::RdmaConfig;
+
+/// Verbs resources of a connection before the peer's endpoint is known.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    device: Arc<Device>,
+    channel: Arc<CompChannel>,
+    cq: Arc<CompletionQueue>,
+    rings: PreparedRings,
+}
+
+fn local_ipv4(stream: &TcpStream) -> Option<Ipv4Addr> {
+    match stream.local_addr().ok()?.ip() {
+        IpAddr::V4(ip) => Some(ip),
+        IpAddr::V6(ip) => ip.to_ipv4_mapped(),
+    }
+}
+
+/// Opens the device that owns the socket's local address (or the configured one) and
+/// prepares a QP with its rings.
+pub(crate) fn prepare(config: &RdmaConfig, stream: &TcpStream) -> Result<Prepared, String> {
+    config.validate()?;
+    let device =
+        Device::get(config.device.as_deref(), local_ipv4(stream)).map_err(|e| e.to_string())?;
+    let channel = Arc::new(CompChannel::new(&device.context).map_err(|e| e.to_string())?);
+    let max_send_wr = config.ring_slots + READ_WR_BUDGET as u32;
+    let depth = max_send_wr + config.ring_slots;
+    let cq = Arc::new(
+        CompletionQueue::new(&device.context, depth, Some(&channel)).map_err(|e| e.to_string())?,
+    );
+    let qp_config = QpConfig {
+        max_send_wr,
+        max_recv_wr: config.ring_slots,
+        timeout: config.ack_timeout,
+        ..QpConfig::default()
+    };
+    let geometry = RingGeometry {
+        send_slots: config.ring_slots,
+        recv_slots: config.ring_slots,
+        slot_size: config.slot_size,
+    };
+    let rings =
+        PreparedRings::new(&device.pd, &cq, &qp_config, geometry).map_err(|e| e.to_string())?;
+    Ok(Prepared {
+        device,
+        channel,
+        cq,
+        rings,
+    })
+}
+
+impl Prepared {
+    fn offer(&self, mode: Mode, config: &RdmaConfig) -> Offer {
+        Offer {
+            mode,
+            endpoint: self.rings.endpoint(),
+            recv_slots: config.ring_slots,
+            slot_size: config.slot_size,
+        }
+    }
+
+    /// Moves the QP to RTS towards `remote`.
+    fn connect(self, remote: &Offer) -> Result<Connected, String> {
+        let (rings, slots) = self
+            .rings
+            .connect(&remote.endpoint)
+            .map_err(|e| e.to_string())?;
+        Ok(Connected {
+            device: self.device,
+            channel: self.channel,
+            cq: self.cq,
+            rings,
+            slots,
+            remote: *remote,
+        })
+    }
+}
+
+/// A connection whose QP is in RTS, not yet started.
+#[derive(Debug)]
+struct Connected {
+    device: Arc<Device>,
+    channel: Arc<CompChannel>,
+    cq: Arc<CompletionQueue>,
+    rings: Rings,
+    slots: Vec<SendSlot>,
+    remote: Offer,
+}
+
+impl Connected {
+    /// Starts the driver and keepalive tasks.
+    fn start(self, side: TcpStream, config: &RdmaConfig) -> RdmaConnection {
+        let peer = match side.peer_addr() {
+            Ok(addr) => format!("rdma://{addr}"),
+            Err(_) => "rdma://?".into(),
+        };
+        let (rings, slots, remote) = (self.rings, self.slots, &self.remote);
+        // What fits the peer's slots, and our own threshold, whichever is smaller.
+        let eager_limit = config
+            .eager_limit()
+            .min(remote.slot_size as usize - PREFIX_LEN);
+        let (closed, _) = watch::channel(None);
+        let inner = Arc::new(Inner {
+            rings,
+            cq: self.cq,
+            state: Mutex::new(State {
+                credits: Credits::new(remote.recv_slots, (config.ring_slots / 8).max(2)),
+                free_send: slots,
+                lent: Default::default(),
+                next_token: 1,
+                done_tokens: Vec::new(),
+                reading: Default::default(),
+                pending_reads: Default::default(),
+                read_wrs: 0,
+                ping_due: false,
+                pong_due: false,
+                last_heard: Instant::now(),
+                closed: false,
+            }),
+            space: Notify::new(),
+            closed,
+            counters: Counters::default(),
+            tx_pool: LargePool::new(
+                self.device.pd.clone(),
+                Access::RemoteRead,
+                config.pool_keep_bytes,
+            ),
+            rx_pool: LargePool::new(
+                self.device.pd.clone(),
+                Access::Local,
+                config.pool_keep_bytes,
+            ),
+            config: config.clone(),
+            peer,
+            max_frame: max_frame(config.max_message_size),
+            eager_limit,
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(driver::run(inner.clone(), self.channel, side, tx));
+        tokio::spawn(driver::keepalive(
+            Arc::downgrade(&inner),
+            config.ping_interval,
+            config.ping_timeout,
+        ));
+        tracing::debug!(peer = %inner.peer, device = self.device.context.name(), eager_limit, "RDMA connection established");
+        RdmaConnection {
+            inner,
+            incoming: tokio::sync::Mutex::new(rx),
+        }
+    }
+}
+
+/// What a client's negotiation ended in.
+#[derive(Debug)]
+pub(crate) enum Negotiated {
+    /// RDMA is up.
+    Rdma(RdmaConnection),
+    /// The server declined (reason); the socket carries TCP from here.
+    Tcp(TcpStream, String),
+}
+
+/// Client side: offers RDMA on `stream`.
+///
+/// # Errors
+/// Local set-up failure, a handshake error, or (in [`Mode::Rdma`]) the server's refusal.
+pub(crate) async fn client(
+    mut stream: TcpStream,
+    config: &RdmaConfig,
+    mode: Mode,
+) -> Result<Negotiated, TransportError> {
+    let prepared =
+        prepare(config, &stream).map_err(|e| TransportError::Other(format!("RDMA set-up: {e}")))?;
+    let work = async {
+        stream
+            .write_all(&prepared.offer(mode, config).encode(HELLO))
+            .await?;
+        let mut block = [0u8; BLOCK];
+        stream.read_exact(&mut block).await?;
+        Ok::<_, std::io::Error>(block)
+    };
+    let block = tokio::time::timeout(config.handshake_timeout, work)
+        .await
+        .map_err(|_| TransportError::Other("RDMA handshake timed out".into()))??;
+    match &block[..8] {
+        m if m == OKAY => {
+            let remote = Offer::decode(&block)
+                .map_err(|e| TransportError::Other(format!("RDMA handshake: {e}")))?;
+            // Our QP must reach RTS before READY lets the server send.
+            let connected = prepared.connect(&remote).map_err(TransportError::Other)?;
+            stream.write_all(READY).await?;
+            Ok(Negotiated::Rdma(connected.start(stream, config)))
+        }
+        m if m == NONE => {
+            let reason = handshake::read_refusal(&mut stream, &block).await?;
+            match mode {
+                Mode::Rdma => Err(TransportError::Other(format!(
+                    "the server does not serve RDMA: {reason}"
+                ))),
+                Mode::Auto => Ok(Negotiated::Tcp(stream, reason)),
+            }
+        }
+        _ => Err(TransportError::Other(
+            "the server does not speak the RDMA handshake".into(),
+        )),
+    }
+}
+
+/// Server side, after the first 8 bytes were HELLO: reads the offer and answers it.
+///
+/// # Returns
+/// `Ok(Ok(conn))` over RDMA; `Ok(Err(stream))` when RDMA was refused and the socket
+/// carries TCP from here.
+///
+/// # Errors
+/// Why the handshake failed (the connection is then dropped).
+pub(crate) async fn server(
+    mut stream: TcpStream,
+    config: Option<&RdmaConfig>,
+) -> Result<Result<RdmaConnection, TcpStream>, String> {
+    let mut block = [0u8; BLOCK];
+    block[..8].copy_from_slice(HELLO);
+    stream
+        .read_exact(&mut block[8..])
+        .await
+        .map_err(|e| e.to_string())?;
+    let offer = Offer::decode(&block)?;
+    let Some(config) = config else {
+        handshake::refuse(&mut stream, "this server serves TCP only")
+            .await
+            .map_err(|e| e.to_string())?;
+        return Ok(Err(stream));
+    };
+    let prepared = match prepare(config, &stream) {
+        Ok(p) => p,
+        Err(reason) => {
+            handshake::refuse(&mut stream, &format!("no usable RDMA device: {reason}"))
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(Err(stream));
+        }
+    };
+    let reply = prepared.offer(offer.mode, config).encode(OKAY);
+    let connected = prepared.connect(&offer)?;
+    stream.write_all(&reply).await.map_err(|e| e.to_string())?;
+    let mut ready = [0u8; 8];
+    tokio::time::timeout(config.handshake_timeout, stream.read_exact(&mut ready))
+        .await
+        .map_err(|_| "timed out waiting for READY".to_string())?
+        .map_err(|e| e.to_string())?;
+    if &ready != READY {
+        return Err("bad READY".into());
+    }
+    Ok(Ok(connected.start(stream, config)))
+}

@@ -1,0 +1,430 @@
+//! [`Rings`]: a connection's queue pair, its registered send and receive rings, and the
+//! completion tracker that owns every buffer the NIC may touch.
+//!
+//! ```text
+//!   send ring (LOCAL access only)             receive ring (LOCAL_WRITE only)
+//!   +--------+--------+-----+--------+        +--------+--------+-----+--------+
+//!   | slot 0 | slot 1 | ... | slot S |        | slot 0 | slot 1 | ... | slot R |
+//!   +--------+--------+-----+--------+        +--------+--------+-----+--------+
+//!    each slot_size bytes                      each slot_size bytes, posted as RECVs
+//! ```
+//!
+//! Ownership of a slot is a token: [`SendSlot`] and [`RecvSlot`] exist at most once per
+//! slot index and are not `Clone`. Whoever holds the token may touch the slot's bytes;
+//! posting a work request consumes the token, and only reaping that request's completion
+//! in [`Rings::poll`] recreates it. So the CPU can never write a slot the NIC is reading,
+//! nor read one the NIC is writing (STYLE.md rule 6), and dropping a user's future cannot
+//! break that: the future only ever held a token, never a posted range. READ targets
+//! ([`LargeBuf`]) are moved into the tracker for as long as their READs are posted.
+//!
+//! Field order matters: the QP is dropped (and with it every posted work request) before
+//! the rings and the READ targets it might still reference.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rdma_sys::ibv_wc;
+use slab::Slab;
+
+use super::{
+    Access, Completion, CompletionQueue, Error, Init, MemoryRegion, ProtectionDomain, QpConfig,
+    QpEndpoint, QueuePair, RemoteBuf, Result, Rts, SendOptions, WcStatus, WrId,
+};
+use crate::pool::LargeBuf;
+
+/// Work-request id tags (top byte of the 64-bit id); the rest is the slot index or the
+/// READ's key in the tracker.
+const TAG_SEND: u64 = 1 << 56;
+const TAG_RECV: u64 = 2 << 56;
+const TAG_READ: u64 = 3 << 56;
+const TAG_MASK: u64 = 0xff << 56;
+
+/// Distinguishes tokens of different [`Rings`], so a token can never address another
+/// connection's memory.
+static NEXT_RINGS_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Exclusive ownership of one send slot: its bytes may be written.
+#[derive(Debug)]
+pub(crate) struct SendSlot {
+    rings: u64,
+    index: u32,
+}
+
+/// Exclusive ownership of one received slot: its first `len` bytes hold a message.
+#[derive(Debug)]
+pub(crate) struct RecvSlot {
+    rings: u64,
+    index: u32,
+    len: u32,
+}
+
+impl RecvSlot {
+    /// Bytes the peer sent into this slot.
+    pub(crate) fn len(&self) -> usize {
+        self.len as usize
+    }
+}
+
+/// A completion, with the ownership it returns.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A SEND completed: its slot is free again.
+    Sent {
+        slot: SendSlot,
+        status: std::result::Result<(), WcStatus>,
+    },
+    /// A message arrived in `slot` (on success).
+    Received {
+        slot: Option<RecvSlot>,
+        status: std::result::Result<(), WcStatus>,
+    },
+    /// Every chunk of a READ completed: `buf` holds the data (on success).
+    Read {
+        buf: LargeBuf,
+        tag: u64,
+        status: std::result::Result<(), WcStatus>,
+    },
+}
+
+/// A READ whose chunks are posted.
+#[derive(Debug)]
+struct PendingRead {
+    buf: LargeBuf,
+    tag: u64,
+    remaining: u32,
+    status: std::result::Result<(), WcStatus>,
+}
+
+/// Geometry of a connection's rings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RingGeometry {
+    /// Send slots.
+    pub(crate) send_slots: u32,
+    /// Receive slots (the credits granted to the peer).
+    pub(crate) recv_slots: u32,
+    /// Bytes per slot.
+    pub(crate) slot_size: u32,
+}
+
+/// A connection's QP in INIT with its rings registered and every receive slot posted:
+/// what exists before the peer's endpoint is known.
+#[derive(Debug)]
+pub(crate) struct PreparedRings {
+    qp: QueuePair<Init>,
+    send_ring: MemoryRegion,
+    recv_ring: MemoryRegion,
+    geometry: RingGeometry,
+    id: u64,
+}
+
+impl PreparedRings {
+    /// Creates the QP on `cq`, registers both rings in `pd` (no remote access) and posts
+    /// every receive slot.
+    ///
+    /// # Errors
+    /// Any verbs failure (QP creation, registration, e.g. over the memlock limit, posting).
+    pub(crate) fn new(
+        pd: &Arc<ProtectionDomain>,
+        cq: &Arc<CompletionQueue>,
+        qp_config: &QpConfig,
+        geometry: RingGeometry,
+    ) -> Result<PreparedRings> {
+        let slot = geometry.slot_size as usize;
+        let send_ring = MemoryRegion::new(pd, slot * geometry.send_slots as usize, Access::Local)?;
+        let recv_ring = MemoryRegion::new(pd, slot * geometry.recv_slots as usize, Access::Local)?;
+        let qp = QueuePair::new(pd, cq, cq, qp_config)?.into_init()?;
+        let recvs: Vec<_> = (0..geometry.recv_slots)
+            .map(|i| (WrId(TAG_RECV | u64::from(i)), i as usize * slot, slot))
+            .collect();
+        // SAFETY: each posted range is one whole slot of `recv_ring`, slots do not overlap,
+        // and no RecvSlot token exists yet: the CPU can only touch a slot again through the
+        // token that `Rings::poll` creates when the slot's completion is reaped. The ring
+        // lives in the same struct as the QP and is dropped after it (field order of Rings).
+        unsafe { qp.post_recv_batch(&recv_ring, &recvs) }.map_err(|e| e.source)?;
+        Ok(PreparedRings {
+            qp,
+            send_ring,
+            recv_ring,
+            geometry,
+            id: NEXT_RINGS_ID.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// What the peer needs to connect to this QP.
+    pub(crate) fn endpoint(&self) -> QpEndpoint {
+        self.qp.endpoint()
+    }
+
+    /// Connects to the peer (INIT -> RTR -> RTS) and hands out every send slot.
+    ///
+    /// # Errors
+    /// A failed state transition.
+    pub(crate) fn connect(self, remote: &QpEndpoint) -> Result<(Rings, Vec<SendSlot>)> {
+        let qp = self.qp.into_rtr(remote)?.into_rts()?;
+        let slots = (0..self.geometry.send_slots)
+            .map(|index| SendSlot {
+                rings: self.id,
+                index,
+            })
+            .collect();
+        let rings = Rings {
+            qp,
+            reads: Mutex::new(Slab::new()),
+            send_ring: self.send_ring,
+            recv_ring: self.recv_ring,
+            geometry: self.geometry,
+            id: self.id,
+        };
+        Ok((rings, slots))
+    }
+}
+
+/// A connected QP with its rings and the completion tracker. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Rings {
+    /// Dropped first: destroying the QP retires every work request still posted.
+    qp: QueuePair<Rts>,
+    /// READ targets owned while their READs are posted, keyed by work-request id.
+    reads: Mutex<Slab<PendingRead>>,
+    send_ring: MemoryRegion,
+    recv_ring: MemoryRegion,
+    geometry: RingGeometry,
+    id: u64,
+}
+
+impl Rings {
+    /// The ring geometry.
+    pub(crate) fn geometry(&self) -> RingGeometry {
+        self.geometry
+    }
+
+    /// Inline bytes the provider granted.
+    pub(crate) fn max_inline(&self) -> usize {
+        self.qp.max_inline() as usize
+    }
+
+    fn slot_offset(&self, index: u32) -> usize {
+        index as usize * self.geometry.slot_size as usize
+    }
+
+    /// The whole slot, writable.
+    ///
+    /// # Panics
+    /// If `slot` belongs to other rings (a bug).
+    pub(crate) fn slot_mut<'a>(&'a self, slot: &'a mut SendSlot) -> &'a mut [u8] {
+        assert_eq!(slot.rings, self.id, "send slot of another connection");
+        let len = self.geometry.slot_size as usize;
+        // SAFETY: `slot` is the only token of this index (tokens are created once per index
+        // in `connect` and re-created only when that index's SEND completion is reaped), we
+        // borrow it mutably for the slice's lifetime, and a slot is posted only by consuming
+        // its token: so no other reference to these bytes exists and no work request covers
+        // them. In bounds: index < send_slots by construction.
+        unsafe {
+            self.send_ring
+                .range_mut_unchecked(self.slot_offset(slot.index), len)
+        }
+        .expect("slot within the send ring")
+    }
+
+    /// The bytes the peer sent into `slot`.
+    ///
+    /// # Panics
+    /// If `slot` belongs to other rings (a bug).
+    pub(crate) fn received<'a>(&'a self, slot: &'a RecvSlot) -> &'a [u8] {
+        assert_eq!(slot.rings, self.id, "receive slot of another connection");
+        // The token proves the completion was reaped and the slot is not posted.
+        self.recv_ring
+            .slice(self.slot_offset(slot.index), slot.len as usize)
+            .expect("slot within the receive ring")
+    }
+
+    /// Posts the first `len` bytes of `slot` as one signaled SEND (inline when small);
+    /// the slot comes back from [`Rings::poll`] as [`Event::Sent`].
+    ///
+    /// # Errors
+    /// The verbs error, with the slot given back (nothing was posted).
+    pub(crate) fn post_send(
+        &self,
+        slot: SendSlot,
+        len: usize,
+    ) -> std::result::Result<(), (SendSlot, Error)> {
+        assert_eq!(slot.rings, self.id, "send slot of another connection");
+        let opts = SendOptions {
+            signaled: true,
+            inline: len <= self.max_inline(),
+            imm: None,
+        };
+        let wr_id = WrId(TAG_SEND | u64::from(slot.index));
+        // SAFETY: the range is inside the slot owned by `slot`, which is consumed here and
+        // re-created only when this SEND's completion is reaped (`poll`), so the CPU cannot
+        // write it meanwhile; the ring outlives the QP (field order).
+        match unsafe {
+            self.qp.post_send(
+                wr_id,
+                &self.send_ring,
+                self.slot_offset(slot.index),
+                len,
+                opts,
+            )
+        } {
+            // The token is consumed: `poll` re-creates it from the completion.
+            Ok(()) => Ok(()),
+            Err(e) => Err((slot, e)),
+        }
+    }
+
+    /// Re-posts a receive slot.
+    ///
+    /// # Errors
+    /// The verbs error (the slot is then lost with the connection, which is failing).
+    pub(crate) fn post_recv(&self, slot: RecvSlot) -> Result<()> {
+        assert_eq!(slot.rings, self.id, "receive slot of another connection");
+        let slot_size = self.geometry.slot_size as usize;
+        let wr_id = WrId(TAG_RECV | u64::from(slot.index));
+        // SAFETY: the token is consumed, and a new one is created only when this RECV's
+        // completion is reaped, so the CPU cannot touch the slot while the NIC may write it;
+        // the ring outlives the QP (field order).
+        unsafe {
+            self.qp.post_recv(
+                wr_id,
+                &self.recv_ring,
+                self.slot_offset(slot.index),
+                slot_size,
+            )
+        }
+    }
+
+    /// Pulls `len` bytes at `remote` into `buf[..len]` with RDMA READs of at most `chunk`
+    /// bytes each; `buf` comes back with `tag` in [`Event::Read`] once all completed.
+    ///
+    /// # Errors
+    /// The verbs error of the first chunk, with `buf` given back; a failure of a later
+    /// chunk fails the QP and is reported through `poll`.
+    pub(crate) fn post_read(
+        &self,
+        buf: LargeBuf,
+        len: usize,
+        remote: RemoteBuf,
+        chunk: usize,
+        tag: u64,
+    ) -> std::result::Result<(), (LargeBuf, Error)> {
+        let chunk = chunk.max(1);
+        let chunks = len.div_ceil(chunk).max(1);
+        if let Err(e) = buf.region().check_range(0, len) {
+            return Err((buf, e));
+        }
+        let mut reads = self.reads.lock();
+        let key = reads.insert(PendingRead {
+            buf,
+            tag,
+            remaining: chunks as u32,
+            status: Ok(()),
+        });
+        let wr_id = WrId(TAG_READ | key as u64);
+        for i in 0..chunks {
+            let offset = i * chunk;
+            let n = chunk.min(len - offset);
+            let pending = &reads[key];
+            let target = RemoteBuf {
+                addr: remote.addr + offset as u64,
+                rkey: remote.rkey,
+            };
+            // SAFETY: the target buffer now belongs to the tracker (`reads`), which gives it
+            // back only after the last chunk's completion is reaped in `poll`; nothing else
+            // references it. It outlives the QP (field order). Chunks do not overlap.
+            let posted = unsafe {
+                self.qp
+                    .post_read(wr_id, pending.buf.region(), offset, n, target)
+            };
+            if let Err(e) = posted {
+                if i == 0 {
+                    return Err((reads.remove(key).buf, e));
+                }
+                // Chunks already posted will complete (or flush) and return the buffer.
+                let pending = &mut reads[key];
+                pending.remaining -= (chunks - i) as u32;
+                pending.status = Err(WcStatus::LocQpOp);
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Reaps up to `wcs.len()` completions into `events`. Returns how many were reaped.
+    ///
+    /// # Errors
+    /// If polling the CQ itself fails.
+    pub(crate) fn poll(
+        &self,
+        cq: &CompletionQueue,
+        wcs: &mut [ibv_wc],
+        scratch: &mut Vec<Completion>,
+        events: &mut Vec<Event>,
+    ) -> Result<usize> {
+        scratch.clear();
+        let n = cq.poll_into(wcs, scratch)?;
+        for c in scratch.drain(..) {
+            let index = (c.wr_id.0 & !TAG_MASK) as u32;
+            match c.wr_id.0 & TAG_MASK {
+                TAG_SEND => events.push(Event::Sent {
+                    slot: SendSlot {
+                        rings: self.id,
+                        index,
+                    },
+                    status: c.status,
+                }),
+                TAG_RECV => events.push(Event::Received {
+                    // A flushed RECV's slot carries nothing; the token still returns.
+                    slot: Some(RecvSlot {
+                        rings: self.id,
+                        index,
+                        len: if c.status.is_ok() { c.byte_len } else { 0 },
+                    }),
+                    status: c.status,
+                }),
+                TAG_READ => {
+                    let mut reads = self.reads.lock();
+                    let key = index as usize;
+                    let Some(pending) = reads.get_mut(key) else {
+                        tracing::error!(key, "completion of an unknown READ");
+                        continue;
+                    };
+                    if pending.status.is_ok() {
+                        pending.status = c.status;
+                    }
+                    pending.remaining -= 1;
+                    if pending.remaining == 0 {
+                        let done = reads.remove(key);
+                        events.push(Event::Read {
+                            buf: done.buf,
+                            tag: done.tag,
+                            status: done.status,
+                        });
+                    }
+                }
+                _ => tracing::error!(
+                    wr_id = c.wr_id.0,
+                    "completion with an unknown work-request id"
+                ),
+            }
+        }
+        Ok(n)
+    }
+
+    /// The memory the peer may READ: a large buffer's address and rkey.
+    pub(crate) fn remote_of(buf: &LargeBuf) -> RemoteBuf {
+        RemoteBuf {
+            addr: buf.region().addr(),
+            rkey: buf.region().rkey(),
+        }
+    }
+
+    /// Moves the QP to the error state: every posted work request completes (flushed).
+    ///
+    /// # Errors
+    /// The verbs error.
+    pub(crate) fn fail(&self) -> Result<()> {
+        self.qp.modify_to_error()
+    }
+}
