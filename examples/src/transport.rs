@@ -1,63 +1,103 @@
-//! Turning an address URL into a listener or a channel.
+//! Turning `--addr URL` / `--config FILE` into a listener or a channel.
 //!
-//! The examples take `--addr URL`: `tcp://HOST:PORT` today.
+//! `URL` is `tcp://HOST:PORT`, `rdma://HOST:PORT` or `auto://HOST:PORT`; the TOML file
+//! (see `rpc_transport_rdma::FileConfig`) can give the address and the transport's
+//! tunables. A flag wins over the file. No rebuild switches transport.
 
-use rpc_core::{Channel, ClientConfig, Endpoint, TransportKind};
-use rpc_transport_tcp::{TcpConfig, TcpConnection, TcpListener};
+use std::path::PathBuf;
+use std::time::Duration;
 
-/// The connection type the examples' clients use.
-pub type ClientConnection = TcpConnection;
+use rpc_core::{Channel, ClientConfig, Endpoint};
+use rpc_transport_rdma::{AnyConnection, AnyListener, FileConfig, TransportSettings};
 
-/// Transport settings shared by the examples' servers and clients.
+/// The connection type the examples use.
+pub type ClientConnection = AnyConnection;
+
+/// Transport flags shared by every example binary.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TransportArgs {
+    /// Address: tcp://HOST:PORT, rdma://HOST:PORT or auto://HOST:PORT (RDMA where both
+    /// ends have a device, else TCP).
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// TOML file with `address`, `max_message_size` and an `[rdma]` table of tunables.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Largest message sent or accepted, in bytes.
+    #[arg(long)]
+    pub max_message_size: Option<usize>,
+}
+
+/// A resolved address and transport settings.
 #[derive(Debug, Clone)]
-pub struct Settings {
-    /// Largest message either side accepts or sends.
+pub struct Resolved {
+    /// Where.
+    pub endpoint: Endpoint,
+    /// How.
+    pub settings: TransportSettings,
+    /// Largest message.
     pub max_message_size: usize,
-    /// Default timeout of calls, if any.
-    pub timeout: Option<std::time::Duration>,
 }
 
-/// Parses `url`, rejecting transports this build cannot serve.
-///
-/// # Errors
-/// A message naming the problem.
-pub fn parse(url: &str) -> anyhow::Result<Endpoint> {
-    let endpoint: Endpoint = url.parse().map_err(anyhow::Error::msg)?;
-    match endpoint.kind {
-        TransportKind::Tcp => Ok(endpoint),
-        other => anyhow::bail!(
-            "transport {} is not available in this build",
-            other.scheme()
-        ),
+impl TransportArgs {
+    /// Combines defaults, the config file and the flags (in rising priority).
+    ///
+    /// # Errors
+    /// A bad URL or config file.
+    pub fn resolve(&self, default_addr: &str, default_max: usize) -> anyhow::Result<Resolved> {
+        let mut settings = TransportSettings::default();
+        settings.max_message_size(default_max);
+        let mut addr = default_addr.to_owned();
+        let mut max = default_max;
+        if let Some(path) = &self.config {
+            let file = FileConfig::load(path).map_err(anyhow::Error::msg)?;
+            file.apply(&mut settings).map_err(anyhow::Error::msg)?;
+            if let Some(a) = file.address {
+                addr = a;
+            }
+            max = file.max_message_size.unwrap_or(max);
+        }
+        if let Some(a) = &self.addr {
+            addr = a.clone();
+        }
+        if let Some(m) = self.max_message_size {
+            max = m;
+            settings.max_message_size(m);
+        }
+        let endpoint: Endpoint = addr.parse().map_err(anyhow::Error::msg)?;
+        Ok(Resolved {
+            endpoint,
+            settings,
+            max_message_size: max,
+        })
     }
 }
 
-fn tcp_config(settings: &Settings) -> TcpConfig {
-    let mut config = TcpConfig::default();
-    config.max_message_size(settings.max_message_size);
-    config
-}
-
-/// Binds a listener for `url`.
-///
-/// # Errors
-/// Bad URL or bind failure.
-pub async fn listen(url: &str, settings: &Settings) -> anyhow::Result<TcpListener> {
-    let endpoint = parse(url)?;
-    Ok(TcpListener::bind(endpoint.address.as_str(), tcp_config(settings)).await?)
-}
-
-/// Connects a channel to `url`.
-///
-/// # Errors
-/// Bad URL or connect failure.
-pub async fn connect(url: &str, settings: &Settings) -> anyhow::Result<Channel<ClientConnection>> {
-    let endpoint = parse(url)?;
-    let conn = TcpConnection::connect(endpoint.address.as_str(), &tcp_config(settings)).await?;
-    let mut config = ClientConfig::default();
-    config.max_message_size(settings.max_message_size);
-    if let Some(t) = settings.timeout {
-        config.timeout(t);
+impl Resolved {
+    /// Binds a listener.
+    ///
+    /// # Errors
+    /// Bind failure, or `rdma://` where there is no RDMA device.
+    pub async fn listen(&self) -> anyhow::Result<AnyListener> {
+        Ok(AnyListener::bind(&self.endpoint, &self.settings).await?)
     }
-    Ok(Channel::with_config(conn, config))
+
+    /// Connects a channel; `timeout` is the default per-call timeout.
+    ///
+    /// # Errors
+    /// Connect or handshake failure.
+    pub async fn connect(
+        &self,
+        timeout: Option<Duration>,
+    ) -> anyhow::Result<Channel<AnyConnection>> {
+        let conn = rpc_transport_rdma::connect(&self.endpoint, &self.settings)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", self.endpoint))?;
+        let mut config = ClientConfig::default();
+        config.max_message_size(self.max_message_size);
+        if let Some(t) = timeout {
+            config.timeout(t);
+        }
+        Ok(Channel::with_config(conn, config))
+    }
 }

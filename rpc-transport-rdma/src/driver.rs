@@ -59,6 +59,8 @@ pub(crate) async fn run(
             Ok(0) => {}
             Ok(_) => {
                 idle_since = None;
+                // Any completion proves the peer's NIC alive (sends and READs are acknowledged).
+                inner.state.lock().last_heard = Instant::now();
                 for event in events.drain(..) {
                     handle(&inner, event, &incoming);
                 }
@@ -90,6 +92,7 @@ pub(crate) async fn run(
         {
             Ok(0) => {}
             Ok(_) => {
+                inner.state.lock().last_heard = Instant::now();
                 for event in events.drain(..) {
                     handle(&inner, event, &incoming);
                 }

@@ -9,14 +9,13 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use examples::echo::echo_client::EchoClient;
 use examples::echo::EchoRequest;
-use examples::transport::{self, Settings};
+use examples::transport::TransportArgs;
 
 /// Drives the echo service and verifies every reply.
 #[derive(Parser, Debug)]
 struct Args {
-    /// Server address: tcp://HOST:PORT.
-    #[arg(long, default_value = "tcp://127.0.0.1:50051")]
-    addr: String,
+    #[command(flatten)]
+    transport: TransportArgs,
     /// Number of calls.
     #[arg(long, default_value_t = 1000)]
     count: usize,
@@ -29,9 +28,6 @@ struct Args {
     /// Per-call timeout in milliseconds (0 = none).
     #[arg(long, default_value_t = 10_000)]
     timeout_ms: u64,
-    /// Largest message sent or accepted, in bytes.
-    #[arg(long, default_value_t = 16 << 20)]
-    max_message_size: usize,
 }
 
 /// The payload of call `i`: distinct per call, so a reply routed to the wrong caller shows.
@@ -45,11 +41,11 @@ fn payload(i: usize, size: usize) -> Vec<u8> {
 async fn main() -> anyhow::Result<()> {
     examples::init_tracing();
     let args = Args::parse();
-    let settings = Settings {
-        max_message_size: args.max_message_size,
-        timeout: (args.timeout_ms > 0).then(|| Duration::from_millis(args.timeout_ms)),
-    };
-    let client = EchoClient::new(transport::connect(&args.addr, &settings).await?);
+    let resolved = args.transport.resolve("auto://127.0.0.1:50051", 16 << 20)?;
+    let timeout = (args.timeout_ms > 0).then(|| Duration::from_millis(args.timeout_ms));
+    let channel = resolved.connect(timeout).await?;
+    let transport = channel.connection().transport();
+    let client = EchoClient::new(channel.clone());
     let next = Arc::new(AtomicUsize::new(0));
     let ok = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
@@ -84,13 +80,17 @@ async fn main() -> anyhow::Result<()> {
     let elapsed = start.elapsed();
     let ok = ok.load(Ordering::Relaxed);
     println!(
-        "{ok} of {} calls succeeded ({} bytes each, concurrency {}) in {:.3}s: {:.0} calls/s",
+        "{ok} of {} calls succeeded over {} ({} bytes each, concurrency {}) in {:.3}s: {:.0} calls/s",
         args.count,
+        transport.scheme(),
         args.size,
         args.concurrency,
         elapsed.as_secs_f64(),
         ok as f64 / elapsed.as_secs_f64()
     );
+    if let Some(counters) = channel.connection().rdma_counters() {
+        println!("rdma counters: {counters:?}");
+    }
     if ok != args.count {
         anyhow::bail!("{} calls failed", args.count - ok);
     }

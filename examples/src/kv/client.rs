@@ -8,15 +8,14 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use examples::kv::kv_client::KvClient;
 use examples::kv::*;
-use examples::transport::{self, Settings};
+use examples::transport::TransportArgs;
 use examples::KV_MAX_MESSAGE_SIZE;
 
 /// A client of the key-value store.
 #[derive(Parser, Debug)]
 struct Args {
-    /// Server address: tcp://HOST:PORT.
-    #[arg(long, default_value = "tcp://127.0.0.1:50052")]
-    addr: String,
+    #[command(flatten)]
+    transport: TransportArgs,
     /// Call timeout in milliseconds (0 = none).
     #[arg(long, default_value_t = 30_000)]
     timeout_ms: u64,
@@ -72,11 +71,11 @@ async fn main() {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let settings = Settings {
-        max_message_size: KV_MAX_MESSAGE_SIZE,
-        timeout: (args.timeout_ms > 0).then(|| Duration::from_millis(args.timeout_ms)),
-    };
-    let client = KvClient::new(transport::connect(&args.addr, &settings).await?);
+    let resolved = args
+        .transport
+        .resolve("auto://127.0.0.1:50052", KV_MAX_MESSAGE_SIZE)?;
+    let timeout = (args.timeout_ms > 0).then(|| Duration::from_millis(args.timeout_ms));
+    let client = KvClient::new(resolved.connect(timeout).await?);
     match args.command {
         Command::Put {
             key,
