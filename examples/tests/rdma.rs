@@ -9,7 +9,6 @@
 mod suite;
 
 use std::process::{Child, Command, Stdio};
-use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use examples::echo::echo_client::EchoClient;
@@ -21,7 +20,7 @@ use rpc_transport_rdma::{connect, rdma_available, AnyConnection, AnyListener, Tr
 use suite::*;
 
 const SERVER_IP: &str = "10.77.0.2";
-static NETWORK: RwLock<()> = RwLock::new(());
+static NETWORK: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 fn skip() -> bool {
     if rdma_available() {
@@ -90,7 +89,7 @@ macro_rules! shared_net_test {
             if skip() {
                 return;
             }
-            let _net = NETWORK.read().unwrap_or_else(|e| e.into_inner());
+            let _net = NETWORK.read().await;
             $body.await;
         }
     };
@@ -154,7 +153,7 @@ async fn payload_sizes() {
         .start(server_with(Probe::default(), big_config()))
         .await;
     let channel = Rdma.connect(&addr, BIG).await;
-    let eager_limit = match channel.connection() {
+    let eager_limit = match &*channel.connection() {
         AnyConnection::Rdma(c) => c.eager_limit(),
         _ => unreachable!(),
     };
@@ -232,14 +231,23 @@ async fn killed_server_fails_calls_then_restarted_server_is_reached() {
     if skip() {
         return;
     }
-    let _net = NETWORK.read().unwrap_or_else(|e| e.into_inner());
+    let _net = NETWORK.read().await;
     let addr = format!("{SERVER_IP}:47001");
     let url = format!("rdma://{addr}");
     let bin = env!("CARGO_BIN_EXE_echo-server");
     let server = ServerProcess::start(bin, &["--addr", &url]);
     wait_for_port(&addr).await;
     let s = settings(BIG);
-    let client = EchoClient::new(rdma_channel(&addr, BIG, &s).await);
+    let endpoint: Endpoint = url.parse().unwrap();
+    let dial_settings = s.clone();
+    let channel = Channel::with_reconnect(ClientConfig::default(), move || {
+        let (endpoint, settings) = (endpoint.clone(), dial_settings.clone());
+        async move { connect(&endpoint, &settings).await }
+    })
+    .await
+    .unwrap();
+    assert_eq!(channel.connection().transport(), TransportKind::Rdma);
+    let client = EchoClient::new(channel.clone());
     let calls: Vec<_> = (0..32)
         .map(|i| {
             let client = client.clone();
@@ -292,7 +300,7 @@ async fn link_down_reports_the_dead_peer_within_the_ping_timeout() {
     if skip() {
         return;
     }
-    let _net = NETWORK.write().unwrap_or_else(|e| e.into_inner());
+    let _net = NETWORK.write().await;
     let addr = Rdma
         .start(server_with(Probe::default(), big_config()))
         .await;
@@ -343,7 +351,7 @@ async fn two_percent_loss_still_delivers_everything() {
     if skip() {
         return;
     }
-    let _net = NETWORK.write().unwrap_or_else(|e| e.into_inner());
+    let _net = NETWORK.write().await;
     let addr = Rdma
         .start(server_with(Probe::default(), big_config()))
         .await;

@@ -226,3 +226,55 @@ async fn graceful_shutdown_lets_in_flight_calls_finish() {
     // The listener is closed now.
     assert!(tokio::net::TcpStream::connect(&addr).await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnecting_channel_reaches_a_restarted_server() {
+    let listener = TcpListener::bind("127.0.0.1:0", tcp_config(BIG))
+        .await
+        .unwrap();
+    let addr = listener.local_socket_addr().unwrap().to_string();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let first = tokio::spawn(async move {
+        server_with(Probe::default(), big_config())
+            .serve_with_shutdown(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let dial_addr = addr.clone();
+    let channel = Channel::with_reconnect(ClientConfig::default(), move || {
+        let addr = dial_addr.clone();
+        async move { TcpConnection::connect(addr.as_str(), &tcp_config(BIG)).await }
+    })
+    .await
+    .unwrap();
+    let client = EchoClient::new(channel.clone());
+    client
+        .echo(EchoRequest {
+            payload: b"one".to_vec(),
+            delay_ms: 0,
+        })
+        .await
+        .unwrap();
+    stop.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    // The old connection is gone: the next call either fails (no server) or reconnects.
+    let status = client.echo(EchoRequest::default()).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status}");
+    let listener = TcpListener::bind(addr.as_str(), tcp_config(BIG))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        server_with(Probe::default(), big_config())
+            .serve(listener)
+            .await
+    });
+    let reply = client
+        .echo(EchoRequest {
+            payload: b"two".to_vec(),
+            delay_ms: 0,
+        })
+        .await
+        .unwrap();
+    assert_eq!(reply.into_inner().payload, b"two");
+}

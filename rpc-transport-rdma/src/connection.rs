@@ -363,7 +363,9 @@ impl Inner {
             }
             state.closed = true;
         }
-        if reason != "closed" {
+        if reason == "closed" || reason == PEER_CLOSED {
+            tracing::debug!(peer = %self.peer, "RDMA connection closing: {reason}");
+        } else {
             Counters::bump(&self.counters.errors, 1);
             tracing::warn!(peer = %self.peer, "RDMA connection failed: {reason}");
         }
@@ -422,7 +424,7 @@ impl Connection for RdmaConnection {
         match self.incoming.lock().await.recv().await {
             Some(buf) => Ok(Some(buf)),
             None => match self.inner.closed.borrow().as_deref() {
-                None | Some("closed") | Some("peer closed the connection") => Ok(None),
+                None | Some("closed") | Some(PEER_CLOSED) => Ok(None),
                 Some(reason) => Err(TransportError::Other(reason.to_owned())),
             },
         }
@@ -442,6 +444,9 @@ impl Drop for RdmaConnection {
         self.inner.fail("closed");
     }
 }
+
+/// Why a connection ends when the peer closed its side channel (a clean close).
+pub(crate) const PEER_CLOSED: &str = "peer closed the connection";
 
 /// Frame-size limit for a payload limit.
 pub(crate) fn max_frame(max_message_size: usize) -> usize {

@@ -16,7 +16,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::connection::{Inner, Received, RecvBuf};
+use crate::connection::{Inner, Received, RecvBuf, PEER_CLOSED};
 use crate::counters::Counters;
 use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN};
 use crate::verbs::{register_channel, wc_buffer, CompChannel, Event, RecvSlot, WcStatus};
@@ -128,7 +128,7 @@ pub(crate) async fn run(
             },
             read = side.read(&mut side_buf) => {
                 match read {
-                    Ok(0) => inner.fail("peer closed the connection"),
+                    Ok(0) => inner.fail(PEER_CLOSED),
                     Ok(_) => inner.fail("unexpected bytes on the side channel"),
                     Err(e) => inner.fail(&format!("side channel: {e}")),
                 }
@@ -182,10 +182,51 @@ fn handle(inner: &Arc<Inner>, event: Event, incoming: &mpsc::UnboundedSender<Rec
 }
 
 fn fail_on(inner: &Inner, what: &str, status: WcStatus) {
-    // Flushes follow a failure that was already reported.
-    if status != WcStatus::WrFlush || !inner.state.lock().closed {
+    if inner.state.lock().closed {
+        // Flushes and late errors after a failure that was already reported.
+        return;
+    }
+    if status == WcStatus::WrFlush {
+        // The QP entered the error state without (yet) telling us why: completions of the
+        // send and the receive side may be reported in either order. Look for the cause
+        // among the completions still queued before reporting.
+        let cause = drain_for_cause(inner);
+        inner.fail(&format!(
+            "the queue pair entered the error state ({what} flushed{})",
+            cause.map(|c| format!("; cause: {c}")).unwrap_or_default()
+        ));
+    } else {
         inner.fail(&format!("{what} completed with error: {status}"));
     }
+}
+
+/// After a flush: polls what is left on the CQ for an error other than a flush.
+fn drain_for_cause(inner: &Inner) -> Option<String> {
+    let mut wcs = wc_buffer(POLL_BATCH);
+    let (mut scratch, mut events) = (Vec::new(), Vec::new());
+    for _ in 0..64 {
+        events.clear();
+        match inner
+            .rings
+            .poll(&inner.cq, &mut wcs, &mut scratch, &mut events)
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        for event in events.drain(..) {
+            let (what, status) = match event {
+                Event::Sent { status, .. } => ("send", status),
+                Event::Received { status, .. } => ("receive", status),
+                Event::Read { status, .. } => ("RDMA READ", status),
+            };
+            if let Err(s) = status {
+                if s != WcStatus::WrFlush {
+                    return Some(format!("{what} completed with error: {s}"));
+                }
+            }
+        }
+    }
+    None
 }
 
 /// A message arrived in `slot`.

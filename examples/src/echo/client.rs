@@ -38,9 +38,15 @@ fn payload(i: usize, size: usize) -> Vec<u8> {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() {
     examples::init_tracing();
-    let args = Args::parse();
+    if let Err(e) = run(Args::parse()).await {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     let resolved = args.transport.resolve("auto://127.0.0.1:50051", 16 << 20)?;
     let timeout = (args.timeout_ms > 0).then(|| Duration::from_millis(args.timeout_ms));
     let channel = resolved.connect(timeout).await?;

@@ -1,16 +1,18 @@
 //! [`Channel`]: concurrent calls multiplexed over one [`Connection`].
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::calls::CallTable;
 use crate::outbound::{send_control, send_frame};
 use crate::service::MethodDescriptor;
-use crate::transport::Connection;
+use crate::transport::{Connection, TransportError};
 use crate::wire::{Flags, Frame, FrameKind, Header};
 use crate::{ClientConfig, Code, Metadata, Request, Response, Status};
 
@@ -19,33 +21,56 @@ use crate::{ClientConfig, Code, Metadata, Request, Response, Status};
 /// responses by call id.
 ///
 /// Creating a channel spawns its receive task on the current tokio runtime. The
-/// connection closes when the last clone is dropped.
+/// connection closes when the last clone is dropped. A channel made with
+/// [`Channel::with_reconnect`] dials a new connection for the first call after the old
+/// one failed; calls that were in flight on the failed one end with `UNAVAILABLE` (they
+/// are not retried: the server may have run them).
 pub struct Channel<C: Connection> {
-    shared: Arc<Shared<C>>,
+    inner: Arc<Inner<C>>,
 }
 
 impl<C: Connection> Clone for Channel<C> {
     fn clone(&self) -> Self {
         Channel {
-            shared: self.shared.clone(),
+            inner: self.inner.clone(),
         }
     }
 }
 
 impl<C: Connection> fmt::Debug for Channel<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let current = self.current();
+        let in_flight = current.calls.lock().len();
         f.debug_struct("Channel")
-            .field("peer", &self.shared.conn.peer())
-            .field("in_flight", &self.shared.calls.lock().len())
+            .field("peer", &current.conn.peer())
+            .field("in_flight", &in_flight)
+            .field("reconnects", &self.inner.redial.is_some())
             .finish()
     }
 }
 
-/// State shared by the clones, the call guards and the receive task.
+/// A future that dials a new connection.
+type Dial<C> = Pin<Box<dyn Future<Output = Result<C, TransportError>> + Send>>;
+
+/// What every clone shares: the current connection and how to replace it.
+struct Inner<C: Connection> {
+    /// The connection calls go to. Read-locked for a pointer copy per call; written only
+    /// when a reconnect replaces it.
+    current: RwLock<Arc<Shared<C>>>,
+    redial: Option<Redial<C>>,
+    config: ClientConfig,
+}
+
+struct Redial<C> {
+    dial: Box<dyn Fn() -> Dial<C> + Send + Sync>,
+    /// One reconnect at a time; callers that find it under way wait for its result.
+    lock: tokio::sync::Mutex<()>,
+}
+
+/// One connection's state, shared by the channel, the call guards and the receive task.
 struct Shared<C: Connection> {
     /// Also held by the receive task, which must not keep `Shared` alive.
     conn: Arc<C>,
-    config: ClientConfig,
     /// Waiting calls. Locked briefly by callers (insert/remove) and by the receive task
     /// (complete); never held across an await.
     calls: Mutex<CallTable<C::RecvBuf>>,
@@ -57,6 +82,21 @@ impl<C: Connection> Drop for Shared<C> {
     fn drop(&mut self) {
         self.conn.close();
     }
+}
+
+/// Starts the tasks of one connection.
+fn start<C: Connection>(conn: C, _config: &ClientConfig) -> Arc<Shared<C>> {
+    let (control, control_rx) = mpsc::unbounded_channel();
+    let conn = Arc::new(conn);
+    let shared = Arc::new(Shared {
+        conn: conn.clone(),
+        calls: Mutex::new(CallTable::new()),
+        control,
+    });
+    let weak = Arc::downgrade(&shared);
+    tokio::spawn(receive_loop(conn, weak.clone()).instrument(tracing::debug_span!("channel-recv")));
+    tokio::spawn(control_loop(weak, control_rx));
+    shared
 }
 
 impl<C: Connection> Channel<C> {
@@ -73,35 +113,99 @@ impl<C: Connection> Channel<C> {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn with_config(conn: C, config: ClientConfig) -> Channel<C> {
-        let (control, control_rx) = mpsc::unbounded_channel();
-        let conn = Arc::new(conn);
-        let shared = Arc::new(Shared {
-            conn: conn.clone(),
-            config,
-            calls: Mutex::new(CallTable::new()),
-            control,
-        });
-        let weak = Arc::downgrade(&shared);
-        tokio::spawn(
-            receive_loop(conn, weak.clone()).instrument(tracing::debug_span!("channel-recv")),
-        );
-        tokio::spawn(control_loop(weak, control_rx));
-        Channel { shared }
+        let current = RwLock::new(start(conn, &config));
+        Channel {
+            inner: Arc::new(Inner {
+                current,
+                redial: None,
+                config,
+            }),
+        }
+    }
+
+    /// A channel that connects with `dial` now, and again whenever a call finds the
+    /// connection failed (e.g. after the server restarted).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), rpc_core::TransportError> {
+    /// use rpc_core::memory::MemoryConnection;
+    /// # let connector: rpc_core::memory::MemoryConnector = unimplemented!();
+    /// let channel = rpc_core::Channel::with_reconnect(Default::default(), move || {
+    ///     let connector = connector.clone();
+    ///     async move { connector.connect().await }
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The first dial's error.
+    pub async fn with_reconnect<F, Fut>(
+        config: ClientConfig,
+        dial: F,
+    ) -> Result<Channel<C>, TransportError>
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
+    {
+        let conn = dial().await?;
+        let current = RwLock::new(start(conn, &config));
+        Ok(Channel {
+            inner: Arc::new(Inner {
+                current,
+                redial: Some(Redial {
+                    dial: Box::new(move || Box::pin(dial()) as Dial<C>),
+                    lock: tokio::sync::Mutex::new(()),
+                }),
+                config,
+            }),
+        })
+    }
+
+    fn current(&self) -> Arc<Shared<C>> {
+        self.inner.current.read().clone()
+    }
+
+    /// The connection calls go to, replacing a failed one first if this channel
+    /// reconnects.
+    async fn ready(&self) -> Result<Arc<Shared<C>>, Status> {
+        let current = self.current();
+        let Some(redial) = &self.inner.redial else {
+            return Ok(current);
+        };
+        if !current.calls.lock().is_closed() {
+            return Ok(current);
+        }
+        let _one_at_a_time = redial.lock.lock().await;
+        let current = self.current();
+        if !current.calls.lock().is_closed() {
+            return Ok(current); // someone else reconnected meanwhile
+        }
+        tracing::info!(peer = %current.conn.peer(), "reconnecting");
+        match (redial.dial)().await {
+            Ok(conn) => {
+                let fresh = start(conn, &self.inner.config);
+                *self.inner.current.write() = fresh.clone();
+                Ok(fresh)
+            }
+            Err(e) => Err(Status::unavailable(format!("reconnecting failed: {e}"))),
+        }
     }
 
     /// The connection's peer, for logs.
     pub fn peer(&self) -> String {
-        self.shared.conn.peer()
+        self.current().conn.peer()
     }
 
-    /// The underlying connection (e.g. to read transport counters).
-    pub fn connection(&self) -> &C {
-        &self.shared.conn
+    /// The current connection (e.g. to read transport counters).
+    pub fn connection(&self) -> Arc<C> {
+        self.current().conn.clone()
     }
 
-    /// Whether the connection is gone (every further call fails with `UNAVAILABLE`).
+    /// Whether the current connection is gone (calls fail with `UNAVAILABLE`, unless the
+    /// channel reconnects).
     pub fn is_closed(&self) -> bool {
-        self.shared.calls.lock().is_closed()
+        self.current().calls.lock().is_closed()
     }
 
     /// Makes one unary call of `method`.
@@ -162,22 +266,24 @@ impl<C: Connection> Channel<C> {
         span: &tracing::Span,
     ) -> Result<C::RecvBuf, Status> {
         let (metadata, message, timeout) = request.into_parts();
-        let timeout = timeout.or(self.shared.config.timeout);
+        let config = &self.inner.config;
+        let timeout = timeout.or(config.timeout);
         let payload_len = message.encoded_len();
-        if payload_len > self.shared.config.max_message_size {
+        if payload_len > config.max_message_size {
             return Err(Status::resource_exhausted(format!(
                 "request message of {payload_len} bytes exceeds the maximum of {}",
-                self.shared.config.max_message_size
+                config.max_message_size
             )));
         }
         metadata
             .check()
             .map_err(|e| Status::resource_exhausted(e.to_string()))?;
 
-        let (call_id, response) = self.shared.calls.lock().insert()?;
+        let shared = self.ready().await?;
+        let (call_id, response) = shared.calls.lock().insert()?;
         span.record("call_id", call_id);
         let guard = CallGuard {
-            shared: &self.shared,
+            shared: &shared,
             call_id,
         };
 
@@ -188,7 +294,7 @@ impl<C: Connection> Channel<C> {
             header.timeout_us =
                 timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
             header.payload_len = payload_len as u32;
-            send_frame(&*self.shared.conn, header, &metadata, |buf| {
+            send_frame(&*shared.conn, header, &metadata, |buf| {
                 message.encode_raw(buf)
             })
             .await?;
