@@ -82,7 +82,8 @@ impl Resolved {
         Ok(AnyListener::bind(&self.endpoint, &self.settings).await?)
     }
 
-    /// Connects a channel; `timeout` is the default per-call timeout.
+    /// Connects a channel that reconnects after a failure; `timeout` is the default
+    /// per-call timeout.
     ///
     /// # Errors
     /// Connect or handshake failure.
@@ -90,14 +91,17 @@ impl Resolved {
         &self,
         timeout: Option<Duration>,
     ) -> anyhow::Result<Channel<AnyConnection>> {
-        let conn = rpc_transport_rdma::connect(&self.endpoint, &self.settings)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", self.endpoint))?;
         let mut config = ClientConfig::default();
         config.max_message_size(self.max_message_size);
         if let Some(t) = timeout {
             config.timeout(t);
         }
-        Ok(Channel::with_config(conn, config))
+        let (endpoint, settings) = (self.endpoint.clone(), self.settings.clone());
+        Channel::with_reconnect(config, move || {
+            let (endpoint, settings) = (endpoint.clone(), settings.clone());
+            async move { rpc_transport_rdma::connect(&endpoint, &settings).await }
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", self.endpoint))
     }
 }

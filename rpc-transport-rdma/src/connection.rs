@@ -254,6 +254,13 @@ impl Inner {
                     token,
                     header,
                 };
+                tracing::trace!(
+                    token,
+                    addr = remote.addr,
+                    len = send.len,
+                    rkey = remote.rkey,
+                    "lending a rendezvous frame"
+                );
                 state.lent.insert(token, buf);
                 let bytes = self.rings.slot_mut(&mut slot);
                 Prefix {

@@ -140,6 +140,12 @@ pub(crate) async fn run(
     // Tell the peer at once (its side channel ends), rather than after its ping timeout.
     drop(side);
     drop(incoming);
+    // Completions still arriving may tell why the QP failed (the send and receive sides
+    // of a software provider report independently): log the first real error.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    if let Some(cause) = drain_for_cause(&inner) {
+        tracing::warn!(peer = %inner.peer, "after the connection ended: {cause}");
+    }
 }
 
 /// Handles one completion.
@@ -329,6 +335,13 @@ fn start_pending_reads(inner: &Arc<Inner>) {
             state.read_wrs += need;
             let d = state.pending_reads.pop_front().expect("checked");
             state.reading.insert(d.token, (d.token, d.len as usize));
+            tracing::trace!(
+                token = d.token,
+                addr = d.addr,
+                len = d.len,
+                rkey = d.rkey,
+                "pulling a rendezvous frame"
+            );
             d
         };
         let len = descriptor.len as usize;

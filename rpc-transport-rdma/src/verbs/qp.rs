@@ -32,6 +32,9 @@ const MIN_RNR_TIMER: u8 = 12;
 /// Hop limit of the GRH (RoCE v2 puts it in the IP TTL).
 const HOP_LIMIT: u8 = 64;
 
+/// RDMA READs this side keeps in flight per QP at most (the initiator depth).
+pub(crate) const MAX_INITIATOR_DEPTH: u8 = 8;
+
 const _: () = assert!(DEFAULT_TIMEOUT <= 31, "timeout is a 5-bit field");
 const _: () = assert!(DEFAULT_RETRY_CNT <= 7, "retry_cnt is a 3-bit field");
 
@@ -274,7 +277,14 @@ impl QueuePair<Rtr> {
         attr.retry_cnt = self.inner.retry_cnt;
         attr.rnr_retry = RNR_RETRY;
         attr.sq_psn = self.inner.psn;
-        attr.max_rd_atomic = self.inner.pd.context().max_qp_init_rd_atom();
+        // Fewer READs in flight than the peer accepts (it offers the device maximum as
+        // responder resources): headroom for retransmitted READ requests.
+        attr.max_rd_atomic = self
+            .inner
+            .pd
+            .context()
+            .max_qp_init_rd_atom()
+            .min(MAX_INITIATOR_DEPTH);
         let mask = ibv_qp_attr_mask::IBV_QP_STATE
             | ibv_qp_attr_mask::IBV_QP_TIMEOUT
             | ibv_qp_attr_mask::IBV_QP_RETRY_CNT
