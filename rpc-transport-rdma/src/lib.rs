@@ -30,6 +30,7 @@ mod any;
 mod config;
 mod config_file;
 mod connection;
+mod control;
 mod counters;
 mod device;
 mod driver;

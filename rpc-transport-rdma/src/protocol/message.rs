@@ -172,3 +172,31 @@ mod tests {
         assert_eq!(Rendezvous::decode(&b), r);
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+
+    #[test]
+    fn slot_decoders_never_panic_on_random_input() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        };
+        for _ in 0..100_000 {
+            let len = (next() % 200) as usize;
+            let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if let Some(b) = bytes.first_mut() {
+                *b = (*b % 4) + 1; // mostly valid kinds
+            }
+            if let Ok(p) = Prefix::decode(&bytes) {
+                if p.kind == Kind::Rendezvous {
+                    let _ = Rendezvous::decode(&bytes[PREFIX_LEN..]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Control traffic of a connection: re-posting receive slots, returning credits,
+//! read-done tokens, ping and pong, and failing the connection.
+
+use crate::connection::{Inner, PEER_CLOSED};
+use crate::counters::Counters;
+use crate::protocol::{Kind, Prefix, PREFIX_LEN};
+use crate::verbs::RecvSlot;
+
+impl Inner {
+    /// Re-posts a receive slot and returns credits when enough are owed.
+    pub(crate) fn repost(&self, slot: RecvSlot) {
+        if self.state.lock().closed {
+            return;
+        }
+        if let Err(e) = self.rings.post_recv(slot) {
+            self.fail(&format!("re-posting a receive failed: {e}"));
+            return;
+        }
+        let owed = {
+            let mut state = self.state.lock();
+            state.credits.handle_reposted();
+            state.credits.should_return()
+        };
+        if owed {
+            self.flush_control();
+        }
+    }
+
+    /// Sends whatever control traffic is due (credits, read-done tokens, ping, pong) while
+    /// a slot and a control credit are available. Called after every completion batch and
+    /// whenever a re-post makes credits owed; never waits.
+    pub(crate) fn flush_control(&self) {
+        let max_tokens = (self.rings.geometry().slot_size as usize - PREFIX_LEN) / 8;
+        loop {
+            let mut state = self.state.lock();
+            let due = !state.done_tokens.is_empty()
+                || state.pong_due
+                || state.ping_due
+                || state.credits.should_return();
+            if !due || state.closed || state.free_send.is_empty() {
+                return;
+            }
+            if !state.credits.try_take_control() {
+                return;
+            }
+            let mut slot = state.free_send.pop().expect("checked non-empty");
+            let n = state.done_tokens.len().min(max_tokens);
+            let tokens: Vec<u64> = state.done_tokens.drain(..n).collect();
+            let mut flags = 0;
+            if std::mem::take(&mut state.pong_due) {
+                flags |= Prefix::PONG;
+            }
+            if std::mem::take(&mut state.ping_due) {
+                flags |= Prefix::PING;
+            }
+            let reposted = state.credits.advertise();
+            let bytes = self.rings.slot_mut(&mut slot);
+            Prefix {
+                kind: Kind::Control,
+                flags,
+                n_tokens: n as u16,
+                reposted,
+            }
+            .encode(bytes);
+            for (i, token) in tokens.iter().enumerate() {
+                let at = PREFIX_LEN + 8 * i;
+                bytes[at..at + 8].copy_from_slice(&token.to_le_bytes());
+            }
+            let posted = self.rings.post_send(slot, PREFIX_LEN + 8 * n);
+            drop(state);
+            match posted {
+                Ok(()) => Counters::bump(&self.counters.control_sends, 1),
+                Err((slot, e)) => {
+                    self.state.lock().free_send.push(slot);
+                    self.fail(&format!("posting a control message failed: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Ends the connection: every call on it fails, the QP goes to the error state (so
+    /// the NIC retires every posted work request), the driver stops.
+    pub(crate) fn fail(&self, reason: &str) {
+        {
+            let mut state = self.state.lock();
+            if state.closed {
+                return;
+            }
+            state.closed = true;
+        }
+        if reason == "closed" || reason == PEER_CLOSED {
+            tracing::debug!(peer = %self.peer, "RDMA connection closing: {reason}");
+        } else {
+            Counters::bump(&self.counters.errors, 1);
+            tracing::warn!(peer = %self.peer, "RDMA connection failed: {reason}");
+        }
+        self.closed.send_replace(Some(reason.to_owned()));
+        if let Err(e) = self.rings.fail() {
+            tracing::debug!("moving the QP to the error state: {e}");
+        }
+        self.space.notify_waiters();
+        tracing::debug!(peer = %self.peer, counters = ?self.counters(), "RDMA connection closed");
+    }
+}
