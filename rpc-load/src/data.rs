@@ -54,8 +54,12 @@ pub fn read_data_arg(arg: &str) -> anyhow::Result<String> {
 ///
 /// # Errors
 /// Invalid JSON, an unknown field, or a value of the wrong type, naming the element.
-pub fn messages_from_json(desc: &MessageDescriptor, json: &str) -> anyhow::Result<Vec<DynamicMessage>> {
-    let value: serde_json::Value = serde_json::from_str(json).context("request data is not JSON")?;
+pub fn messages_from_json(
+    desc: &MessageDescriptor,
+    json: &str,
+) -> anyhow::Result<Vec<DynamicMessage>> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).context("request data is not JSON")?;
     let parse = |v: serde_json::Value, what: &str| {
         DynamicMessage::deserialize(desc.clone(), v)
             .with_context(|| format!("{what} is not a valid {}", desc.full_name()))
@@ -74,7 +78,10 @@ pub fn messages_from_json(desc: &MessageDescriptor, json: &str) -> anyhow::Resul
 ///
 /// # Errors
 /// Bytes that are not a valid encoding of `desc`.
-pub fn message_from_binary(desc: &MessageDescriptor, bytes: &[u8]) -> anyhow::Result<DynamicMessage> {
+pub fn message_from_binary(
+    desc: &MessageDescriptor,
+    bytes: &[u8],
+) -> anyhow::Result<DynamicMessage> {
     DynamicMessage::decode(desc.clone(), bytes)
         .with_context(|| format!("binary data is not a valid {}", desc.full_name()))
 }

@@ -169,15 +169,22 @@ impl Target for GrpcTarget {
                     CallError::new(Code::from_u8(status.code() as u8), status.message())
                 })
         };
-        match self.timeout {
-            Some(timeout) => match tokio::time::timeout(timeout, call).await {
-                Ok(result) => result,
-                Err(_) => Err(CallError::new(
-                    Code::DeadlineExceeded,
-                    format!("deadline of {timeout:?} exceeded"),
-                )),
-            },
-            None => call.await,
+        let Some(timeout) = self.timeout else {
+            return call.await;
+        };
+        let started = tokio::time::Instant::now();
+        let deadline_exceeded = || {
+            CallError::new(
+                Code::DeadlineExceeded,
+                format!("deadline of {timeout:?} exceeded"),
+            )
+        };
+        match tokio::time::timeout(timeout, call).await {
+            // The client's deadline decides, as in grpc-go: a server that enforces the same
+            // deadline may answer first, and tonic's answers CANCELLED ("Timeout expired").
+            Ok(Err(_)) if started.elapsed() >= timeout => Err(deadline_exceeded()),
+            Ok(result) => result,
+            Err(_) => Err(deadline_exceeded()),
         }
     }
 }

@@ -60,11 +60,20 @@ pub fn find_method(pool: &DescriptorPool, call: &str) -> anyhow::Result<Method> 
     };
     let Some(service_desc) = pool.get_service_by_name(service) else {
         let known: Vec<String> = pool.services().map(|s| s.full_name().to_owned()).collect();
-        bail!("no service {service:?} in the proto (it has: {})", known.join(", "));
+        bail!(
+            "no service {service:?} in the proto (it has: {})",
+            known.join(", ")
+        );
     };
     let Some(method_desc) = service_desc.methods().find(|m| m.name() == method) else {
-        let known: Vec<String> = service_desc.methods().map(|m| m.name().to_owned()).collect();
-        bail!("service {service} has no method {method:?} (it has: {})", known.join(", "));
+        let known: Vec<String> = service_desc
+            .methods()
+            .map(|m| m.name().to_owned())
+            .collect();
+        bail!(
+            "service {service} has no method {method:?} (it has: {})",
+            known.join(", ")
+        );
     };
     if method_desc.is_client_streaming() || method_desc.is_server_streaming() {
         bail!("{service}/{method} is a streaming method; only unary methods are supported");

@@ -1,5 +1,6 @@
 //! `grpc-echo-server --addr HOST:PORT`: serves `proto/echo.proto`'s Echo over tonic (gRPC,
 //! HTTP/2) until Ctrl-C or SIGTERM. The baseline of the benchmarks (`scripts/bench`).
+#![forbid(unsafe_code)]
 
 use clap::Parser;
 use rpc_load::grpc_echo::GrpcEchoServer;

@@ -48,7 +48,11 @@ enum Shape {
     /// `rate` requests per second.
     Const { rate: f64 },
     /// `start + step * k` requests per second during the `k`-th interval of `interval` s.
-    Step { start: f64, step: f64, interval: f64 },
+    Step {
+        start: f64,
+        step: f64,
+        interval: f64,
+    },
     /// `start + slope * t` requests per second at `t` seconds.
     Line { start: f64, slope: f64 },
 }
@@ -93,7 +97,10 @@ impl Schedule {
     /// # Errors
     /// A rate that is not positive and finite.
     pub fn constant(rate: f64) -> anyhow::Result<Schedule> {
-        ensure!(rate > 0.0 && rate.is_finite(), "the rate must be > 0, got {rate}");
+        ensure!(
+            rate > 0.0 && rate.is_finite(),
+            "the rate must be > 0, got {rate}"
+        );
         Ok(Schedule {
             shape: Shape::Const { rate },
             hold: None,
@@ -107,7 +114,10 @@ impl Schedule {
     pub fn step(ramp: Ramp) -> anyhow::Result<Schedule> {
         check_ramp(&ramp)?;
         let interval = ramp.step_duration.as_secs_f64();
-        ensure!(interval > 0.0, "a step schedule needs --load-step-duration > 0");
+        ensure!(
+            interval > 0.0,
+            "a step schedule needs --load-step-duration > 0"
+        );
         let shape = Shape::Step {
             start: ramp.start,
             step: ramp.step,
@@ -115,7 +125,9 @@ impl Schedule {
         };
         let steps_to_end =
             (ramp.end > 0.0).then(|| ((ramp.end - ramp.start) / ramp.step).ceil().max(0.0));
-        let steps_to_max = ramp.max_duration.map(|m| (m.as_secs_f64() / interval).floor());
+        let steps_to_max = ramp
+            .max_duration
+            .map(|m| (m.as_secs_f64() / interval).floor());
         let hold = min_option(steps_to_end, steps_to_max).map(|k| {
             let reached = ramp.start + ramp.step * k;
             Hold {
@@ -262,9 +274,15 @@ fn check_ramp(ramp: &Ramp) -> anyhow::Result<()> {
         if ramp.end <= 0.0 {
             bail!("a decreasing schedule needs --load-end > 0, so that the rate stays positive");
         }
-        ensure!(ramp.end <= ramp.start, "with --load-step < 0, --load-end must be <= --load-start");
+        ensure!(
+            ramp.end <= ramp.start,
+            "with --load-step < 0, --load-end must be <= --load-start"
+        );
     } else if ramp.end > 0.0 {
-        ensure!(ramp.end >= ramp.start, "with --load-step > 0, --load-end must be >= --load-start");
+        ensure!(
+            ramp.end >= ramp.start,
+            "with --load-step > 0, --load-end must be >= --load-start"
+        );
     }
     Ok(())
 }

@@ -26,7 +26,10 @@ fn assert_inverse(schedule: &Schedule, requests: u64) {
     for i in (0..requests).step_by(7) {
         let t = schedule.send_time(i).unwrap();
         let due = schedule.due_by(t).unwrap();
-        assert!((due - i as f64).abs() < 1e-6 * (i as f64).max(1.0), "request {i}: due {due} at {t:?}");
+        assert!(
+            (due - i as f64).abs() < 1e-6 * (i as f64).max(1.0),
+            "request {i}: due {due} at {t:?}"
+        );
     }
 }
 
@@ -141,9 +144,18 @@ fn line_decreasing() {
 fn invalid_ramps_are_refused() {
     assert!(Schedule::step(ramp(0.0, 10.0, 0.0)).is_err(), "start 0");
     assert!(Schedule::step(ramp(10.0, 0.0, 0.0)).is_err(), "step 0");
-    assert!(Schedule::line(ramp(10.0, -1.0, 0.0)).is_err(), "decreasing without end");
-    assert!(Schedule::line(ramp(10.0, 1.0, 5.0)).is_err(), "end below start");
-    assert!(Schedule::line(ramp(10.0, -1.0, 50.0)).is_err(), "end above start");
+    assert!(
+        Schedule::line(ramp(10.0, -1.0, 0.0)).is_err(),
+        "decreasing without end"
+    );
+    assert!(
+        Schedule::line(ramp(10.0, 1.0, 5.0)).is_err(),
+        "end below start"
+    );
+    assert!(
+        Schedule::line(ramp(10.0, -1.0, 50.0)).is_err(),
+        "end above start"
+    );
     let mut r = ramp(10.0, 1.0, 0.0);
     r.step_duration = Duration::ZERO;
     assert!(Schedule::step(r).is_err(), "zero step duration");

@@ -107,8 +107,8 @@ pub struct Stats {
 impl Stats {
     /// Empty stats whose timeline has intervals of `interval` (non-zero).
     pub fn new(interval: Duration) -> Stats {
-        let mut ok_latency = Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
-            .expect("valid histogram bounds");
+        let mut ok_latency =
+            Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3).expect("valid histogram bounds");
         ok_latency.auto(true);
         Stats {
             ok_latency,
@@ -179,7 +179,8 @@ impl Stats {
             self.count_error(key.clone(), *n);
         }
         if self.timeline.len() < other.timeline.len() {
-            self.timeline.resize(other.timeline.len(), Interval::default());
+            self.timeline
+                .resize(other.timeline.len(), Interval::default());
         }
         for (mine, theirs) in self.timeline.iter_mut().zip(&other.timeline) {
             mine.ok += theirs.ok;
@@ -269,3 +270,6 @@ impl Stats {
 fn nanos(ns: u64) -> Duration {
     Duration::from_nanos(ns)
 }
+
+#[cfg(test)]
+mod tests;

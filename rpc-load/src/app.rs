@@ -1,0 +1,225 @@
+//! The `rpc-load` program: from the parsed command line to a written report.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{ensure, Context};
+use prost_reflect::DynamicMessage;
+use rpc_core::{Channel, ClientConfig};
+
+use crate::cli::{Args, Format};
+use crate::connect::{connect, Address, ConnectSettings};
+use crate::data::{self, Messages};
+use crate::grpc::{self, GrpcSettings, GrpcTarget};
+use crate::proto::{find_method, load_descriptors, Method};
+use crate::report::{Report, ReportOptions};
+use crate::runner::{self, LoadPlan, Monitor, RunOutcome};
+use crate::target::RpcTarget;
+
+/// Runs `rpc-load` with `args` on a runtime of its own and writes the report.
+///
+/// # Errors
+/// Bad arguments, a proto or data error, a failed connect, or an unwritable output.
+pub fn main(args: &Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads(args))
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let report = runtime.block_on(run(args))?;
+    write_report(&report, args.format, args.output.as_deref())
+}
+
+/// Threads of the runtime: `--cpus`, or every CPU this process may use.
+pub fn threads(args: &Args) -> usize {
+    args.cpus
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+}
+
+/// Makes the run `args` describes, on the current tokio runtime, and reports it.
+///
+/// # Errors
+/// As [`main`], except for writing the report.
+pub async fn run(args: &Args) -> anyhow::Result<Report> {
+    let address = Address::parse(args.address()?)?;
+    let plan = args.plan()?;
+    let pool = load_descriptors(&args.proto, &args.import_paths)?;
+    let method = find_method(&pool, &args.call)?;
+
+    let mut messages = match (&args.data, &args.binary_file) {
+        (Some(json), _) => data::messages_from_json(&method.input, &data::read_data_arg(json)?)?,
+        (None, Some(file)) => {
+            let bytes =
+                std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+            vec![data::message_from_binary(&method.input, &bytes)?]
+        }
+        (None, None) => vec![DynamicMessage::new(method.input.clone())],
+    };
+    let payload_field = args
+        .payload_size
+        .map(|size| {
+            data::set_payload(
+                &mut messages,
+                &method.input,
+                size,
+                args.payload_field.as_deref(),
+            )
+        })
+        .transpose()?;
+    let metadata = match &args.metadata {
+        Some(json) => data::metadata_from_json(&data::read_data_arg(json)?)?,
+        None => Vec::new(),
+    };
+    let messages = Arc::new(Messages::new(messages)?);
+
+    let monitor = Arc::new(Monitor::new());
+    let on_ctrl_c = tokio::spawn({
+        let monitor = monitor.clone();
+        async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                monitor.cancel();
+            }
+        }
+    });
+    let progress = crate::progress::spawn(monitor.clone(), &plan);
+    let result = match &address {
+        Address::Rpc(endpoint) => {
+            run_rpc(
+                args,
+                endpoint,
+                &method,
+                &metadata,
+                messages,
+                &plan,
+                monitor.clone(),
+            )
+            .await
+        }
+        Address::Grpc(addr) => {
+            run_grpc(
+                args,
+                addr,
+                &method,
+                &metadata,
+                messages,
+                &plan,
+                monitor.clone(),
+            )
+            .await
+        }
+    };
+    on_ctrl_c.abort();
+    monitor.finish();
+    let _ = progress.await;
+    let (outcome, transport) = result?;
+
+    ensure!(
+        outcome.sent == outcome.stats.count(),
+        "internal error: {} requests sent but {} replies and {} errors counted",
+        outcome.sent,
+        outcome.stats.ok(),
+        outcome.stats.errors()
+    );
+    let options = ReportOptions::new(
+        args,
+        method.name.clone(),
+        plan.total,
+        payload_field,
+        &metadata,
+        threads(args),
+    );
+    Ok(Report::new(&outcome, options, transport))
+}
+
+/// Runs over `--connections` connections of this framework's transports.
+async fn run_rpc(
+    args: &Args,
+    endpoint: &rpc_core::Endpoint,
+    method: &Method,
+    metadata: &[(String, String)],
+    messages: Arc<Messages>,
+    plan: &LoadPlan,
+    monitor: Arc<Monitor>,
+) -> anyhow::Result<(RunOutcome, String)> {
+    let settings = ConnectSettings {
+        connect_timeout: args.connect_timeout,
+        max_message_size: args.max_message_size,
+    };
+    let mut config = ClientConfig::default();
+    config.max_message_size(args.max_message_size);
+    let mut targets = Vec::with_capacity(args.connections);
+    let mut transports = BTreeSet::new();
+    for _ in 0..args.connections {
+        let (conn, transport) = connect(endpoint, &settings).await?;
+        transports.insert(transport);
+        targets.push(Arc::new(RpcTarget::new(
+            Channel::with_config(conn, config.clone()),
+            method.descriptor,
+            method.output.clone(),
+            metadata,
+            args.call_timeout(),
+        )));
+    }
+    let outcome = runner::run(&targets, messages, plan, monitor).await;
+    Ok((
+        outcome,
+        transports.into_iter().collect::<Vec<_>>().join("+"),
+    ))
+}
+
+/// Runs over `--connections` HTTP/2 connections to a gRPC server.
+async fn run_grpc(
+    args: &Args,
+    addr: &str,
+    method: &Method,
+    metadata: &[(String, String)],
+    messages: Arc<Messages>,
+    plan: &LoadPlan,
+    monitor: Arc<Monitor>,
+) -> anyhow::Result<(RunOutcome, String)> {
+    let settings = GrpcSettings {
+        connect_timeout: args.connect_timeout,
+        max_message_size: args.max_message_size,
+    };
+    let mut targets = Vec::with_capacity(args.connections);
+    for _ in 0..args.connections {
+        let channel = grpc::connect(addr, &settings).await?;
+        targets.push(Arc::new(GrpcTarget::new(
+            channel,
+            method.descriptor.path,
+            method.output.clone(),
+            metadata,
+            args.call_timeout(),
+            args.max_message_size,
+        )?));
+    }
+    let outcome = runner::run(&targets, messages, plan, monitor).await;
+    Ok((outcome, "grpc".to_owned()))
+}
+
+/// Renders `report` as `format` into `output`, or to standard output.
+///
+/// # Errors
+/// An unwritable output file.
+pub fn write_report(report: &Report, format: Format, output: Option<&Path>) -> anyhow::Result<()> {
+    let text = match format {
+        Format::Summary => report.to_summary(),
+        Format::Json => report.to_json(false),
+        Format::Pretty => report.to_json(true),
+        Format::Csv => report.to_csv(),
+        Format::Html => report.to_html(),
+    };
+    match output {
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+        }
+        None => {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(text.as_bytes())?;
+            Ok(stdout.flush()?)
+        }
+    }
+}

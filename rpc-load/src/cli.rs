@@ -1,0 +1,270 @@
+//! The command line, modelled on ghz's flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context};
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+
+use crate::runner::LoadPlan;
+use crate::schedule::{Ramp, Schedule};
+
+/// `rpc-load`: load-tests a unary method of an rpc-core service (`tcp://`, `rdma://`,
+/// `auto://`) or of a gRPC server (`grpc://`), from its .proto at run time.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "rpc-load", version, about, long_about = None)]
+pub struct Args {
+    /// Address: tcp://HOST:PORT, rdma://HOST:PORT, auto://HOST:PORT or grpc://HOST:PORT.
+    #[arg(value_name = "ADDR")]
+    pub address: Option<String>,
+    /// The address, as a flag (instead of the positional ADDR).
+    #[arg(long = "addr", value_name = "URL", conflicts_with = "address")]
+    pub addr: Option<String>,
+    /// The .proto file declaring the service.
+    #[arg(long, value_name = "FILE")]
+    pub proto: PathBuf,
+    /// Import paths of the .proto (repeat or separate with commas); the .proto's own
+    /// directory is always searched too.
+    #[arg(
+        short = 'I',
+        long = "import-paths",
+        short_alias = 'i',
+        value_name = "DIR",
+        value_delimiter = ','
+    )]
+    pub import_paths: Vec<PathBuf>,
+    /// The method: package.Service/Method (or package.Service.Method).
+    #[arg(long, value_name = "METHOD")]
+    pub call: String,
+    /// Request data as JSON, or @FILE. A JSON array gives several messages, used round-robin.
+    #[arg(short = 'd', long, value_name = "JSON", conflicts_with = "binary_file")]
+    pub data: Option<String>,
+    /// Request data as one serialized protobuf message in FILE.
+    #[arg(
+        short = 'b',
+        long = "binary-file",
+        short_alias = 'B',
+        value_name = "FILE"
+    )]
+    pub binary_file: Option<PathBuf>,
+    /// Fill a payload of this many bytes into the request (see --payload-field).
+    #[arg(long, value_name = "BYTES")]
+    pub payload_size: Option<usize>,
+    /// The bytes or string field --payload-size fills; default: the first bytes field.
+    #[arg(long, value_name = "FIELD", requires = "payload_size")]
+    pub payload_field: Option<String>,
+    /// Request metadata as a JSON object of strings, or @FILE.
+    #[arg(short = 'm', long, value_name = "JSON")]
+    pub metadata: Option<String>,
+    /// Number of workers, each with one call in flight.
+    #[arg(short = 'c', long, default_value_t = 50)]
+    pub concurrency: usize,
+    /// Number of requests to send (default 200 when no --duration is given).
+    #[arg(short = 'n', long, value_name = "N")]
+    pub total: Option<u64>,
+    /// Send requests for this long, e.g. 10s, 1m; ends the run even before --total.
+    #[arg(short = 'z', long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Rate limit in requests per second for the const schedule; 0 = unlimited.
+    #[arg(short = 'r', long, value_name = "RPS", default_value_t = 0.0)]
+    pub rps: f64,
+    /// Connections to spread the workers over.
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
+    /// Per-call timeout, e.g. 20s; 0 for none.
+    #[arg(short = 't', long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Connect timeout.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+    /// Calls made before the measured run, unpaced, and not counted.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub warmup: u64,
+    /// How the rate evolves: const (-r), step or line (--load-*).
+    #[arg(long, value_enum, default_value_t = LoadSchedule::Const)]
+    pub load_schedule: LoadSchedule,
+    /// Starting rate of a step or line schedule, requests per second.
+    #[arg(long, value_name = "RPS", default_value_t = 0.0)]
+    pub load_start: f64,
+    /// Rate change: per step (step) or per second (line); negative to decrease.
+    #[arg(
+        long,
+        value_name = "RPS",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub load_step: f64,
+    /// Rate at which a step or line schedule stops changing; 0 for none.
+    #[arg(long, value_name = "RPS", default_value_t = 0.0)]
+    pub load_end: f64,
+    /// Length of one step of a step schedule, e.g. 5s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub load_step_duration: Option<Duration>,
+    /// After this long, a step or line schedule holds the rate it reached.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub load_max_duration: Option<Duration>,
+    /// Output format.
+    #[arg(short = 'O', long, value_enum, default_value_t = Format::Summary)]
+    pub format: Format,
+    /// Write the report to FILE instead of standard output.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Threads of the load generator's runtime; default: all CPUs it may use.
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<usize>,
+    /// Largest message sent or received, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    pub max_message_size: usize,
+    /// A name for the run, copied into the report.
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+/// `--load-schedule`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum LoadSchedule {
+    /// Constant rate (-r), or unpaced without -r.
+    Const,
+    /// The rate changes by --load-step every --load-step-duration.
+    Step,
+    /// The rate changes continuously by --load-step per second.
+    Line,
+}
+
+/// `-O`: how the report is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[non_exhaustive]
+pub enum Format {
+    /// ghz's human-readable summary.
+    Summary,
+    /// ghz-compatible JSON (compact).
+    Json,
+    /// The same JSON, indented.
+    Pretty,
+    /// One header line and one line of figures.
+    Csv,
+    /// One self-contained HTML page with charts.
+    Html,
+}
+
+impl Args {
+    /// The address URL, from the positional argument or `--addr`.
+    ///
+    /// # Errors
+    /// If neither is given.
+    pub fn address(&self) -> anyhow::Result<&str> {
+        self.address
+            .as_deref()
+            .or(self.addr.as_deref())
+            .context("no address: give ADDR or --addr URL (tcp://, rdma://, auto://, grpc://)")
+    }
+
+    /// The per-call timeout, `None` for `-t 0`.
+    pub fn call_timeout(&self) -> Option<Duration> {
+        (!self.timeout.is_zero()).then_some(self.timeout)
+    }
+
+    /// The load schedule the flags describe.
+    ///
+    /// # Errors
+    /// Inconsistent `-r`/`--load-*` flags.
+    pub fn schedule(&self) -> anyhow::Result<Schedule> {
+        let ramp = Ramp {
+            start: self.load_start,
+            step: self.load_step,
+            end: self.load_end,
+            step_duration: self.load_step_duration.unwrap_or_default(),
+            max_duration: self.load_max_duration,
+        };
+        match self.load_schedule {
+            LoadSchedule::Const if self.rps > 0.0 => Schedule::constant(self.rps),
+            LoadSchedule::Const => {
+                ensure!(self.rps == 0.0, "-r must not be negative");
+                Ok(Schedule::unpaced())
+            }
+            LoadSchedule::Step => {
+                ensure!(
+                    self.load_step_duration.is_some(),
+                    "--load-schedule step needs --load-step-duration"
+                );
+                Schedule::step(ramp)
+            }
+            LoadSchedule::Line => Schedule::line(ramp),
+        }
+    }
+
+    /// The run the flags describe: `-c`, `-n`/`-z`, schedule, warm-up.
+    ///
+    /// # Errors
+    /// Zero concurrency, more connections than workers, or a bad schedule.
+    pub fn plan(&self) -> anyhow::Result<LoadPlan> {
+        ensure!(self.concurrency >= 1, "-c must be at least 1");
+        ensure!(
+            (1..=self.concurrency).contains(&self.connections),
+            "--connections must be between 1 and -c ({})",
+            self.concurrency
+        );
+        if self.duration.is_some_and(|d| d.is_zero()) {
+            bail!("-z must be positive");
+        }
+        let total = match (self.total, self.duration) {
+            (Some(n), _) => Some(n),
+            (None, Some(_)) => None,
+            (None, None) => Some(200),
+        };
+        // About 300 points for a chart of a -z run, and never finer than 100 ms.
+        let interval = self
+            .duration
+            .map_or(Duration::from_millis(100), |d| d / 300)
+            .max(Duration::from_millis(100));
+        Ok(LoadPlan {
+            concurrency: self.concurrency,
+            total,
+            duration: self.duration,
+            schedule: self.schedule()?,
+            warmup: self.warmup,
+            interval,
+        })
+    }
+}
+
+/// Parses a duration like `500ms`, `10s`, `1.5m`, `2h`, `250us`, `100ns`; a bare number
+/// is seconds.
+///
+/// ```
+/// use std::time::Duration;
+/// use rpc_load::cli::parse_duration;
+/// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert_eq!(parse_duration("20"), Ok(Duration::from_secs(20)));
+/// assert!(parse_duration("fast").is_err());
+/// ```
+///
+/// # Errors
+/// A string of another form, or a negative duration.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 500ms, 10s or 1m"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "us" | "µs" => value / 1e6,
+        "ns" => value / 1e9,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (ns, us, ms, s, m, h)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}

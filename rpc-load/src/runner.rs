@@ -1,0 +1,347 @@
+//! The load loop: workers that claim request numbers, wait for their intended send time,
+//! call a [`Target`] and record the outcome.
+//!
+//! ```text
+//!            next request number (atomic)           schedule.send_time(i)
+//! worker 0 ─┐        │                                      │
+//! worker 1 ─┼─ claim i ─> wait until start + send_time(i) ─> call ─> record(latency)
+//!   ...    ─┘   (stop at -n, at -z, on Ctrl-C)                           │
+//!                                                               stats shard w % shards
+//! ```
+//!
+//! Worker `w` uses target `w % targets.len()`, so `--connections K` spreads the
+//! concurrency evenly over K connections. Under a paced schedule, latency runs from the
+//! *intended* send time, so time a request spent waiting for a free worker counts (no
+//! coordinated omission); unpaced, or when the worker was idle waiting for that time, it
+//! runs from the actual send.
+//!
+//! Invariant: every request counted in `sent` is recorded exactly once, as a reply or as
+//! an error. In-flight calls at the end of `-z` are waited for (bounded by `-t`); calls
+//! cut short by Ctrl-C are recorded as `CANCELLED`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rpc_core::Code;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::data::Messages;
+use crate::schedule::Schedule;
+use crate::stats::{CallError, Stats};
+use crate::target::Target;
+
+/// Shards the measurements are recorded into (fewer if there are fewer workers).
+const MAX_SHARDS: usize = 8;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct LoadPlan {
+    /// Workers, each with at most one call in flight (`-c`, >= 1).
+    pub concurrency: usize,
+    /// Requests to send (`-n`); `None` to run for `duration` only.
+    pub total: Option<u64>,
+    /// How long to send requests (`-z`); `None` to stop at `total` only.
+    pub duration: Option<Duration>,
+    /// When requests are due.
+    pub schedule: Schedule,
+    /// Requests sent, unpaced, before the measured run, and not counted (`--warmup`).
+    pub warmup: u64,
+    /// Width of one interval of the timeline.
+    pub interval: Duration,
+}
+
+/// Why a run ended, with ghz's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EndReason {
+    /// The requested number of calls was made.
+    Normal,
+    /// The duration (`-z`) passed.
+    Timeout,
+    /// Cancelled by the user (Ctrl-C).
+    Cancel,
+}
+
+impl EndReason {
+    /// `normal`, `timeout` or `cancel`, as in ghz's `endReason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Normal => "normal",
+            EndReason::Timeout => "timeout",
+            EndReason::Cancel => "cancel",
+        }
+    }
+}
+
+/// The outcome of a run.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The measurements of the counted calls.
+    pub stats: Stats,
+    /// Requests sent in the measured run; equals `stats.count()`.
+    pub sent: u64,
+    /// From the start of the measured run to the completion of its last call.
+    pub total_time: Duration,
+    /// Why the run ended.
+    pub end_reason: EndReason,
+    /// Warm-up calls made (not counted in `stats`).
+    pub warmup_calls: u64,
+    /// Warm-up calls that failed.
+    pub warmup_errors: u64,
+}
+
+/// The run's phase, as [`Monitor::phase`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Warm-up calls are being made.
+    Warmup,
+    /// The measured run is going on.
+    Measuring,
+    /// All calls have completed.
+    Done,
+}
+
+/// Observes and controls a run from outside: progress and cancellation.
+#[derive(Debug)]
+pub struct Monitor {
+    completed: AtomicU64,
+    phase: AtomicU8,
+    started: OnceLock<Instant>,
+    cancel: watch::Sender<bool>,
+}
+
+impl Default for Monitor {
+    fn default() -> Self {
+        Monitor {
+            completed: AtomicU64::new(0),
+            phase: AtomicU8::new(Phase::Warmup as u8),
+            started: OnceLock::new(),
+            cancel: watch::channel(false).0,
+        }
+    }
+}
+
+impl Monitor {
+    /// A monitor for one run.
+    pub fn new() -> Monitor {
+        Monitor::default()
+    }
+
+    /// Calls completed in the current phase.
+    pub fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Relaxed)
+    }
+
+    /// The current phase.
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Relaxed) {
+            0 => Phase::Warmup,
+            1 => Phase::Measuring,
+            _ => Phase::Done,
+        }
+    }
+
+    /// Time since the measured run started (zero before).
+    pub fn elapsed(&self) -> Duration {
+        self.started.get().map_or(Duration::ZERO, Instant::elapsed)
+    }
+
+    /// Stops the run: no new calls start, calls in flight end as `CANCELLED`.
+    pub fn cancel(&self) {
+        self.cancel.send_replace(true);
+    }
+
+    /// Marks the run as done (ends the progress display), e.g. when it failed to start.
+    pub fn finish(&self) {
+        self.set_phase(Phase::Done);
+    }
+
+    fn is_cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        self.completed.store(0, Ordering::Relaxed);
+        self.phase.store(phase as u8, Ordering::Relaxed);
+    }
+}
+
+/// State shared by the workers of one phase.
+struct Shared {
+    schedule: Schedule,
+    total: Option<u64>,
+    /// `None` during the warm-up and without `-z`.
+    deadline: Option<Instant>,
+    start: Instant,
+    /// The next request number to claim.
+    next: AtomicU64,
+    sent: AtomicU64,
+    time_up: AtomicBool,
+    /// `None` during the warm-up: nothing is recorded.
+    shards: Option<Vec<Mutex<Stats>>>,
+    warmup_errors: AtomicU64,
+    monitor: Arc<Monitor>,
+}
+
+/// Runs `plan` against `targets` (at least one), with request `i` carrying
+/// `messages.get(i)`.
+pub async fn run<T: Target>(
+    targets: &[Arc<T>],
+    messages: Arc<Messages>,
+    plan: &LoadPlan,
+    monitor: Arc<Monitor>,
+) -> RunOutcome {
+    assert!(!targets.is_empty(), "no target");
+    let concurrency = plan.concurrency.max(1);
+
+    let mut warmup_calls = 0;
+    let mut warmup_errors = 0;
+    if plan.warmup > 0 {
+        let warmup = Arc::new(Shared {
+            schedule: Schedule::unpaced(),
+            total: Some(plan.warmup),
+            deadline: None,
+            start: Instant::now(),
+            next: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            time_up: AtomicBool::new(false),
+            shards: None,
+            warmup_errors: AtomicU64::new(0),
+            monitor: monitor.clone(),
+        });
+        run_workers(targets, &messages, &warmup, concurrency).await;
+        warmup_calls = warmup.sent.load(Ordering::Relaxed);
+        warmup_errors = warmup.warmup_errors.load(Ordering::Relaxed);
+    }
+
+    let start = Instant::now();
+    let _ = monitor.started.set(start);
+    monitor.set_phase(Phase::Measuring);
+    let shards = (0..concurrency.min(MAX_SHARDS))
+        .map(|_| Mutex::new(Stats::new(plan.interval)))
+        .collect();
+    let shared = Arc::new(Shared {
+        schedule: plan.schedule,
+        total: plan.total,
+        deadline: plan.duration.map(|d| start + d),
+        start,
+        next: AtomicU64::new(0),
+        sent: AtomicU64::new(0),
+        time_up: AtomicBool::new(false),
+        shards: Some(shards),
+        warmup_errors: AtomicU64::new(0),
+        monitor: monitor.clone(),
+    });
+    run_workers(targets, &messages, &shared, concurrency).await;
+    let total_time = start.elapsed();
+    monitor.set_phase(Phase::Done);
+
+    let mut stats = Stats::new(plan.interval);
+    for shard in shared.shards.iter().flatten() {
+        stats.merge(&shard.lock());
+    }
+    let end_reason = if monitor.is_cancelled() {
+        EndReason::Cancel
+    } else if shared.time_up.load(Ordering::Relaxed) {
+        EndReason::Timeout
+    } else {
+        EndReason::Normal
+    };
+    RunOutcome {
+        stats,
+        sent: shared.sent.load(Ordering::Relaxed),
+        total_time,
+        end_reason,
+        warmup_calls,
+        warmup_errors,
+    }
+}
+
+async fn run_workers<T: Target>(
+    targets: &[Arc<T>],
+    messages: &Arc<Messages>,
+    shared: &Arc<Shared>,
+    concurrency: usize,
+) {
+    let workers: Vec<_> = (0..concurrency)
+        .map(|w| {
+            tokio::spawn(worker(
+                w,
+                targets[w % targets.len()].clone(),
+                messages.clone(),
+                shared.clone(),
+            ))
+        })
+        .collect();
+    for handle in workers {
+        if let Err(e) = handle.await {
+            // A panicking worker is a bug; surface it rather than report wrong counts.
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+}
+
+async fn worker<T: Target>(
+    index: usize,
+    target: Arc<T>,
+    messages: Arc<Messages>,
+    shared: Arc<Shared>,
+) {
+    let mut cancel = shared.monitor.cancel.subscribe();
+    loop {
+        if shared.monitor.is_cancelled() {
+            return;
+        }
+        let i = shared.next.fetch_add(1, Ordering::Relaxed);
+        if shared.total.is_some_and(|n| i >= n) {
+            return;
+        }
+        let now = Instant::now();
+        let intended = shared.schedule.send_time(i).map(|t| shared.start + t);
+        let send_at = intended.unwrap_or(now);
+        if shared.deadline.is_some_and(|d| send_at >= d) {
+            shared.time_up.store(true, Ordering::Relaxed);
+            return;
+        }
+        // Latency runs from the intended send time when the request is late because the
+        // worker was busy (coordinated-omission correction), but from the actual send when
+        // the worker was waiting for its time: then only the timer (1 ms granularity in
+        // tokio) made it late, which is the generator's doing, not the server's.
+        let measure_from = if send_at > now {
+            tokio::select! {
+                () = tokio::time::sleep_until(send_at) => {}
+                _ = cancel.wait_for(|&c| c) => return,
+            }
+            Instant::now()
+        } else {
+            send_at
+        };
+
+        shared.sent.fetch_add(1, Ordering::Relaxed);
+        let message = messages.get(i).clone();
+        let result = tokio::select! {
+            biased;
+            result = target.call(message) => result,
+            _ = cancel.wait_for(|&c| c) => Err(CallError::new(Code::Cancelled, "run cancelled")),
+        };
+        let end = Instant::now();
+        match &shared.shards {
+            Some(shards) => {
+                let shard = &shards[index % shards.len()];
+                shard
+                    .lock()
+                    .record(end - measure_from, end - shared.start, &result);
+            }
+            None => {
+                if result.is_err() {
+                    shared.warmup_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        shared.monitor.completed.fetch_add(1, Ordering::Relaxed);
+    }
+}

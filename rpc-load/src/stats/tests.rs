@@ -1,0 +1,155 @@
+use std::time::Duration;
+
+use super::*;
+
+fn us(n: u64) -> Duration {
+    Duration::from_micros(n)
+}
+
+/// Latencies 1, 2, ..., 10 000 µs, one call each: the k-th percentile is k * 100 µs.
+fn uniform() -> Stats {
+    let mut stats = Stats::new(Duration::from_millis(100));
+    for i in 1..=10_000 {
+        stats.record(us(i), Duration::from_millis(i / 10), &Ok(()));
+    }
+    stats
+}
+
+/// `actual` within the histogram's 3 significant digits of `expected`.
+fn assert_close(actual: Duration, expected: Duration) {
+    let (a, e) = (actual.as_nanos() as f64, expected.as_nanos() as f64);
+    assert!(
+        (a - e).abs() <= e * 1e-3,
+        "expected {expected:?}, got {actual:?}"
+    );
+}
+
+#[test]
+fn percentiles_of_a_uniform_distribution() {
+    let stats = uniform();
+    for (p, expected) in [
+        (10.0, 1_000),
+        (25.0, 2_500),
+        (50.0, 5_000),
+        (75.0, 7_500),
+        (90.0, 9_000),
+        (95.0, 9_500),
+        (99.0, 9_900),
+        (99.9, 9_990),
+    ] {
+        assert_close(stats.percentile(p).unwrap(), us(expected));
+    }
+    assert_eq!(
+        stats.percentile(100.0),
+        Some(us(10_000)),
+        "clamped to the exact slowest"
+    );
+    assert_eq!(stats.fastest(), Some(us(1)));
+    assert_eq!(stats.slowest(), Some(us(10_000)));
+    // Exact mean of 1..=10000 µs.
+    assert_eq!(stats.average(), Duration::from_nanos(5_000_500));
+    assert_eq!(
+        (stats.count(), stats.ok(), stats.errors()),
+        (10_000, 10_000, 0)
+    );
+}
+
+#[test]
+fn percentiles_of_a_bimodal_distribution() {
+    // 90 % at 100 µs, 10 % at 10 ms: p50 and p90 are fast, p95 and p99 slow.
+    let mut stats = Stats::new(Duration::from_millis(100));
+    for i in 0..1_000 {
+        let latency = if i % 10 == 9 { us(10_000) } else { us(100) };
+        stats.record(latency, Duration::ZERO, &Ok(()));
+    }
+    assert_close(stats.percentile(50.0).unwrap(), us(100));
+    assert_close(stats.percentile(90.0).unwrap(), us(100));
+    assert_close(stats.percentile(95.0).unwrap(), us(10_000));
+    assert_close(stats.percentile(99.0).unwrap(), us(10_000));
+}
+
+#[test]
+fn errors_count_in_average_and_status_but_not_in_percentiles() {
+    let mut stats = Stats::new(Duration::from_millis(100));
+    stats.record(us(100), Duration::ZERO, &Ok(()));
+    stats.record(us(300), Duration::ZERO, &Ok(()));
+    let not_found = CallError::new(Code::NotFound, "no key \"x\"");
+    stats.record(us(2), Duration::ZERO, &Err(not_found.clone()));
+    assert_eq!(stats.count(), 3);
+    assert_eq!(
+        stats.fastest(),
+        Some(us(100)),
+        "errors are not the fastest call"
+    );
+    assert_eq!(stats.average(), Duration::from_nanos(134_000));
+    assert_eq!(
+        stats.status_counts(),
+        vec![(Code::Ok, 2), (Code::NotFound, 1)]
+    );
+    assert_eq!(
+        stats.error_counts(),
+        vec![(
+            "rpc error: code = NotFound desc = no key \"x\"".to_owned(),
+            1
+        )]
+    );
+    assert_eq!(
+        not_found.to_ghz_string(),
+        "rpc error: code = NotFound desc = no key \"x\""
+    );
+}
+
+#[test]
+fn no_successful_call_has_no_percentiles() {
+    let mut stats = Stats::new(Duration::from_millis(100));
+    stats.record(
+        us(5),
+        Duration::ZERO,
+        &Err(CallError::new(Code::Unavailable, "down")),
+    );
+    assert_eq!(stats.percentile(50.0), None);
+    assert_eq!(stats.fastest(), None);
+    assert_eq!(stats.average(), us(5));
+}
+
+#[test]
+fn merging_shards_equals_recording_in_one() {
+    let whole = uniform();
+    let mut shards = [
+        Stats::new(Duration::from_millis(100)),
+        Stats::new(Duration::from_millis(100)),
+    ];
+    for i in 1..=10_000u64 {
+        shards[(i % 2) as usize].record(us(i), Duration::from_millis(i / 10), &Ok(()));
+    }
+    let mut merged = Stats::new(Duration::from_millis(100));
+    merged.merge(&shards[0]);
+    merged.merge(&shards[1]);
+    assert_eq!(merged.count(), whole.count());
+    assert_eq!(merged.average(), whole.average());
+    assert_eq!(merged.percentile(99.0), whole.percentile(99.0));
+    assert_eq!(merged.timeline(), whole.timeline());
+    // 1000 ms of completions at 100 ms intervals (the last call lands in interval 10).
+    assert_eq!(merged.timeline().len(), 11);
+    assert_eq!(merged.timeline()[0].ok, 999);
+}
+
+#[test]
+fn distinct_errors_are_capped() {
+    let mut stats = Stats::new(Duration::from_millis(100));
+    for i in 0..MAX_DISTINCT_ERRORS + 10 {
+        let error = CallError::new(Code::Internal, format!("error {i}"));
+        stats.record(us(1), Duration::ZERO, &Err(error));
+    }
+    let errors = stats.error_counts();
+    assert_eq!(errors.len(), MAX_DISTINCT_ERRORS + 1);
+    assert_eq!(errors[0], (OTHER_ERRORS.to_owned(), 10));
+}
+
+#[test]
+fn code_names_are_grpc_go_names() {
+    assert_eq!(code_name(Code::Ok), "OK");
+    assert_eq!(code_name(Code::Cancelled), "Canceled");
+    assert_eq!(code_name(Code::DeadlineExceeded), "DeadlineExceeded");
+    assert_eq!(code_name(Code::ResourceExhausted), "ResourceExhausted");
+}

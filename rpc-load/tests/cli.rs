@@ -1,0 +1,178 @@
+//! The `rpc-load` and `grpc-echo-server` binaries as a user runs them: output formats
+//! and ghz's JSON field names.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+
+/// Runs the `rpc-load` binary with `args` (off the async runtime).
+async fn rpc_load(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_rpc-load"))
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn base_args(url: &str, rest: &[&str]) -> Vec<String> {
+    let proto = proto_dir().join("echo.proto");
+    let mut args = vec![
+        "--proto".to_owned(),
+        proto.display().to_string(),
+        "--call".to_owned(),
+        "echo.Echo/Echo".to_owned(),
+        "--payload-size".to_owned(),
+        "64".to_owned(),
+        "-c".to_owned(),
+        "4".to_owned(),
+        "-n".to_owned(),
+        "100".to_owned(),
+    ];
+    args.extend(rest.iter().map(|s| (*s).to_owned()));
+    args.push(url.to_owned());
+    args
+}
+
+fn stdout_of(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "rpc-load failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_report_has_ghz_fields() {
+    let url = start_rpc_server().await;
+    let out = rpc_load(base_args(&url, &["-O", "json", "--name", "t1"])).await;
+    let json: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    for key in ["count", "total", "average", "fastest", "slowest"] {
+        assert!(json[key].is_u64(), "{key} in ns: {}", json[key]);
+    }
+    assert_eq!(json["count"], 100);
+    assert!(json["rps"].as_f64().unwrap() > 0.0);
+    assert_eq!(json["name"], "t1");
+    assert_eq!(json["endReason"], "normal");
+    assert!(json["date"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        json["statusCodeDistribution"],
+        serde_json::json!({"OK": 100})
+    );
+    assert_eq!(json["errorDistribution"], serde_json::json!({}));
+    let latencies = json["latencyDistribution"].as_array().unwrap();
+    let percentages: Vec<u64> = latencies
+        .iter()
+        .map(|p| p["percentage"].as_u64().unwrap())
+        .collect();
+    assert_eq!(percentages, [10, 25, 50, 75, 90, 95, 99]);
+    assert!(latencies.iter().all(|p| p["latency"].is_u64()));
+    assert_eq!(json["tailLatencyDistribution"][0]["percentage"], 99.9);
+    let histogram = json["histogram"].as_array().unwrap();
+    assert_eq!(histogram.len(), 11);
+    assert!(histogram[0]["mark"].is_f64() && histogram[0]["frequency"].is_f64());
+    assert_eq!(
+        histogram
+            .iter()
+            .map(|b| b["count"].as_u64().unwrap())
+            .sum::<u64>(),
+        100
+    );
+    assert_eq!(json["details"], serde_json::json!([]));
+    assert_eq!(json["options"]["call"], "echo.Echo/Echo");
+    assert_eq!(json["options"]["concurrency"], 4);
+    assert_eq!(json["options"]["total"], 100);
+    assert_eq!(json["options"]["payload-size"], 64);
+    assert_eq!(json["transport"], "tcp");
+    assert_eq!(json["sent"], 100);
+    assert!(json["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert!(!json["machine"]["cpuModel"].as_str().unwrap().is_empty());
+    assert!(json["clientCpu"]["userSeconds"].is_f64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summary_csv_and_html() {
+    let url = start_rpc_server().await;
+    let summary = stdout_of(&rpc_load(base_args(&url, &[])).await);
+    for part in [
+        "Summary:",
+        "Count:\t100",
+        "Requests/sec:",
+        "Response time histogram:",
+        "Latency distribution:",
+        "99.9 % in",
+        "Status code distribution:",
+        "[OK]",
+    ] {
+        assert!(summary.contains(part), "{part:?} missing from:\n{summary}");
+    }
+
+    let csv = stdout_of(&rpc_load(base_args(&url, &["-O", "csv"])).await);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "{csv}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let row: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!(header.len(), row.len());
+    assert_eq!(
+        row[header.iter().position(|h| *h == "count").unwrap()],
+        "100"
+    );
+    assert!(header.contains(&"p99_9_ns"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.html");
+    let file_arg = file.display().to_string();
+    let out = rpc_load(base_args(&url, &["-O", "html", "-o", &file_arg])).await;
+    assert!(stdout_of(&out).is_empty(), "-o writes the file, not stdout");
+    let html = std::fs::read_to_string(&file).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert_eq!(
+        html.matches("<svg").count(),
+        3,
+        "histogram, latency and throughput charts"
+    );
+    assert!(html.contains("Latency histogram") && html.contains("Throughput over time"));
+    assert!(
+        !html.contains("<script") && !html.contains("src=") && !html.contains("href="),
+        "self-contained"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_errors_exit_non_zero() {
+    let out = rpc_load(base_args("ftp://127.0.0.1:1", &[])).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rpc-load:"));
+}
+
+/// `grpc-echo-server` serves what `rpc-load` measures over grpc://.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_echo_server_binary() {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_grpc-echo-server"))
+        .args(["--addr", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
+    assert!(url.starts_with("grpc://127.0.0.1:"), "{line}");
+
+    let out = rpc_load(base_args(&url, &["-O", "json"])).await;
+    server.kill().unwrap();
+    let _ = server.wait();
+    let json: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    assert_eq!(
+        json["statusCodeDistribution"],
+        serde_json::json!({"OK": 100})
+    );
+    assert_eq!(json["transport"], "grpc");
+}

@@ -1,0 +1,287 @@
+//! End to end over tcp:// against the examples' echo and kv services on 127.0.0.1.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use rpc_load::app;
+
+/// Every 4th request is over the server's message limit: those fail with
+/// RESOURCE_EXHAUSTED, and the run goes on over the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_requests_show_up_in_the_error_distribution() {
+    let url = start_rpc_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.json");
+    let big = "A".repeat(((2 * SERVER_MAX) / 3) * 4); // base64 of 2 MiB
+    let small = r#"{"payload": "aGVsbG8="}"#;
+    let json = format!(r#"[{small}, {small}, {small}, {{"payload": "{big}"}}]"#);
+    std::fs::write(&data, json).unwrap();
+    let data_arg = format!("@{}", data.display());
+
+    let report = app::run(&args(
+        "echo.proto",
+        &[
+            "--call",
+            "echo.Echo/Echo",
+            "-d",
+            &data_arg,
+            "-c",
+            "4",
+            "-n",
+            "200",
+            &url,
+        ],
+    ))
+    .await
+    .unwrap();
+
+    assert_eq!(report.count, 200, "every request counted");
+    assert_eq!(
+        report.sent,
+        report.ok + report.errors,
+        "sent = replies + errors"
+    );
+    assert_eq!(report.status_code_distribution.get("OK"), Some(&150));
+    assert_eq!(
+        report.status_code_distribution.get("ResourceExhausted"),
+        Some(&50)
+    );
+    assert_eq!(report.error_distribution.values().sum::<u64>(), 50);
+    let (error, _) = report.error_distribution.iter().next().unwrap();
+    assert!(
+        error.starts_with("rpc error: code = ResourceExhausted desc = "),
+        "{error}"
+    );
+    assert_eq!(report.end_reason, "normal");
+    assert_eq!(report.transport, "tcp");
+    assert!(report.fastest > 0 && report.fastest <= report.slowest);
+    assert_eq!(report.latency_distribution.len(), 7);
+    assert_eq!(report.histogram.iter().map(|b| b.count).sum::<u64>(), 150);
+}
+
+/// kv: a Put, then Gets where every 3rd key is missing (NOT_FOUND), over 2 connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_found_keys_mixed_into_kv_gets() {
+    let url = start_rpc_server().await;
+    let put = app::run(&args(
+        "kv.proto",
+        &[
+            "--call",
+            "kv.Kv/Put",
+            "-d",
+            r#"{"key": "present", "value": "dg=="}"#,
+            "-n",
+            "1",
+            "-c",
+            "1",
+            &url,
+        ],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(put.status_code_distribution.get("OK"), Some(&1));
+
+    let data = r#"[{"key": "present"}, {"key": "present"}, {"key": "missing"}]"#;
+    let report = app::run(&args(
+        "kv.proto",
+        &[
+            "--call",
+            "kv.Kv/Get",
+            "-d",
+            data,
+            "-c",
+            "8",
+            "--connections",
+            "2",
+            "-n",
+            "300",
+            "--warmup",
+            "30",
+            &url,
+        ],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(report.count, 300);
+    assert_eq!(report.sent, report.ok + report.errors);
+    assert_eq!(report.ok, 200);
+    assert_eq!(report.status_code_distribution.get("NotFound"), Some(&100));
+    assert_eq!(
+        report
+            .error_distribution
+            .get(r#"rpc error: code = NotFound desc = no key "missing""#),
+        Some(&100)
+    );
+    assert_eq!((report.warmup.calls, report.warmup.errors), (30, 10));
+    assert_eq!(report.options.connections, 2);
+}
+
+/// Under -r, latency runs from the intended send time: one worker facing a server that
+/// takes 50 ms per call while the schedule asks for one call every 10 ms falls behind,
+/// and the queueing shows in the latencies (no coordinated omission).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limited_latency_includes_queueing() {
+    let url = start_rpc_server().await;
+    let started = Instant::now();
+    let report = app::run(&args(
+        "echo.proto",
+        &[
+            "--call",
+            "echo.Echo/Echo",
+            "-d",
+            r#"{"delayMs": 50}"#,
+            "-c",
+            "1",
+            "-n",
+            "12",
+            "-r",
+            "100",
+            &url,
+        ],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(report.count, 12);
+    // Request 11 was due at 110 ms but could only start at about 11 * 50 ms = 550 ms.
+    let slowest = Duration::from_nanos(report.slowest);
+    assert!(slowest > Duration::from_millis(450), "slowest {slowest:?}");
+    assert!(Duration::from_nanos(report.fastest) < Duration::from_millis(150));
+    assert!(started.elapsed() >= Duration::from_millis(600));
+}
+
+/// A constant rate paces the run: 100 requests at 200/s take about half a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constant_rate_paces_the_run() {
+    let url = start_rpc_server().await;
+    let report = app::run(&args(
+        "echo.proto",
+        &[
+            "--call",
+            "echo.Echo/Echo",
+            "-c",
+            "4",
+            "-n",
+            "100",
+            "-r",
+            "200",
+            &url,
+        ],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(report.ok, 100);
+    let total = Duration::from_nanos(report.total);
+    assert!(total >= Duration::from_millis(490), "total {total:?}");
+    assert!(total < Duration::from_secs(3), "total {total:?}");
+}
+
+/// -z ends the run by time; a step schedule sends what its arithmetic says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_and_step_schedule() {
+    let url = start_rpc_server().await;
+    let report = app::run(&args(
+        "echo.proto",
+        &[
+            "--call",
+            "echo.Echo/Echo",
+            "-c",
+            "4",
+            "-z",
+            "1s",
+            "--load-schedule",
+            "step",
+            "--load-start",
+            "50",
+            "--load-step",
+            "50",
+            "--load-step-duration",
+            "200ms",
+            "--load-end",
+            "150",
+            &url,
+        ],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(report.end_reason, "timeout");
+    // Due within 1 s: 0.2 s x (50 + 100 + 150 + 150 + 150) = 120 requests.
+    assert!(
+        (118..=121).contains(&report.count),
+        "count {}",
+        report.count
+    );
+    assert_eq!(report.sent, report.ok + report.errors);
+    assert!(!report.timeline.is_empty());
+}
+
+/// The per-call timeout turns slow calls into DEADLINE_EXCEEDED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_call_timeout() {
+    let url = start_rpc_server().await;
+    let data = r#"[{"delayMs": 0}, {"delayMs": 1000}]"#;
+    let report = app::run(&args(
+        "echo.proto",
+        &[
+            "--call",
+            "echo.Echo/Echo",
+            "-d",
+            data,
+            "-c",
+            "2",
+            "-n",
+            "4",
+            "-t",
+            "300ms",
+            &url,
+        ],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(report.ok, 2);
+    assert_eq!(
+        report.status_code_distribution.get("DeadlineExceeded"),
+        Some(&2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_targets_fail_before_the_run() {
+    for (rest, expected) in [
+        (
+            &["--call", "echo.Echo/Echo", "rdma://127.0.0.1:1"][..],
+            "not wired yet",
+        ),
+        (
+            &["--call", "echo.Echo/Echo", "tcp://127.0.0.1:1"],
+            "cannot connect",
+        ),
+        (
+            &["--call", "echo.Echo/Nope", "tcp://127.0.0.1:1"],
+            "no method",
+        ),
+        (
+            &[
+                "--call",
+                "echo.Echo/Echo",
+                "-c",
+                "2",
+                "--connections",
+                "3",
+                "tcp://127.0.0.1:1",
+            ],
+            "--connections",
+        ),
+        (
+            &["--call", "echo.Echo/Echo", "http://127.0.0.1:1"],
+            "expected tcp://",
+        ),
+    ] {
+        let error = format!(
+            "{:#}",
+            app::run(&args("echo.proto", rest)).await.unwrap_err()
+        );
+        assert!(error.contains(expected), "{rest:?}: {error}");
+    }
+}
