@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use rpc_core::{Endpoint, TransportKind};
-use rpc_transport_tcp::{TcpConfig, TcpConnection};
+use rpc_core::Endpoint;
+use rpc_transport_rdma::{AnyConnection, TransportSettings};
 
 /// Where to send the load.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +57,7 @@ impl Address {
 
 /// The connection type behind `tcp://`, `rdma://` and `auto://`: what the runner is
 /// instantiated with.
-pub type RpcConnection = TcpConnection;
+pub type RpcConnection = AnyConnection;
 
 /// Settings of the connections to the server under test.
 #[derive(Debug, Clone)]
@@ -80,22 +80,15 @@ pub async fn connect(
     endpoint: &Endpoint,
     settings: &ConnectSettings,
 ) -> anyhow::Result<(RpcConnection, String)> {
-    match endpoint.kind {
-        TransportKind::Tcp => {
-            let mut config = TcpConfig::default();
-            config.max_message_size(settings.max_message_size);
-            let conn = tokio::time::timeout(
-                settings.connect_timeout,
-                TcpConnection::connect(endpoint.address.as_str(), &config),
-            )
-            .await
-            .with_context(|| format!("connecting to {endpoint} timed out"))?
-            .with_context(|| format!("cannot connect to {endpoint}"))?;
-            Ok((conn, "tcp".to_owned()))
-        }
-        other => bail!(
-            "{}:// is not wired yet in rpc-load (waiting for rpc-transport-rdma); use tcp:// or grpc://",
-            other.scheme()
-        ),
-    }
+    let mut transport = TransportSettings::default();
+    transport.max_message_size(settings.max_message_size);
+    let conn = tokio::time::timeout(
+        settings.connect_timeout,
+        rpc_transport_rdma::connect(endpoint, &transport),
+    )
+    .await
+    .with_context(|| format!("connecting to {endpoint} timed out"))?
+    .with_context(|| format!("cannot connect to {endpoint}"))?;
+    let used = conn.transport().scheme().to_owned();
+    Ok((conn, used))
 }

@@ -251,7 +251,7 @@ async fn bad_targets_fail_before_the_run() {
     for (rest, expected) in [
         (
             &["--call", "echo.Echo/Echo", "rdma://127.0.0.1:1"][..],
-            "not wired yet",
+            "cannot connect",
         ),
         (
             &["--call", "echo.Echo/Echo", "tcp://127.0.0.1:1"],
