@@ -258,9 +258,10 @@ async fn accept_loop(
                 let (tx, settings) = (tx.clone(), settings.clone());
                 tokio::spawn(async move {
                     match classify(stream, &settings, serves_rdma).await {
-                        Ok(conn) => {
+                        Ok(Some(conn)) => {
                             let _ = tx.send(conn).await;
                         }
+                        Ok(None) => tracing::debug!(%peer, "connection closed before a byte"),
                         Err(e) => tracing::warn!(%peer, "dropping connection: {e}"),
                     }
                 });
@@ -274,27 +275,36 @@ async fn accept_loop(
 }
 
 /// Tells a plain TCP client from an RDMA handshake by the first 8 bytes.
+///
+/// # Returns
+/// `Ok(None)` for a peer that left without sending a byte (a port probe: health checks,
+/// load balancers), which is not worth a warning.
 async fn classify(
     mut stream: TcpStream,
     settings: &TransportSettings,
     serves_rdma: bool,
-) -> Result<AnyConnection, String> {
+) -> Result<Option<AnyConnection>, String> {
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     let mut first = [0u8; 8];
-    stream
-        .read_exact(&mut first)
-        .await
-        .map_err(|e| format!("reading the first bytes: {e}"))?;
+    let mut got = 0;
+    while got < first.len() {
+        match stream.read(&mut first[got..]).await {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(format!("connection closed after {got} bytes")),
+            Ok(n) => got += n,
+            Err(e) => return Err(format!("reading the first bytes: {e}")),
+        }
+    }
     if &first != HELLO {
         return TcpConnection::from_stream_with_prefix(stream, &settings.tcp, &first)
-            .map(AnyConnection::Tcp)
+            .map(|c| Some(AnyConnection::Tcp(c)))
             .map_err(|e| e.to_string());
     }
     let rdma = serves_rdma.then_some(&settings.rdma);
     match setup::server(stream, rdma).await? {
-        Ok(conn) => Ok(AnyConnection::Rdma(conn)),
+        Ok(conn) => Ok(Some(AnyConnection::Rdma(conn))),
         Err(stream) => TcpConnection::from_stream(stream, &settings.tcp)
-            .map(AnyConnection::Tcp)
+            .map(|c| Some(AnyConnection::Tcp(c)))
             .map_err(|e| e.to_string()),
     }
 }
