@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_util::future::{AbortHandle, Abortable};
@@ -142,14 +143,32 @@ impl<C: Connection> Ctx<'_, C> {
         };
         let timeout = (header.timeout_us > 0).then(|| Duration::from_micros(header.timeout_us));
         // Decodes the request from the borrowed buffer; the buffer is released after this.
-        let call = route.service.call(
+        let mut call = route.service.call(
             route.index,
             Request::from_parts(metadata, frame.payload, timeout),
         );
+        let span = tracing::info_span!("rpc", method = route.method.path, call_id);
+
+        // Fast path: a handler that is done on its first poll (no I/O, no waiting) is
+        // answered from here, saving a task spawn and a wake-up per call. A handler that
+        // is not done is polled again by its own task below, which registers a real waker
+        // (futures re-register on every poll, so the no-op waker here is never relied on).
+        let first_poll = {
+            let _entered = span.enter();
+            let mut cx = Context::from_waker(Waker::noop());
+            call.as_mut().poll(&mut cx)
+        };
+        if let Poll::Ready(outcome) = first_poll {
+            drop(permit);
+            respond(&**self.conn, call_id, outcome)
+                .instrument(span)
+                .await;
+            return;
+        }
+
         let (handle, registration) = AbortHandle::new_pair();
         self.running.lock().insert(call_id, handle);
 
-        let span = tracing::info_span!("rpc", method = route.method.path, call_id);
         let conn = self.conn.clone();
         let running = self.running.clone();
         let alive = alive.clone();
@@ -168,29 +187,41 @@ impl<C: Connection> Ctx<'_, C> {
                 let outcome = Abortable::new(call, registration).await;
                 running.lock().remove(&call_id);
                 drop(permit);
-                let sent = match outcome {
-                    Err(_aborted) => return,
-                    Ok(Ok(response)) => {
-                        let (metadata, message) = response.into_parts();
-                        let mut header = Header::new(FrameKind::Response, call_id);
-                        header.flags = Flags::END_STREAM;
-                        header.payload_len = message.encoded_len() as u32;
-                        send_frame(&*conn, header, &metadata, |buf| message.encode_to(buf)).await
-                    }
-                    Ok(Err(status)) => {
-                        tracing::debug!(code = %status.code(), "call failed: {}", status.message());
-                        send_status(&*conn, call_id, &status).await
-                    }
-                };
-                if let Err(e) = sent {
-                    tracing::debug!("response not sent: {e}");
+                if let Ok(outcome) = outcome {
+                    respond(&*conn, call_id, outcome).await;
                 }
                 drop(alive);
             }
             .instrument(span),
         );
     }
+}
 
+/// Sends a handler's outcome: the response message, or its status.
+async fn respond<C: Connection>(
+    conn: &C,
+    call_id: u64,
+    outcome: Result<crate::Response<crate::service::BoxMessage>, Status>,
+) {
+    let sent = match outcome {
+        Ok(response) => {
+            let (metadata, message) = response.into_parts();
+            let mut header = Header::new(FrameKind::Response, call_id);
+            header.flags = Flags::END_STREAM;
+            header.payload_len = message.encoded_len() as u32;
+            send_frame(conn, header, &metadata, |buf| message.encode_to(buf)).await
+        }
+        Err(status) => {
+            tracing::debug!(code = %status.code(), "call failed: {}", status.message());
+            send_status(conn, call_id, &status).await
+        }
+    };
+    if let Err(e) = sent {
+        tracing::debug!("response not sent: {e}");
+    }
+}
+
+impl<C: Connection> Ctx<'_, C> {
     /// Sends a control frame or a failed response from its own task, so that the reader
     /// never waits for send credit.
     fn reply_later(&self, kind: FrameKind, call_id: u64, status: Option<Status>) {
