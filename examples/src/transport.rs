@@ -105,3 +105,32 @@ impl Resolved {
         .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", self.endpoint))
     }
 }
+
+/// Serves `service` on the address from `args` (default `default_addr`) until Ctrl-C,
+/// then shuts down gracefully: what every example server's `main` does.
+///
+/// # Errors
+/// A bad address or config, a bind failure, or a listener error.
+pub async fn serve_until_ctrl_c(
+    args: &TransportArgs,
+    default_addr: &str,
+    default_max: usize,
+    service: impl rpc_core::codegen::Service,
+) -> anyhow::Result<()> {
+    let resolved = args.resolve(default_addr, default_max)?;
+    let listener = resolved.listen().await?;
+    let mut config = rpc_core::ServerConfig::default();
+    config.max_message_size(resolved.max_message_size);
+    let server = rpc_core::Server::builder()
+        .add_service(service)
+        .map_err(anyhow::Error::msg)?
+        .config(config)
+        .build();
+    server
+        .serve_with_shutdown(listener, async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("shutting down");
+        })
+        .await?;
+    Ok(())
+}

@@ -2,9 +2,8 @@
 
 use clap::Parser;
 use examples::echo::echo_server::EchoServer;
-use examples::transport::TransportArgs;
+use examples::transport::{serve_until_ctrl_c, TransportArgs};
 use examples::EchoService;
-use rpc_core::{Server, ServerConfig};
 
 /// Serves the echo service.
 #[derive(Parser, Debug)]
@@ -17,20 +16,6 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     examples::init_tracing();
     let args = Args::parse();
-    let resolved = args.transport.resolve("auto://127.0.0.1:50051", 16 << 20)?;
-    let listener = resolved.listen().await?;
-    let mut config = ServerConfig::default();
-    config.max_message_size(resolved.max_message_size);
-    let server = Server::builder()
-        .add_service(EchoServer::new(EchoService))
-        .map_err(anyhow::Error::msg)?
-        .config(config)
-        .build();
-    server
-        .serve_with_shutdown(listener, async {
-            let _ = tokio::signal::ctrl_c().await;
-            tracing::info!("shutting down");
-        })
-        .await?;
-    Ok(())
+    let service = EchoServer::new(EchoService);
+    serve_until_ctrl_c(&args.transport, "auto://127.0.0.1:50051", 16 << 20, service).await
 }

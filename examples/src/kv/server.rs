@@ -2,9 +2,8 @@
 
 use clap::Parser;
 use examples::kv::kv_server::KvServer;
-use examples::transport::TransportArgs;
+use examples::transport::{serve_until_ctrl_c, TransportArgs};
 use examples::{KvStore, KV_MAX_MESSAGE_SIZE};
-use rpc_core::{Server, ServerConfig};
 
 /// Serves the key-value store.
 #[derive(Parser, Debug)]
@@ -17,22 +16,12 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     examples::init_tracing();
     let args = Args::parse();
-    let resolved = args
-        .transport
-        .resolve("auto://127.0.0.1:50052", KV_MAX_MESSAGE_SIZE)?;
-    let listener = resolved.listen().await?;
-    let mut config = ServerConfig::default();
-    config.max_message_size(resolved.max_message_size);
-    let server = Server::builder()
-        .add_service(KvServer::new(KvStore::default()))
-        .map_err(anyhow::Error::msg)?
-        .config(config)
-        .build();
-    server
-        .serve_with_shutdown(listener, async {
-            let _ = tokio::signal::ctrl_c().await;
-            tracing::info!("shutting down");
-        })
-        .await?;
-    Ok(())
+    let service = KvServer::new(KvStore::default());
+    serve_until_ctrl_c(
+        &args.transport,
+        "auto://127.0.0.1:50052",
+        KV_MAX_MESSAGE_SIZE,
+        service,
+    )
+    .await
 }
