@@ -40,7 +40,8 @@ pub struct Resolved {
 }
 
 impl TransportArgs {
-    /// Combines defaults, the config file and the flags (in rising priority).
+    /// Combines defaults, the config file, `RPC_*` environment variables and the flags (in
+    /// rising priority).
     ///
     /// # Errors
     /// A bad URL or config file.
@@ -57,6 +58,12 @@ impl TransportArgs {
             }
             max = file.max_message_size.unwrap_or(max);
         }
+        let env = FileConfig::from_env().map_err(anyhow::Error::msg)?;
+        env.apply(&mut settings).map_err(anyhow::Error::msg)?;
+        if let Some(a) = env.address {
+            addr = a;
+        }
+        max = env.max_message_size.unwrap_or(max);
         if let Some(a) = &self.addr {
             addr = a.clone();
         }

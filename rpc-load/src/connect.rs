@@ -80,7 +80,12 @@ pub async fn connect(
     endpoint: &Endpoint,
     settings: &ConnectSettings,
 ) -> anyhow::Result<(RpcConnection, String)> {
+    // RDMA tunables may come from RPC_RDMA_* environment variables (see
+    // rpc_transport_rdma::FileConfig::from_env); the message limit is rpc-load's own.
     let mut transport = TransportSettings::default();
+    rpc_transport_rdma::FileConfig::from_env()
+        .and_then(|env| env.apply(&mut transport))
+        .map_err(anyhow::Error::msg)?;
     transport.max_message_size(settings.max_message_size);
     let conn = tokio::time::timeout(
         settings.connect_timeout,

@@ -15,6 +15,8 @@
 //! ping_timeout_ms = 5000
 //! read_chunk = 1048576
 //! ```
+//!
+//! The same settings can come from environment variables: see [`FileConfig::from_env`].
 
 use std::path::Path;
 use std::time::Duration;
@@ -79,6 +81,52 @@ impl FileConfig {
         FileConfig::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
+    /// The same settings from environment variables, for deployments that configure by
+    /// environment: `RPC_ADDRESS`, `RPC_MAX_MESSAGE_SIZE` and `RPC_RDMA_<FIELD>` for every
+    /// field of the `[rdma]` table in upper case (`RPC_RDMA_DEVICE`, `RPC_RDMA_RING_SLOTS`,
+    /// `RPC_RDMA_SLOT_SIZE`, `RPC_RDMA_EAGER_THRESHOLD`, `RPC_RDMA_POLL_SPIN_US`,
+    /// `RPC_RDMA_PING_INTERVAL_MS`, `RPC_RDMA_PING_TIMEOUT_MS`, `RPC_RDMA_READ_CHUNK`).
+    ///
+    /// # Errors
+    /// A variable that is set but not a number where one is needed, naming it.
+    pub fn from_env() -> Result<FileConfig, String> {
+        FileConfig::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`FileConfig::from_env`] over any source of variables (testable).
+    ///
+    /// # Errors
+    /// As [`FileConfig::from_env`].
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<FileConfig, String> {
+        fn num<T: std::str::FromStr>(
+            get: &impl Fn(&str) -> Option<String>,
+            name: &str,
+        ) -> Result<Option<T>, String> {
+            match get(name) {
+                None => Ok(None),
+                Some(v) => v
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| format!("{name}={v:?} is not a number")),
+            }
+        }
+        Ok(FileConfig {
+            address: get("RPC_ADDRESS"),
+            max_message_size: num(&get, "RPC_MAX_MESSAGE_SIZE")?,
+            rdma: RdmaSection {
+                device: get("RPC_RDMA_DEVICE"),
+                ring_slots: num(&get, "RPC_RDMA_RING_SLOTS")?,
+                slot_size: num(&get, "RPC_RDMA_SLOT_SIZE")?,
+                eager_threshold: num(&get, "RPC_RDMA_EAGER_THRESHOLD")?,
+                poll_spin_us: num(&get, "RPC_RDMA_POLL_SPIN_US")?,
+                ping_interval_ms: num(&get, "RPC_RDMA_PING_INTERVAL_MS")?,
+                ping_timeout_ms: num(&get, "RPC_RDMA_PING_TIMEOUT_MS")?,
+                read_chunk: num(&get, "RPC_RDMA_READ_CHUNK")?,
+            },
+        })
+    }
+
     /// Applies every field that is set to `settings`.
     ///
     /// # Errors
@@ -132,6 +180,29 @@ mod tests {
         assert_eq!(settings.rdma.max_message_size, 1 << 20);
         assert_eq!(settings.tcp.max_message_size, 1 << 20);
         assert_eq!(settings.rdma.ping_timeout, Duration::from_millis(900));
+    }
+
+    #[test]
+    fn environment_variables_map_to_the_same_fields() {
+        let vars = [
+            ("RPC_RDMA_POLL_SPIN_US", "500"),
+            ("RPC_MAX_MESSAGE_SIZE", "2048"),
+            ("RPC_RDMA_DEVICE", "rxe1"),
+        ];
+        let get = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        let env = FileConfig::from_vars(get).unwrap();
+        let mut settings = TransportSettings::default();
+        env.apply(&mut settings).unwrap();
+        assert_eq!(settings.rdma.poll_spin, Duration::from_micros(500));
+        assert_eq!(settings.tcp.max_message_size, 2048);
+        assert_eq!(settings.rdma.device.as_deref(), Some("rxe1"));
+        assert!(
+            FileConfig::from_vars(|n| (n == "RPC_RDMA_SLOT_SIZE").then(|| "big".into())).is_err()
+        );
     }
 
     #[test]
