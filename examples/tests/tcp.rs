@@ -258,9 +258,12 @@ async fn a_reconnecting_channel_reaches_a_restarted_server() {
         .unwrap();
     stop.send(()).unwrap();
     first.await.unwrap().unwrap();
-    // The old connection is gone: the next call either fails (no server) or reconnects.
-    let status = client.echo(EchoRequest::default()).await.unwrap_err();
-    assert_eq!(status.code(), Code::Unavailable, "{status}");
+    // The old connection is gone and nothing listens: calls fail (on the dead connection,
+    // then because the dial is refused, then at once within the back-off).
+    for _ in 0..3 {
+        let status = client.echo(EchoRequest::default()).await.unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{status}");
+    }
     let listener = TcpListener::bind(addr.as_str(), tcp_config(BIG))
         .await
         .unwrap();
@@ -269,6 +272,8 @@ async fn a_reconnecting_channel_reaches_a_restarted_server() {
             .serve(listener)
             .await
     });
+    // Once the back-off has passed, the next call dials the restarted server.
+    tokio::time::sleep(rpc_core::REDIAL_BACKOFF).await;
     let reply = client
         .echo(EchoRequest {
             payload: b"two".to_vec(),

@@ -24,7 +24,8 @@ use crate::{ClientConfig, Code, Metadata, Request, Response, Status};
 /// connection closes when the last clone is dropped. A channel made with
 /// [`Channel::with_reconnect`] dials a new connection for the first call after the old
 /// one failed; calls that were in flight on the failed one end with `UNAVAILABLE` (they
-/// are not retried: the server may have run them).
+/// are not retried: the server may have run them). After a failed dial, calls fail at
+/// once for [`REDIAL_BACKOFF`] before the next dial.
 pub struct Channel<C: Connection> {
     inner: Arc<Inner<C>>,
 }
@@ -65,7 +66,13 @@ struct Redial<C> {
     dial: Box<dyn Fn() -> Dial<C> + Send + Sync>,
     /// One reconnect at a time; callers that find it under way wait for its result.
     lock: tokio::sync::Mutex<()>,
+    /// When the last dial failed, and how: calls within [`REDIAL_BACKOFF`] of it fail
+    /// with that status instead of dialing again (no connect storm from many callers).
+    last_failure: Mutex<Option<(std::time::Instant, Status)>>,
 }
+
+/// How long after a failed dial calls fail at once instead of dialing again.
+pub const REDIAL_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// One connection's state, shared by the channel, the call guards and the receive task.
 struct Shared<C: Connection> {
@@ -156,6 +163,7 @@ impl<C: Connection> Channel<C> {
                 redial: Some(Redial {
                     dial: Box::new(move || Box::pin(dial()) as Dial<C>),
                     lock: tokio::sync::Mutex::new(()),
+                    last_failure: Mutex::new(None),
                 }),
                 config,
             }),
@@ -181,14 +189,24 @@ impl<C: Connection> Channel<C> {
         if !current.calls.lock().is_closed() {
             return Ok(current); // someone else reconnected meanwhile
         }
+        if let Some((at, status)) = &*redial.last_failure.lock() {
+            if at.elapsed() < REDIAL_BACKOFF {
+                return Err(status.clone());
+            }
+        }
         tracing::info!(peer = %current.conn.peer(), "reconnecting");
         match (redial.dial)().await {
             Ok(conn) => {
                 let fresh = start(conn, &self.inner.config);
                 *self.inner.current.write() = fresh.clone();
+                *redial.last_failure.lock() = None;
                 Ok(fresh)
             }
-            Err(e) => Err(Status::unavailable(format!("reconnecting failed: {e}"))),
+            Err(e) => {
+                let status = Status::unavailable(format!("reconnecting failed: {e}"));
+                *redial.last_failure.lock() = Some((std::time::Instant::now(), status.clone()));
+                Err(status)
+            }
         }
     }
 

@@ -3,4 +3,4 @@
 mod calls;
 mod channel;
 
-pub use channel::Channel;
+pub use channel::{Channel, REDIAL_BACKOFF};
