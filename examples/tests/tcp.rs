@@ -190,7 +190,9 @@ async fn graceful_shutdown_lets_in_flight_calls_finish() {
         .await
         .unwrap();
     let addr = listener.local_socket_addr().unwrap().to_string();
-    let server = server_with(Probe::default(), big_config());
+    let probe = Probe::default();
+    let running = probe.running.clone();
+    let server = server_with(probe, big_config());
     let (stop, stopped) = oneshot::channel::<()>();
     let serving = tokio::spawn(async move {
         server
@@ -211,7 +213,14 @@ async fn graceful_shutdown_lets_in_flight_calls_finish() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Shut down once the call is really in flight: its handler is running.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while running.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the handler never started");
     stop.send(()).unwrap();
     let reply = slow
         .await

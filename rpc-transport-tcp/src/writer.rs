@@ -5,8 +5,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, watch};
 
-/// Writes frames from `queue` until it closes or `closed` flips, then shuts the write
-/// side down.
+/// Writes frames from `queue` until it closes or `closed` flips (then it writes what is
+/// still queued), then shuts the write side down.
 ///
 /// Order of work: wait for one frame, then drain everything else already queued into the
 /// coalescing buffer (up to `coalesce` bytes) and write it with one `write_all`; frames
@@ -24,7 +24,14 @@ pub(crate) async fn writer_task(
         loop {
             let first = tokio::select! {
                 frame = queue.recv() => match frame { Some(f) => f, None => return Ok(()) },
-                _ = closed.changed() => return Ok(()),
+                _ = closed.changed() => {
+                    // Closing: what was queued before the close still goes out (a server
+                    // that drained its calls gracefully must not lose their responses).
+                    while let Ok(frame) = queue.try_recv() {
+                        socket.write_all(&frame).await?;
+                    }
+                    return Ok(());
+                }
             };
             let mut next = Some(first);
             while let Some(frame) = next.take() {
