@@ -395,3 +395,56 @@ async fn two_percent_loss_still_delivers_everything() {
     result.unwrap();
     assert_eq!(channel.connection().rdma_counters().unwrap().errors, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_delivers_in_flight_responses() {
+    if skip() {
+        return;
+    }
+    let _net = NETWORK.read().await;
+    let endpoint: Endpoint = format!("rdma://{SERVER_IP}:0").parse().unwrap();
+    let listener = AnyListener::bind(&endpoint, &settings(BIG)).await.unwrap();
+    let addr = format!("{SERVER_IP}:{}", listener.port());
+    let probe = Probe::default();
+    let running = probe.running.clone();
+    let server = server_with(probe, big_config());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(async move {
+        server
+            .serve_with_shutdown(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let client = EchoClient::new(Rdma.connect(&addr, BIG).await);
+    // A small and a rendezvous-sized response, both in flight when the shutdown starts.
+    let calls: Vec<_> = [100usize, 300_000]
+        .into_iter()
+        .map(|size| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let sent = vec![7u8; size];
+                let reply = client
+                    .echo(EchoRequest {
+                        payload: sent.clone(),
+                        delay_ms: 400,
+                    })
+                    .await
+                    .expect("in-flight call was not allowed to finish");
+                assert!(reply.into_inner().payload == sent);
+            })
+        })
+        .collect();
+    while running.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.send(()).unwrap();
+    for call in calls {
+        call.await.unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}

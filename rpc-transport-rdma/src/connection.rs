@@ -77,6 +77,8 @@ pub(crate) struct State {
     pub(crate) ping_due: bool,
     pub(crate) pong_due: bool,
     pub(crate) last_heard: Instant,
+    /// A graceful close started: no new frames, but what is under way finishes.
+    pub(crate) closing: bool,
     pub(crate) closed: bool,
 }
 
@@ -168,7 +170,7 @@ impl Inner {
             notified.as_mut().enable();
             {
                 let mut state = self.state.lock();
-                if state.closed {
+                if state.closed || state.closing {
                     return Err(self.close_error());
                 }
                 if !state.free_send.is_empty() && state.credits.try_take_data() {
@@ -342,7 +344,7 @@ impl Connection for RdmaConnection {
     }
 
     fn close(&self) {
-        self.inner.fail("closed");
+        self.inner.close_gracefully();
     }
 
     fn peer(&self) -> String {
@@ -352,7 +354,7 @@ impl Connection for RdmaConnection {
 
 impl Drop for RdmaConnection {
     fn drop(&mut self) {
-        self.inner.fail("closed");
+        self.inner.close_gracefully();
     }
 }
 

@@ -1,12 +1,52 @@
 //! Control traffic of a connection: re-posting receive slots, returning credits,
 //! read-done tokens, ping and pong, and failing the connection.
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use crate::connection::{Inner, PEER_CLOSED};
 use crate::counters::Counters;
 use crate::protocol::{Kind, Prefix, PREFIX_LEN};
 use crate::verbs::RecvSlot;
 
+/// How long a graceful close waits for posted sends and lent buffers.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
 impl Inner {
+    /// Closes once every posted SEND has completed and the peer has read every lent
+    /// buffer (or after [`CLOSE_GRACE`]): frames sent just before the close still arrive,
+    /// where moving the QP to the error state at once would flush them. New frames are
+    /// refused meanwhile; control traffic (read-done, credits) goes on.
+    pub(crate) fn close_gracefully(self: &Arc<Self>) {
+        {
+            let mut state = self.state.lock();
+            if state.closed || state.closing {
+                return;
+            }
+            state.closing = true;
+        }
+        self.space.notify_waiters();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self.fail("closed");
+        };
+        let inner = self.clone();
+        let slots = self.rings.geometry().send_slots as usize;
+        runtime.spawn(async move {
+            let deadline = Instant::now() + CLOSE_GRACE;
+            loop {
+                let settled = {
+                    let state = inner.state.lock();
+                    state.closed || (state.free_send.len() == slots && state.lent.is_empty())
+                };
+                if settled || Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            inner.fail("closed");
+        });
+    }
+
     /// Re-posts a receive slot and returns credits when enough are owed.
     pub(crate) fn repost(&self, slot: RecvSlot) {
         if self.state.lock().closed {

@@ -137,6 +137,7 @@ impl Connected {
                 ping_due: false,
                 pong_due: false,
                 last_heard: Instant::now(),
+                closing: false,
                 closed: false,
             }),
             space: Notify::new(),
