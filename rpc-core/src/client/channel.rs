@@ -92,7 +92,7 @@ impl<C: Connection> Drop for Shared<C> {
 }
 
 /// Starts the tasks of one connection.
-fn start<C: Connection>(conn: C, _config: &ClientConfig) -> Arc<Shared<C>> {
+fn start<C: Connection>(conn: C) -> Arc<Shared<C>> {
     let (control, control_rx) = mpsc::unbounded_channel();
     let conn = Arc::new(conn);
     let shared = Arc::new(Shared {
@@ -120,7 +120,7 @@ impl<C: Connection> Channel<C> {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn with_config(conn: C, config: ClientConfig) -> Channel<C> {
-        let current = RwLock::new(start(conn, &config));
+        let current = RwLock::new(start(conn));
         Channel {
             inner: Arc::new(Inner {
                 current,
@@ -156,7 +156,7 @@ impl<C: Connection> Channel<C> {
         Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
         let conn = dial().await?;
-        let current = RwLock::new(start(conn, &config));
+        let current = RwLock::new(start(conn));
         Ok(Channel {
             inner: Arc::new(Inner {
                 current,
@@ -197,7 +197,7 @@ impl<C: Connection> Channel<C> {
         tracing::info!(peer = %current.conn.peer(), "reconnecting");
         match (redial.dial)().await {
             Ok(conn) => {
-                let fresh = start(conn, &self.inner.config);
+                let fresh = start(conn);
                 *self.inner.current.write() = fresh.clone();
                 *redial.last_failure.lock() = None;
                 Ok(fresh)
