@@ -54,12 +54,33 @@ pub struct ServerConfig {
     /// `RESOURCE_EXHAUSTED` and the connection stays open. Default
     /// [`DEFAULT_MAX_MESSAGE_SIZE`].
     pub max_message_size: usize,
-    /// Most calls running at once across all connections; further requests wait (the
-    /// connection's reader stops reading, which pushes back on the clients). Default 4096.
+    /// Most calls running at once across all connections. A request that finds no permit
+    /// waits in its connection's queue (see
+    /// [`ServerConfig::max_queued_calls_per_connection`]); permits are granted in arrival
+    /// order across connections. Default 4096.
     pub max_concurrent_calls: usize,
+    /// Most calls running at once on one connection, so that one client cannot take
+    /// every server-wide permit. Default 256.
+    pub max_concurrent_calls_per_connection: usize,
+    /// Most requests of one connection waiting (decoded) for a permit. The connection
+    /// keeps reading while calls wait, so it still sees CANCEL, PING and EOF; a request
+    /// beyond this is answered at once with `RESOURCE_EXHAUSTED` (flagged as not started,
+    /// see [`Flags::REFUSED`](crate::wire::Flags::REFUSED)). Default 1024.
+    pub max_queued_calls_per_connection: usize,
+    /// Most request payload bytes of one connection waiting for a permit (one request
+    /// is always admitted to an empty queue). Default 32 MiB.
+    pub max_queued_bytes_per_connection: usize,
+    /// Replies (PONG, GOAWAY, error statuses) that the reader may queue for sending
+    /// before it stops reading that connection: a peer that sends pings or bad requests
+    /// and never reads holds at most this many small frames. Default 64.
+    pub max_queued_replies: usize,
     /// How long a graceful shutdown waits for in-flight calls before dropping them.
     /// Default 30 s.
     pub shutdown_grace: Duration,
+    /// After a GOAWAY, how long a connection whose calls are done waits for the client
+    /// to acknowledge (its own GOAWAY, or closing): requests that crossed the GOAWAY are
+    /// answered as refused meanwhile, so the client can send them elsewhere. Default 2 s.
+    pub drain_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -67,7 +88,12 @@ impl Default for ServerConfig {
         ServerConfig {
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             max_concurrent_calls: 4096,
+            max_concurrent_calls_per_connection: 256,
+            max_queued_calls_per_connection: 1024,
+            max_queued_bytes_per_connection: 32 << 20,
+            max_queued_replies: 64,
             shutdown_grace: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -87,6 +113,36 @@ impl ServerConfig {
     /// Sets [`ServerConfig::max_concurrent_calls`].
     pub fn max_concurrent_calls(&mut self, calls: usize) -> &mut Self {
         self.max_concurrent_calls = calls;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_concurrent_calls_per_connection`].
+    pub fn max_concurrent_calls_per_connection(&mut self, calls: usize) -> &mut Self {
+        self.max_concurrent_calls_per_connection = calls;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_queued_calls_per_connection`].
+    pub fn max_queued_calls_per_connection(&mut self, calls: usize) -> &mut Self {
+        self.max_queued_calls_per_connection = calls;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_queued_bytes_per_connection`].
+    pub fn max_queued_bytes_per_connection(&mut self, bytes: usize) -> &mut Self {
+        self.max_queued_bytes_per_connection = bytes;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_queued_replies`].
+    pub fn max_queued_replies(&mut self, replies: usize) -> &mut Self {
+        self.max_queued_replies = replies;
+        self
+    }
+
+    /// Sets [`ServerConfig::drain_timeout`].
+    pub fn drain_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.drain_timeout = timeout;
         self
     }
 

@@ -30,16 +30,45 @@ pub(crate) async fn send_control<C: Connection>(
     send_frame(conn, Header::new(kind, call_id), &Metadata::new(), |_| {}).await
 }
 
-/// Sends a failed response: the status code in the header, its message as payload.
-pub(crate) async fn send_status<C: Connection>(
+/// The longest status message sent; longer ones are cut (at a character boundary).
+pub(crate) const MAX_STATUS_MESSAGE: usize = 4096;
+
+/// Sends a failed response: the status code in the header, its message (cut to
+/// [`MAX_STATUS_MESSAGE`] bytes) as payload; `flags` are added to `END_STREAM`.
+pub(crate) async fn send_status_flags<C: Connection>(
     conn: &C,
     call_id: u64,
     status: &Status,
+    flags: wire::Flags,
 ) -> Result<(), TransportError> {
     let mut header = Header::new(FrameKind::Response, call_id);
-    header.flags = wire::Flags::END_STREAM;
+    header.flags = wire::Flags::END_STREAM | flags;
     header.status = status.code() as u8;
-    let message = status.message().as_bytes();
+    let message = truncate(status.message(), MAX_STATUS_MESSAGE).as_bytes();
     header.payload_len = message.len() as u32;
     send_frame(conn, header, &Metadata::new(), |buf| buf.put_slice(message)).await
+}
+
+/// `text` cut to at most `max` bytes at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate;
+
+    #[test]
+    fn truncate_keeps_whole_characters() {
+        assert_eq!(truncate("abc", 5), "abc");
+        assert_eq!(truncate("abcdef", 3), "abc");
+        assert_eq!(truncate("aé", 2), "a"); // é is two bytes
+    }
 }

@@ -1,76 +1,104 @@
-//! Serving one connection: read frames, start handlers, send their responses.
+//! Serving one connection: read frames, admit calls, run handlers, send responses.
+//!
+//! Bounds (see `docs/limits.md`): running calls per connection and server-wide
+//! (permits), decoded requests waiting for a permit (calls and bytes), queued replies.
+//! The reader never waits for a permit: it keeps reading CANCEL, PING, GOAWAY and EOF
+//! while calls wait. It waits only for the transport (sending an inline response) or for
+//! room in the bounded reply queue, which is backpressure on the peer that causes it.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::{AbortHandle, Abortable};
+use futures_util::FutureExt;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
+use super::admission::{Admission, Admitted, Refused};
+use super::respond::{respond, responder, Reply};
 use super::Inner;
-use crate::outbound::{send_control, send_frame, send_status};
+use crate::service::{BoxMessage, ServiceFuture};
 use crate::transport::Connection;
-use crate::wire::{Flags, Frame, FrameKind, Header};
-use crate::{Metadata, Request, Status};
+use crate::wire::{Flags, Frame, FrameKind};
+use crate::{Metadata, Request, Response, Status};
 
 /// Handlers running for one connection, by call id, so that a CANCEL can drop them.
 type Running = Arc<Mutex<HashMap<u64, AbortHandle>>>;
 
+/// A decoded call waiting for its permits.
+struct Pending {
+    call: ServiceFuture,
+    span: tracing::Span,
+}
+
+/// The connection's and the server's permit, held while a call runs.
+struct Permits {
+    _connection: OwnedSemaphorePermit,
+    _server: OwnedSemaphorePermit,
+}
+
+type Acquire = Pin<Box<dyn Future<Output = Option<Permits>> + Send>>;
+
+/// Waits for a connection permit, then a server-wide one (tokio's semaphore is fair, so
+/// connections waiting for server permits are served in arrival order).
+fn acquire(connection: Arc<Semaphore>, server: Arc<Semaphore>) -> Acquire {
+    Box::pin(async move {
+        let connection = connection.acquire_owned().await.ok()?;
+        let server = server.acquire_owned().await.ok()?;
+        Some(Permits {
+            _connection: connection,
+            _server: server,
+        })
+    })
+}
+
 /// Serves `conn` until the peer closes it, it fails, or a graceful shutdown completes.
-///
-/// Loop order: a frame is parsed and routed and its handler spawned before the next
-/// frame is read; the concurrency permit is taken before the handler starts, so a server
-/// at its limit stops reading (the transport then pushes back on the client).
 pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
     let conn = Arc::new(conn);
     let span = tracing::info_span!("connection", peer = %conn.peer());
     async move {
         tracing::debug!("connection open");
-        let running: Running = Arc::default();
+        let config = &inner.config;
+        let (replies, replies_rx) = mpsc::channel(config.max_queued_replies.max(1));
+        let responder = tokio::spawn(responder(conn.clone(), replies_rx).in_current_span());
         // Every handler task holds a clone of `alive`; `done` yields None once all are gone.
-        let (alive, mut done) = mpsc::channel::<()>(1);
-        let mut alive = Some(alive);
-        let mut shutdown = inner.shutdown.subscribe();
-        let mut draining = false;
-        let graceful = loop {
-            if !draining && *shutdown.borrow_and_update() {
-                draining = true;
-                alive = None;
-                let conn = conn.clone();
-                tokio::spawn(async move { send_control(&*conn, FrameKind::GoAway, 0).await });
-            }
-            tokio::select! {
-                received = conn.recv() => match received {
-                    Ok(Some(buf)) => {
-                        let ctx = Ctx { inner: &inner, conn: &conn, running: &running, alive: alive.as_ref() };
-                        if let Err(reason) = ctx.handle(&buf).await {
-                            tracing::warn!("closing connection: {reason}");
-                            break false;
-                        }
-                    }
-                    Ok(None) => {
-                        tracing::debug!("peer closed the connection");
-                        break false;
-                    }
-                    Err(e) => {
-                        tracing::warn!("closing connection: {e}");
-                        break false;
-                    }
-                },
-                changed = shutdown.changed(), if !draining => {
-                    if changed.is_err() { break false; }
-                }
-                _ = done.recv(), if draining => break true,
-            }
+        let (alive, done) = mpsc::channel::<()>(1);
+        let mut state = State {
+            permits: Arc::new(Semaphore::new(
+                config.max_concurrent_calls_per_connection.max(1),
+            )),
+            admission: Admission::new(
+                config.max_queued_calls_per_connection,
+                config.max_queued_bytes_per_connection,
+            ),
+            running: Arc::default(),
+            alive: Some(alive),
+            replies,
+            inner: inner.clone(),
+            conn: conn.clone(),
         };
+        let graceful = state.run(done).await;
         if !graceful {
             // The peer is gone: nobody can receive these handlers' responses.
-            for (_, handle) in running.lock().drain() {
+            for (_, handle) in state.running.lock().drain() {
                 handle.abort();
             }
+            conn.close();
+        }
+        drop(state);
+        // Let the responder send what the reader queued (refusals during a drain), but
+        // not for long: a peer that stopped reading is the transport's to time out.
+        if tokio::time::timeout(Duration::from_secs(5), responder)
+            .await
+            .is_err()
+        {
+            tracing::debug!("replies still queued at close");
         }
         conn.close();
         tracing::debug!("connection closed");
@@ -79,75 +107,292 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
     .await
 }
 
-/// What handling one frame needs.
-struct Ctx<'a, C: Connection> {
-    inner: &'a Arc<Inner>,
-    conn: &'a Arc<C>,
-    running: &'a Running,
+/// One connection's serving state; owned by its reader loop.
+struct State<C: Connection> {
+    inner: Arc<Inner>,
+    conn: Arc<C>,
+    /// Permits for this connection's running calls.
+    permits: Arc<Semaphore>,
+    /// Decoded requests waiting for permits.
+    admission: Admission<Pending>,
+    running: Running,
     /// `None` while draining: no new handlers start.
-    alive: Option<&'a mpsc::Sender<()>>,
+    alive: Option<mpsc::Sender<()>>,
+    replies: mpsc::Sender<Reply>,
 }
 
-impl<C: Connection> Ctx<'_, C> {
+/// What the loop learned from one wake-up.
+enum Event<B> {
+    Received(Result<Option<B>, crate::TransportError>),
+    Admitted(Option<Permits>),
+    Expiry,
+    Shutdown(bool),
+    HandlersDone,
+    DrainTimeout,
+}
+
+impl<C: Connection> State<C> {
+    /// The reader loop. Returns whether the connection ended gracefully (drained).
+    async fn run(&mut self, mut done: mpsc::Receiver<()>) -> bool {
+        let mut shutdown = self.inner.shutdown.subscribe();
+        let mut acquiring: Option<Acquire> = None;
+        // Draining: when it started; whether the handlers are done; whether the client
+        // acknowledged (its GOAWAY).
+        let mut drain: Option<Instant> = None;
+        let mut handlers_done = false;
+        let mut acknowledged = false;
+        loop {
+            if drain.is_none() && *shutdown.borrow_and_update() {
+                self.start_draining().await;
+                drain = Some(Instant::now());
+            }
+            if let Some(started) = drain {
+                if handlers_done
+                    && (acknowledged || started.elapsed() >= self.inner.config.drain_timeout)
+                {
+                    return true;
+                }
+            }
+            if self.admission.len() > 0 && acquiring.is_none() {
+                acquiring = Some(acquire(self.permits.clone(), self.inner.limit.clone()));
+            }
+            let expiry = self.admission.next_deadline();
+            let drain_end = drain.map(|s| s + self.inner.config.drain_timeout);
+            let event = tokio::select! {
+                received = self.conn.recv() => Event::Received(received),
+                permits = async { acquiring.as_mut().expect("guarded").await }, if acquiring.is_some() => {
+                    acquiring = None;
+                    Event::Admitted(permits)
+                }
+                () = sleep_until(expiry), if expiry.is_some() => Event::Expiry,
+                changed = shutdown.changed(), if drain.is_none() => Event::Shutdown(changed.is_ok()),
+                _ = done.recv(), if drain.is_some() && !handlers_done => Event::HandlersDone,
+                () = sleep_until(drain_end), if drain_end.is_some() && handlers_done => Event::DrainTimeout,
+            };
+            match event {
+                Event::Received(Ok(Some(buf))) => match self.handle(&buf, drain.is_some()).await {
+                    Ok(Acknowledged(true)) => acknowledged = true,
+                    Ok(Acknowledged(false)) => {}
+                    Err(reason) => {
+                        tracing::warn!("closing connection: {reason}");
+                        return false;
+                    }
+                },
+                Event::Received(Ok(None)) => {
+                    tracing::debug!("peer closed the connection");
+                    return false;
+                }
+                Event::Received(Err(e)) => {
+                    tracing::warn!("closing connection: {e}");
+                    return false;
+                }
+                Event::Admitted(Some(permits)) => {
+                    if let Some(admitted) = self.admission.pop() {
+                        self.start(admitted, permits).await;
+                    }
+                }
+                Event::Admitted(None) => return false, // semaphores closed: never happens
+                Event::Expiry => {
+                    for expired in self.admission.expire(Instant::now()) {
+                        let status = Status::deadline_exceeded(
+                            "deadline exceeded while waiting for a concurrency permit",
+                        );
+                        self.reply(Reply::Status(expired.call_id, status, Flags::default()))
+                            .await;
+                    }
+                }
+                Event::Shutdown(true) => {}
+                Event::Shutdown(false) => return false,
+                Event::HandlersDone => handlers_done = true,
+                Event::DrainTimeout => {}
+            }
+        }
+    }
+
+    /// Tells the client (GOAWAY), refuses the calls still waiting for a permit, and stops
+    /// starting handlers.
+    async fn start_draining(&mut self) {
+        tracing::debug!("draining");
+        self.alive = None;
+        self.reply(Reply::Control(FrameKind::GoAway, 0)).await;
+        for waiting in self.admission.drain() {
+            self.refuse(
+                waiting.call_id,
+                Status::unavailable("server is shutting down"),
+            )
+            .await;
+        }
+    }
+
+    /// Queues a reply; waits (stops reading) while the reply queue is full.
+    async fn reply(&mut self, reply: Reply) {
+        // The responder only ends when the queue closes, or when the transport is closed.
+        let _ = self.replies.send(reply).await;
+    }
+
+    /// Answers a call that was not started with `status`, flagged as refused.
+    async fn refuse(&mut self, call_id: u64, status: Status) {
+        self.reply(Reply::Status(call_id, status, Flags::REFUSED))
+            .await;
+    }
+
     /// Handles one received frame.
     ///
     /// # Errors
-    /// Why the connection must close (a malformed frame).
-    async fn handle(&self, buf: &[u8]) -> Result<(), String> {
+    /// Why the connection must close (a malformed frame, a protocol violation).
+    async fn handle(&mut self, buf: &[u8], draining: bool) -> Result<Acknowledged, String> {
         let frame = Frame::parse(buf).map_err(|e| format!("malformed frame: {e}"))?;
         let header = frame.header;
         match header.kind {
-            FrameKind::Request => self.request(frame).await,
+            FrameKind::Request => self.request(frame, draining).await?,
             FrameKind::Cancel => {
-                if let Some(handle) = self.running.lock().remove(&header.call_id) {
-                    tracing::debug!(call_id = header.call_id, "call cancelled by the client");
+                let call_id = header.call_id;
+                if let Some(handle) = self.running.lock().remove(&call_id) {
+                    tracing::debug!(call_id, "call cancelled by the client");
                     handle.abort();
+                } else if self.admission.cancel(call_id) {
+                    tracing::debug!(call_id, "waiting call cancelled by the client");
                 }
             }
-            FrameKind::Ping => self.reply_later(FrameKind::Pong, header.call_id, None),
+            FrameKind::Ping => {
+                self.reply(Reply::Control(FrameKind::Pong, header.call_id))
+                    .await
+            }
+            FrameKind::GoAway => return Ok(Acknowledged(true)),
             FrameKind::Response => return Err("client sent a response frame".into()),
             _ => {}
         }
-        Ok(())
+        Ok(Acknowledged(false))
     }
 
-    async fn request(&self, frame: Frame<'_>) {
+    async fn request(&mut self, frame: Frame<'_>, draining: bool) -> Result<(), String> {
         let header = frame.header;
         let call_id = header.call_id;
-        let Some(alive) = self.alive else {
-            let status = Status::unavailable("server is shutting down");
-            return self.reply_later(FrameKind::Response, call_id, Some(status));
-        };
+        if self.admission.contains(call_id) || self.running.lock().contains_key(&call_id) {
+            return Err(format!(
+                "call id {call_id:#x} is already in use by a running call"
+            ));
+        }
+        if draining {
+            self.refuse(call_id, Status::unavailable("server is shutting down"))
+                .await;
+            return Ok(());
+        }
         let max = self.inner.config.max_message_size;
-        if frame.is_discarded() || header.payload_len as usize > max {
-            let status = Status::resource_exhausted(format!(
+        let status = if frame.is_discarded() || header.payload_len as usize > max {
+            Some(Status::resource_exhausted(format!(
                 "request message of {} bytes exceeds the maximum of {max}",
                 header.payload_len
-            ));
-            return self.reply_later(FrameKind::Response, call_id, Some(status));
-        }
-        let Some(route) = self.inner.router.get(header.method_id) else {
-            let status =
-                Status::unimplemented(format!("unknown method id {:#010x}", header.method_id));
-            return self.reply_later(FrameKind::Response, call_id, Some(status));
+            )))
+        } else {
+            None
+        };
+        let route = self.inner.router.get(header.method_id);
+        let (status, route) = match (status, route) {
+            (Some(status), _) => (Some(status), None),
+            (None, None) => (
+                Some(Status::unimplemented(format!(
+                    "unknown method id {:#010x}",
+                    header.method_id
+                ))),
+                None,
+            ),
+            (None, Some(route)) => (None, Some(route)),
         };
         let metadata = match Metadata::decode(frame.metadata) {
             Ok(metadata) => metadata,
             Err(e) => {
-                let status = Status::invalid_argument(e.to_string());
-                return self.reply_later(FrameKind::Response, call_id, Some(status));
+                let status = status.unwrap_or_else(|| Status::invalid_argument(e.to_string()));
+                self.reply(Reply::Status(call_id, status, Flags::default()))
+                    .await;
+                return Ok(());
             }
         };
-        let Ok(permit) = self.inner.limit.clone().acquire_owned().await else {
-            return;
-        };
+        if let Some(status) = status {
+            self.reply(Reply::Status(call_id, status, Flags::default()))
+                .await;
+            return Ok(());
+        }
+        let route = route.expect("checked");
         let timeout = (header.timeout_us > 0).then(|| Duration::from_micros(header.timeout_us));
-        // Decodes the request from the borrowed buffer; the buffer is released after this.
-        let mut call = route.service.call(
-            route.index,
-            Request::from_parts(metadata, frame.payload, timeout),
-        );
+        // The deadline runs from the request's arrival, whether it waits for a permit.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let span = tracing::info_span!("rpc", method = route.method.path, call_id);
+        // Decodes the request from the borrowed buffer (the buffer is released after
+        // this, also for a call that then waits for a permit).
+        let request = Request::from_parts(metadata, frame.payload, timeout);
+        let call = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+            route.service.call(route.index, request)
+        })) {
+            Ok(call) => call,
+            Err(_) => {
+                let status = Status::internal("the handler panicked");
+                self.reply(Reply::Status(call_id, status, Flags::default()))
+                    .await;
+                return Ok(());
+            }
+        };
+        let pending = Pending { call, span };
+        if self.admission.len() == 0 {
+            if let Some(permits) = self.try_permits() {
+                let admitted = Admitted {
+                    call_id,
+                    deadline,
+                    call: pending,
+                };
+                self.start(admitted, permits).await;
+                return Ok(());
+            }
+        }
+        let bytes = header.payload_len as usize;
+        if let Err((refused, _)) = self.admission.push(call_id, bytes, deadline, pending) {
+            let why = match refused {
+                Refused::Calls(n) => format!("{n} calls already wait on this connection"),
+                Refused::Bytes(n) => {
+                    format!("{n} bytes of requests already wait on this connection")
+                }
+            };
+            self.refuse(
+                call_id,
+                Status::resource_exhausted(format!("too many calls in flight: {why}")),
+            )
+            .await;
+        }
+        Ok(())
+    }
+
+    /// Both permits, if both are free now.
+    fn try_permits(&self) -> Option<Permits> {
+        let connection = self.permits.clone().try_acquire_owned().ok()?;
+        let server = self.inner.limit.clone().try_acquire_owned().ok()?;
+        Some(Permits {
+            _connection: connection,
+            _server: server,
+        })
+    }
+
+    /// Runs an admitted call: answered here if its handler is done on its first poll,
+    /// else on a task of its own that holds the permits.
+    async fn start(&mut self, admitted: Admitted<Pending>, permits: Permits) {
+        let Admitted {
+            call_id,
+            deadline,
+            call: Pending { mut call, span },
+        } = admitted;
+        let max = self.inner.config.max_message_size;
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            drop(permits);
+            let status = Status::deadline_exceeded("deadline exceeded before the call started");
+            return self
+                .reply(Reply::Status(call_id, status, Flags::default()))
+                .await;
+        }
+        let Some(alive) = self.alive.clone() else {
+            drop(permits);
+            return self
+                .refuse(call_id, Status::unavailable("server is shutting down"))
+                .await;
+        };
 
         // Fast path: a handler that is done on its first poll (no I/O, no waiting) is
         // answered from here, saving a task spawn and a wake-up per call. A handler that
@@ -156,39 +401,50 @@ impl<C: Connection> Ctx<'_, C> {
         let first_poll = {
             let _entered = span.enter();
             let mut cx = Context::from_waker(Waker::noop());
-            call.as_mut().poll(&mut cx)
+            std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(&mut cx)))
         };
-        if let Poll::Ready(outcome) = first_poll {
-            drop(permit);
-            respond(&**self.conn, call_id, outcome)
-                .instrument(span)
-                .await;
-            return;
+        match first_poll {
+            Ok(Poll::Ready(outcome)) => {
+                drop(permits);
+                respond(&*self.conn, call_id, outcome, max)
+                    .instrument(span)
+                    .await;
+                return;
+            }
+            Ok(Poll::Pending) => {}
+            Err(_) => {
+                drop(permits);
+                let _entered = span.enter();
+                tracing::error!(call_id, "handler panicked");
+                return respond(&*self.conn, call_id, Err(panicked()), max).await;
+            }
         }
 
         let (handle, registration) = AbortHandle::new_pair();
         self.running.lock().insert(call_id, handle);
-
         let conn = self.conn.clone();
         let running = self.running.clone();
-        let alive = alive.clone();
         tokio::spawn(
             async move {
                 let call = async move {
-                    match timeout {
-                        Some(t) => tokio::time::timeout(t, call).await.unwrap_or_else(|_| {
-                            Err(Status::deadline_exceeded(format!(
-                                "deadline of {t:?} exceeded"
-                            )))
-                        }),
+                    let call = AssertUnwindSafe(call).catch_unwind();
+                    let outcome = match deadline {
+                        Some(d) => tokio::time::timeout_at(d.into(), call)
+                            .await
+                            .unwrap_or_else(|_| Ok(Err(deadline_exceeded()))),
                         None => call.await,
-                    }
+                    };
+                    outcome.unwrap_or_else(|_| {
+                        tracing::error!(call_id, "handler panicked");
+                        Err(panicked())
+                    })
                 };
-                let outcome = Abortable::new(call, registration).await;
+                let outcome: Result<Result<Response<BoxMessage>, Status>, _> =
+                    Abortable::new(call, registration).await;
                 running.lock().remove(&call_id);
-                drop(permit);
+                drop(permits);
                 if let Ok(outcome) = outcome {
-                    respond(&*conn, call_id, outcome).await;
+                    respond(&*conn, call_id, outcome, max).await;
                 }
                 drop(alive);
             }
@@ -197,46 +453,21 @@ impl<C: Connection> Ctx<'_, C> {
     }
 }
 
-/// Sends a handler's outcome: the response message, or its status.
-async fn respond<C: Connection>(
-    conn: &C,
-    call_id: u64,
-    outcome: Result<crate::Response<crate::service::BoxMessage>, Status>,
-) {
-    let sent = match outcome {
-        Ok(response) => {
-            let (metadata, message) = response.into_parts();
-            let mut header = Header::new(FrameKind::Response, call_id);
-            header.flags = Flags::END_STREAM;
-            header.payload_len = message.encoded_len() as u32;
-            send_frame(conn, header, &metadata, |buf| message.encode_to(buf)).await
-        }
-        Err(status) => {
-            tracing::debug!(code = %status.code(), "call failed: {}", status.message());
-            send_status(conn, call_id, &status).await
-        }
-    };
-    if let Err(e) = sent {
-        tracing::debug!("response not sent: {e}");
-    }
+/// Whether a frame was the client's GOAWAY (it will send no more requests).
+struct Acknowledged(bool);
+
+fn panicked() -> Status {
+    Status::internal("the handler panicked")
 }
 
-impl<C: Connection> Ctx<'_, C> {
-    /// Sends a control frame or a failed response from its own task, so that the reader
-    /// never waits for send credit.
-    fn reply_later(&self, kind: FrameKind, call_id: u64, status: Option<Status>) {
-        let conn = self.conn.clone();
-        tokio::spawn(async move {
-            let sent = match status {
-                Some(status) => {
-                    tracing::debug!(call_id, code = %status.code(), "{}", status.message());
-                    send_status(&*conn, call_id, &status).await
-                }
-                None => send_control(&*conn, kind, call_id).await,
-            };
-            if let Err(e) = sent {
-                tracing::debug!("frame not sent: {e}");
-            }
-        });
+fn deadline_exceeded() -> Status {
+    Status::deadline_exceeded("deadline exceeded")
+}
+
+/// Sleeps until `at`, or forever for `None`.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }

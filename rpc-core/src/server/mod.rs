@@ -1,6 +1,8 @@
 //! The server side: a [`Server`] routes requests from any [`Listener`] to services.
 
+mod admission;
 mod connection;
+mod respond;
 mod router;
 
 use std::future::Future;

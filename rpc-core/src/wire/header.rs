@@ -74,7 +74,11 @@ impl Flags {
     /// The receiving transport discarded this frame's body because it exceeded the
     /// configured maximum; only the header arrived. The runtime answers RESOURCE_EXHAUSTED.
     pub const DISCARDED: Flags = Flags(4);
-    const ALL: u8 = 7;
+    /// On a failed response: the server did not start this call (it was draining after a
+    /// GOAWAY, or the connection's queue of waiting calls was full), so the client may
+    /// send it again, on another connection, without running it twice.
+    pub const REFUSED: Flags = Flags(8);
+    const ALL: u8 = 15;
 
     /// Whether every bit of `other` is set.
     pub fn contains(self, other: Flags) -> bool {

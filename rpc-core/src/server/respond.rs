@@ -1,0 +1,96 @@
+//! Sending a call's outcome, and the bounded queue of replies the reader hands off.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::outbound::{send_control, send_frame, send_status_flags};
+use crate::service::BoxMessage;
+use crate::transport::{Connection, TransportError};
+use crate::wire::{Flags, FrameKind, Header};
+use crate::{Response, Status};
+
+/// Sends a handler's outcome: the response message, or its status.
+///
+/// A response that cannot be sent as it is (over `max_message_size`, beyond the header's
+/// 32-bit length, metadata over its limit, or refused by the transport as too large) is
+/// replaced by a status naming the reason, so that the client never waits for an answer
+/// that was dropped.
+pub(super) async fn respond<C: Connection>(
+    conn: &C,
+    call_id: u64,
+    outcome: Result<Response<BoxMessage>, Status>,
+    max_message_size: usize,
+) {
+    let sent = match outcome {
+        Ok(response) => {
+            let (metadata, message) = response.into_parts();
+            let len = message.encoded_len();
+            let limit = max_message_size.min(u32::MAX as usize);
+            if len > limit {
+                let status = Status::resource_exhausted(format!(
+                    "response message of {len} bytes exceeds the maximum of {limit}"
+                ));
+                tracing::warn!(call_id, "{}", status.message());
+                send_status_flags(conn, call_id, &status, Flags::default()).await
+            } else if let Err(e) = metadata.check() {
+                let status = Status::internal(format!("response metadata: {e}"));
+                tracing::warn!(call_id, "{}", status.message());
+                send_status_flags(conn, call_id, &status, Flags::default()).await
+            } else {
+                let mut header = Header::new(FrameKind::Response, call_id);
+                header.flags = Flags::END_STREAM;
+                header.payload_len = len as u32;
+                match send_frame(conn, header, &metadata, |buf| message.encode_to(buf)).await {
+                    Err(TransportError::TooLarge { len, max }) => {
+                        let status = Status::resource_exhausted(format!(
+                            "response frame of {len} bytes exceeds the transport's maximum of {max}"
+                        ));
+                        tracing::warn!(call_id, "{}", status.message());
+                        send_status_flags(conn, call_id, &status, Flags::default()).await
+                    }
+                    other => other,
+                }
+            }
+        }
+        Err(status) => {
+            tracing::debug!(code = %status.code(), "call failed: {}", status.message());
+            send_status_flags(conn, call_id, &status, Flags::default()).await
+        }
+    };
+    if let Err(e) = sent {
+        tracing::debug!(call_id, "response not sent: {e}");
+    }
+}
+
+/// A frame the connection's reader wants sent without waiting for the transport itself.
+#[derive(Debug)]
+pub(super) enum Reply {
+    /// A frame with no body (PONG, GOAWAY).
+    Control(FrameKind, u64),
+    /// A failed response; `flags` may carry [`Flags::REFUSED`].
+    Status(u64, Status, Flags),
+}
+
+/// Sends the replies queued by the reader, in order, until the queue closes.
+///
+/// The queue is bounded ([`ServerConfig::max_queued_replies`](crate::ServerConfig)): when
+/// the peer does not read and the transport pushes back, the queue fills and the reader
+/// stops reading that connection. One task per connection, not one per reply.
+pub(super) async fn responder<C: Connection>(conn: Arc<C>, mut queue: mpsc::Receiver<Reply>) {
+    while let Some(reply) = queue.recv().await {
+        let sent = match reply {
+            Reply::Control(kind, call_id) => send_control(&*conn, kind, call_id).await,
+            Reply::Status(call_id, status, flags) => {
+                tracing::debug!(call_id, code = %status.code(), "{}", status.message());
+                send_status_flags(&*conn, call_id, &status, flags).await
+            }
+        };
+        if let Err(e) = sent {
+            tracing::debug!("reply not sent: {e}");
+            if matches!(e, TransportError::Closed) {
+                return;
+            }
+        }
+    }
+}
