@@ -16,6 +16,18 @@ pub struct ClientConfig {
     /// Timeout applied to calls whose request sets none. Default: none (calls wait as
     /// long as the connection lives).
     pub timeout: Option<Duration>,
+    /// While calls are in flight and nothing was received from the server for this long,
+    /// the channel sends a PING. `None` disables keepalive. Default 10 s.
+    pub keepalive_interval: Option<Duration>,
+    /// How long after a PING the server must have sent something (its PONG, or any
+    /// frame) before the connection is declared dead and its calls fail with
+    /// `UNAVAILABLE`: a hung server (stopped process, blocked runtime) is found within
+    /// interval + timeout. Default 10 s.
+    pub keepalive_timeout: Duration,
+    /// How many times a call that the server refused without starting it (it was
+    /// draining after a GOAWAY) is sent again on a fresh connection, for channels that
+    /// reconnect. Default 3.
+    pub max_transparent_retries: u32,
 }
 
 impl Default for ClientConfig {
@@ -23,6 +35,9 @@ impl Default for ClientConfig {
         ClientConfig {
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             timeout: None,
+            keepalive_interval: Some(Duration::from_secs(10)),
+            keepalive_timeout: Duration::from_secs(10),
+            max_transparent_retries: 3,
         }
     }
 }
@@ -42,6 +57,14 @@ impl ClientConfig {
     /// Sets [`ClientConfig::timeout`].
     pub fn timeout(&mut self, timeout: Duration) -> &mut Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets [`ClientConfig::keepalive_interval`] and
+    /// [`ClientConfig::keepalive_timeout`]; `None` disables keepalive.
+    pub fn keepalive(&mut self, interval: Option<Duration>, timeout: Duration) -> &mut Self {
+        self.keepalive_interval = interval;
+        self.keepalive_timeout = timeout;
         self
     }
 }

@@ -19,6 +19,22 @@ pub(crate) struct CallTable<T> {
     generation: u32,
     /// Set once the connection is gone: no more calls are admitted.
     closed: Option<Status>,
+    /// Set once the server said GOAWAY: no more calls start here.
+    draining: bool,
+    /// Calls inserted whose request is not yet handed to the transport. The client
+    /// acknowledges a GOAWAY (promises no more requests) only once this is zero.
+    unsent: usize,
+    /// Whether the acknowledgement is due or was given.
+    acknowledged: bool,
+}
+
+/// Why [`CallTable::insert`] did not register a call.
+#[derive(Debug)]
+pub(crate) enum NotAdmitted {
+    /// The connection is gone, with this status.
+    Closed(Status),
+    /// The server is draining this connection: use another one.
+    Draining,
 }
 
 #[derive(Debug)]
@@ -33,17 +49,24 @@ impl<T> CallTable<T> {
             slots: Slab::new(),
             generation: 0,
             closed: None,
+            draining: false,
+            unsent: 0,
+            acknowledged: false,
         }
     }
 
-    /// Registers a new call.
+    /// Registers a new call, counted as unsent until [`CallTable::sent`].
     ///
     /// # Errors
-    /// The status the table was closed with.
-    pub(crate) fn insert(&mut self) -> Result<(u64, oneshot::Receiver<Outcome<T>>), Status> {
+    /// The status the table was closed with, or [`NotAdmitted::Draining`].
+    pub(crate) fn insert(&mut self) -> Result<(u64, oneshot::Receiver<Outcome<T>>), NotAdmitted> {
         if let Some(status) = &self.closed {
-            return Err(status.clone());
+            return Err(NotAdmitted::Closed(status.clone()));
         }
+        if self.draining {
+            return Err(NotAdmitted::Draining);
+        }
+        self.unsent += 1;
         let (tx, rx) = oneshot::channel();
         self.generation = self.generation.wrapping_add(1);
         let generation = self.generation;
@@ -52,6 +75,39 @@ impl<T> CallTable<T> {
             waiter: tx,
         });
         Ok((((generation as u64) << 32) | key as u64, rx))
+    }
+
+    /// One call inserted before has been handed to the transport, or gave up before.
+    ///
+    /// # Returns
+    /// Whether the GOAWAY acknowledgement is now due (send it once).
+    #[must_use]
+    pub(crate) fn sent(&mut self) -> bool {
+        self.unsent = self.unsent.saturating_sub(1);
+        self.acknowledgement_due()
+    }
+
+    /// The server said GOAWAY: refuse new calls from now on.
+    ///
+    /// # Returns
+    /// Whether the acknowledgement is due now (no request is half-sent).
+    #[must_use]
+    pub(crate) fn drain(&mut self) -> bool {
+        self.draining = true;
+        self.acknowledgement_due()
+    }
+
+    fn acknowledgement_due(&mut self) -> bool {
+        if self.draining && self.unsent == 0 && !self.acknowledged {
+            self.acknowledged = true;
+            return true;
+        }
+        false
+    }
+
+    /// Whether the server is draining this connection.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining
     }
 
     /// Hands `outcome` to call `call_id`. Returns false when no such call waits (it was
@@ -138,6 +194,21 @@ mod tests {
         t.close(Status::unavailable("gone"));
         assert_eq!(r.try_recv().unwrap().unwrap_err().code(), Code::Unavailable);
         assert!(t.is_closed());
-        assert_eq!(t.insert().unwrap_err().code(), Code::Unavailable);
+        assert!(matches!(t.insert(), Err(NotAdmitted::Closed(s)) if s.code() == Code::Unavailable));
+    }
+
+    #[test]
+    fn goaway_is_acknowledged_once_no_request_is_half_sent() {
+        let mut t = CallTable::<u32>::new();
+        let (a, _ra) = t.insert().unwrap();
+        let (_b, _rb) = t.insert().unwrap();
+        assert!(!t.sent(), "no GOAWAY yet");
+        assert!(!t.drain(), "one request is still being sent");
+        assert!(matches!(t.insert(), Err(NotAdmitted::Draining)));
+        assert!(t.sent(), "the last one is out: acknowledge now");
+        assert!(!t.sent() && !t.drain(), "only once");
+        assert!(t.complete(a, Ok(1)), "calls sent before still get answers");
+        let mut idle = CallTable::<u32>::new();
+        assert!(idle.drain(), "nothing in flight: acknowledge at once");
     }
 }

@@ -5,11 +5,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use std::sync::Weak;
+use std::time::Instant;
+
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::calls::CallTable;
+use super::calls::{CallTable, NotAdmitted};
+use super::control::ControlQueue;
 use crate::outbound::{send_control, send_frame};
 use crate::service::MethodDescriptor;
 use crate::transport::{Connection, TransportError};
@@ -81,28 +84,36 @@ struct Shared<C: Connection> {
     /// Waiting calls. Locked briefly by callers (insert/remove) and by the receive task
     /// (complete); never held across an await.
     calls: Mutex<CallTable<C::RecvBuf>>,
-    /// Control frames (cancel, pong) to send from contexts that cannot await (Drop).
-    control: mpsc::UnboundedSender<(FrameKind, u64)>,
+    /// Control frames (cancel, pong, ping, goaway) to send from contexts that cannot
+    /// await (Drop, the receive loop). Bounded.
+    control: Arc<ControlQueue>,
+    /// When the last frame arrived from the server (keepalive).
+    last_received: Mutex<Instant>,
 }
 
 impl<C: Connection> Drop for Shared<C> {
     fn drop(&mut self) {
+        self.control.close();
         self.conn.close();
     }
 }
 
 /// Starts the tasks of one connection.
-fn start<C: Connection>(conn: C) -> Arc<Shared<C>> {
-    let (control, control_rx) = mpsc::unbounded_channel();
+fn start<C: Connection>(conn: C, config: &ClientConfig) -> Arc<Shared<C>> {
+    let control = Arc::new(ControlQueue::default());
     let conn = Arc::new(conn);
     let shared = Arc::new(Shared {
         conn: conn.clone(),
         calls: Mutex::new(CallTable::new()),
-        control,
+        control: control.clone(),
+        last_received: Mutex::new(Instant::now()),
     });
     let weak = Arc::downgrade(&shared);
     tokio::spawn(receive_loop(conn, weak.clone()).instrument(tracing::debug_span!("channel-recv")));
-    tokio::spawn(control_loop(weak, control_rx));
+    tokio::spawn(control_loop(weak.clone(), control));
+    if let Some(interval) = config.keepalive_interval {
+        tokio::spawn(keepalive_loop(weak, interval, config.keepalive_timeout));
+    }
     shared
 }
 
@@ -120,7 +131,7 @@ impl<C: Connection> Channel<C> {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn with_config(conn: C, config: ClientConfig) -> Channel<C> {
-        let current = RwLock::new(start(conn));
+        let current = RwLock::new(start(conn, &config));
         Channel {
             inner: Arc::new(Inner {
                 current,
@@ -156,7 +167,7 @@ impl<C: Connection> Channel<C> {
         Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
         let conn = dial().await?;
-        let current = RwLock::new(start(conn));
+        let current = RwLock::new(start(conn, &config));
         Ok(Channel {
             inner: Arc::new(Inner {
                 current,
@@ -174,19 +185,23 @@ impl<C: Connection> Channel<C> {
         self.inner.current.read().clone()
     }
 
-    /// The connection calls go to, replacing a failed one first if this channel
-    /// reconnects.
+    /// The connection calls go to, replacing a failed or draining one first if this
+    /// channel reconnects. Calls in flight on a draining connection finish there.
     async fn ready(&self) -> Result<Arc<Shared<C>>, Status> {
+        let usable = |shared: &Shared<C>| {
+            let calls = shared.calls.lock();
+            !calls.is_closed() && !calls.is_draining()
+        };
         let current = self.current();
         let Some(redial) = &self.inner.redial else {
             return Ok(current);
         };
-        if !current.calls.lock().is_closed() {
+        if usable(&current) {
             return Ok(current);
         }
         let _one_at_a_time = redial.lock.lock().await;
         let current = self.current();
-        if !current.calls.lock().is_closed() {
+        if usable(&current) {
             return Ok(current); // someone else reconnected meanwhile
         }
         if let Some((at, status)) = &*redial.last_failure.lock() {
@@ -197,7 +212,7 @@ impl<C: Connection> Channel<C> {
         tracing::info!(peer = %current.conn.peer(), "reconnecting");
         match (redial.dial)().await {
             Ok(conn) => {
-                let fresh = start(conn);
+                let fresh = start(conn, &self.inner.config);
                 *self.inner.current.write() = fresh.clone();
                 *redial.last_failure.lock() = None;
                 Ok(fresh)
@@ -287,41 +302,42 @@ impl<C: Connection> Channel<C> {
         let config = &self.inner.config;
         let timeout = timeout.or(config.timeout);
         let payload_len = message.encoded_len();
-        if payload_len > config.max_message_size {
+        let max = config.max_message_size.min(u32::MAX as usize);
+        if payload_len > max {
             return Err(Status::resource_exhausted(format!(
-                "request message of {payload_len} bytes exceeds the maximum of {}",
-                config.max_message_size
+                "request message of {payload_len} bytes exceeds the maximum of {max}"
             )));
         }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         metadata
             .check()
             .map_err(|e| Status::resource_exhausted(e.to_string()))?;
 
-        let shared = self.ready().await?;
-        let (call_id, response) = shared.calls.lock().insert()?;
-        span.record("call_id", call_id);
-        let guard = CallGuard {
-            shared: &shared,
-            call_id,
-        };
-
         let exchange = async {
-            let mut header = Header::new(FrameKind::Request, call_id);
-            header.flags = Flags::END_STREAM;
-            header.method_id = method.id;
-            header.timeout_us =
-                timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
-            header.payload_len = payload_len as u32;
-            send_frame(&*shared.conn, header, &metadata, |buf| {
-                message.encode_raw(buf)
-            })
-            .await?;
-            match response.await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(Status::unavailable("connection closed")),
+            let mut retries = 0;
+            loop {
+                // A retry tells the server the time that is left, not the original timeout.
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                let frame = self
+                    .attempt(&metadata, &message, method, payload_len, left, span)
+                    .await?;
+                // A call the server refused without starting it (it was draining) goes
+                // once more on a fresh connection, if this channel makes them.
+                if retries < config.max_transparent_retries
+                    && self.inner.redial.is_some()
+                    && is_refused(&frame)
+                {
+                    retries += 1;
+                    tracing::debug!(
+                        retries,
+                        "call refused by a draining server; sending it again"
+                    );
+                    continue;
+                }
+                return Ok(frame);
             }
         };
-        let frame = match timeout {
+        match timeout {
             Some(t) => match tokio::time::timeout(t, exchange).await {
                 Ok(result) => result,
                 Err(_) => Err(Status::deadline_exceeded(format!(
@@ -329,12 +345,68 @@ impl<C: Connection> Channel<C> {
                 ))),
             },
             None => exchange.await,
+        }
+    }
+
+    /// Sends the request once, on the current connection, and waits for its response.
+    async fn attempt<Req: prost::Message>(
+        &self,
+        metadata: &Metadata,
+        message: &Req,
+        method: &MethodDescriptor,
+        payload_len: usize,
+        timeout: Option<std::time::Duration>,
+        span: &tracing::Span,
+    ) -> Result<C::RecvBuf, Status> {
+        let mut draining_seen = 0;
+        let (shared, call_id, response) = loop {
+            let shared = self.ready().await?;
+            let inserted = shared.calls.lock().insert();
+            match inserted {
+                Ok((call_id, response)) => break (shared, call_id, response),
+                Err(NotAdmitted::Closed(status)) => return Err(status),
+                // Without reconnecting there is no other connection; with it, `ready`
+                // replaces the draining one (a race with another caller: try again).
+                Err(NotAdmitted::Draining) if self.inner.redial.is_none() || draining_seen > 2 => {
+                    return Err(Status::unavailable("server is shutting down (GOAWAY)"))
+                }
+                Err(NotAdmitted::Draining) => draining_seen += 1,
+            }
+        };
+        span.record("call_id", call_id);
+        let mut guard = CallGuard {
+            shared: &shared,
+            call_id,
+            sent: false,
+        };
+        let mut header = Header::new(FrameKind::Request, call_id);
+        header.flags = Flags::END_STREAM;
+        header.method_id = method.id;
+        header.timeout_us = timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
+        header.payload_len = payload_len as u32;
+        let sent = send_frame(&*shared.conn, header, metadata, |buf| {
+            message.encode_raw(buf)
+        })
+        .await;
+        guard.mark_sent();
+        sent?;
+        let frame = match response.await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Status::unavailable("connection closed")),
         };
         // Answered calls left the table when their response arrived; a call that is still
         // there (deadline, failed send) is cancelled on the server by the guard.
         drop(guard);
         frame
     }
+}
+
+/// Whether `frame` is a response the server flagged as not started and `UNAVAILABLE`.
+fn is_refused(frame: &[u8]) -> bool {
+    Frame::parse(frame).is_ok_and(|f| {
+        f.header.flags.contains(Flags::REFUSED)
+            && Code::from_u8(f.header.status) == Code::Unavailable
+    })
 }
 
 /// Removes an abandoned call from the table and tells the server to drop its handler.
@@ -344,17 +416,29 @@ impl<C: Connection> Channel<C> {
 struct CallGuard<'a, C: Connection> {
     shared: &'a Shared<C>,
     call_id: u64,
+    /// Whether the request was handed to the transport (or failed to be).
+    sent: bool,
+}
+
+impl<C: Connection> CallGuard<'_, C> {
+    /// The request left the caller's hands: no longer counted as unsent.
+    fn mark_sent(&mut self) {
+        if !std::mem::replace(&mut self.sent, true) && self.shared.calls.lock().sent() {
+            self.shared.control.goaway();
+        }
+    }
 }
 
 impl<C: Connection> Drop for CallGuard<'_, C> {
     fn drop(&mut self) {
+        self.mark_sent();
         let was_waiting = self.shared.calls.lock().remove(self.call_id);
         if was_waiting {
             tracing::debug!(
                 call_id = self.call_id,
                 "call abandoned; cancelling on the server"
             );
-            let _ = self.shared.control.send((FrameKind::Cancel, self.call_id));
+            self.shared.control.cancel(self.call_id);
         }
     }
 }
@@ -391,6 +475,9 @@ async fn receive_loop<C: Connection>(conn: Arc<C>, shared: std::sync::Weak<Share
         let Some(strong) = shared.upgrade() else {
             return;
         };
+        if received.is_ok() {
+            *strong.last_received.lock() = Instant::now();
+        }
         match received {
             Ok(Some(buf)) => match Frame::parse(&buf).map(|f| f.header) {
                 Ok(header) => match header.kind {
@@ -400,11 +487,12 @@ async fn receive_loop<C: Connection>(conn: Arc<C>, shared: std::sync::Weak<Share
                             tracing::trace!(call_id, "response to a call no longer waiting");
                         }
                     }
-                    FrameKind::Ping => {
-                        let _ = strong.control.send((FrameKind::Pong, header.call_id));
-                    }
+                    FrameKind::Ping => strong.control.pong(header.call_id),
                     FrameKind::GoAway => {
-                        tracing::debug!(peer = %strong.conn.peer(), "server is going away");
+                        tracing::debug!(peer = %strong.conn.peer(), "server is going away (GOAWAY)");
+                        if strong.calls.lock().drain() {
+                            strong.control.goaway();
+                        }
                     }
                     kind => tracing::trace!(?kind, "ignoring frame"),
                 },
@@ -425,17 +513,60 @@ async fn receive_loop<C: Connection>(conn: Arc<C>, shared: std::sync::Weak<Share
     conn.close();
 }
 
-/// Sends control frames queued from synchronous contexts.
-async fn control_loop<C: Connection>(
-    shared: std::sync::Weak<Shared<C>>,
-    mut queue: mpsc::UnboundedReceiver<(FrameKind, u64)>,
-) {
-    while let Some((kind, call_id)) = queue.recv().await {
+/// Sends control frames queued from synchronous contexts, until the channel's state is
+/// dropped.
+async fn control_loop<C: Connection>(shared: Weak<Shared<C>>, queue: Arc<ControlQueue>) {
+    while let Some(batch) = queue.next_batch().await {
         let Some(strong) = shared.upgrade() else {
             return;
         };
-        if let Err(e) = send_control(&*strong.conn, kind, call_id).await {
-            tracing::debug!("control frame not sent: {e}");
+        for (kind, call_id) in batch {
+            if let Err(e) = send_control(&*strong.conn, kind, call_id).await {
+                tracing::debug!("control frame not sent: {e}");
+            }
         }
+    }
+}
+
+/// Pings the server while calls are in flight and it has been silent for `interval`;
+/// fails the connection when nothing arrives within `timeout` of a ping.
+async fn keepalive_loop<C: Connection>(
+    shared: Weak<Shared<C>>,
+    interval: std::time::Duration,
+    timeout: std::time::Duration,
+) {
+    let mut sequence = 0u64;
+    let mut wait = interval;
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        if strong.calls.lock().is_closed() {
+            return;
+        }
+        let silent = strong.last_received.lock().elapsed();
+        if strong.calls.lock().len() == 0 || silent < interval {
+            wait = interval.saturating_sub(silent).max(interval / 4);
+            continue;
+        }
+        sequence += 1;
+        let sent_at = Instant::now();
+        strong.control.ping(sequence);
+        drop(strong);
+        tokio::time::sleep(timeout).await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        if *strong.last_received.lock() < sent_at {
+            let status = Status::unavailable(format!(
+                "the server did not answer a ping within {timeout:?}"
+            ));
+            tracing::warn!(peer = %strong.conn.peer(), "closing connection: {}", status.message());
+            strong.calls.lock().close(status);
+            strong.conn.close();
+            return;
+        }
+        wait = interval;
     }
 }

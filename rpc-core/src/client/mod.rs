@@ -2,5 +2,9 @@
 
 mod calls;
 mod channel;
+mod control;
 
 pub use channel::{Channel, REDIAL_BACKOFF};
+
+#[cfg(test)]
+mod tests;

@@ -144,3 +144,6 @@ impl Server {
         connection::serve(self.inner.clone(), conn).await;
     }
 }
+
+#[cfg(test)]
+mod tests;

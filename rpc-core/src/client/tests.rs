@@ -1,0 +1,172 @@
+//! Channel behaviour against servers that hang, and across a graceful shutdown.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::memory::{self, MemoryConnection};
+use crate::outbound::{send_control, send_frame};
+use crate::service::{BoxMessage, MethodDescriptor, Service, ServiceFuture};
+use crate::wire::{Flags, Frame, FrameKind, Header};
+use crate::{Channel, ClientConfig, Code, Connection, Metadata, Request, Response, Server};
+
+static SLEEP: MethodDescriptor = MethodDescriptor::new("/t.T/Sleep");
+
+/// Sleeps for the request's `u32` value in ms (a `UInt32Value`), then echoes it, and
+/// counts its calls.
+#[derive(Default, Clone)]
+struct Sleeper {
+    calls: Arc<AtomicUsize>,
+}
+
+impl Service for Sleeper {
+    fn name(&self) -> &'static str {
+        "t.T"
+    }
+    fn methods(&self) -> &'static [MethodDescriptor] {
+        std::slice::from_ref(&SLEEP)
+    }
+    fn call(&self, _: usize, request: Request<&[u8]>) -> ServiceFuture {
+        let ms: u32 = prost::Message::decode(request.into_inner()).unwrap_or(0);
+        let calls = self.calls.clone();
+        Box::pin(async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(ms.into())).await;
+            Ok(Response::new(Box::new(ms) as BoxMessage))
+        })
+    }
+}
+
+async fn sleep_call(channel: &Channel<MemoryConnection>, ms: u32) -> Result<u32, crate::Status> {
+    channel
+        .unary::<u32, u32>(Request::new(ms), &SLEEP)
+        .await
+        .map(Response::into_inner)
+}
+
+fn keepalive(interval_ms: u64, timeout_ms: u64) -> ClientConfig {
+    let mut config = ClientConfig::default();
+    config.keepalive(
+        Some(Duration::from_millis(interval_ms)),
+        Duration::from_millis(timeout_ms),
+    );
+    config
+}
+
+#[tokio::test]
+async fn a_silent_server_fails_calls_after_an_unanswered_ping() {
+    let (client, _hung) = memory::pair(1 << 20);
+    let channel = Channel::with_config(client, keepalive(100, 200));
+    let started = std::time::Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(10), sleep_call(&channel, 0))
+        .await
+        .expect("keepalive ends the call")
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert!(status.message().contains("ping"), "{}", status.message());
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "not before interval + timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_server_that_answers_pings_keeps_its_calls() {
+    let (client, server_end) = memory::pair(1 << 20);
+    let channel = Channel::with_config(client, keepalive(50, 100));
+    // A hand-written server: answers pings, and the call after 600 ms.
+    tokio::spawn(async move {
+        let mut call = None;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(600);
+        loop {
+            let buf = tokio::select! {
+                buf = server_end.recv() => buf.unwrap().unwrap(),
+                () = tokio::time::sleep_until(deadline), if call.is_some() => break,
+            };
+            let header = Frame::parse(&buf).unwrap().header;
+            match header.kind {
+                FrameKind::Ping => send_control(&server_end, FrameKind::Pong, header.call_id)
+                    .await
+                    .unwrap(),
+                FrameKind::Request => call = Some(header.call_id),
+                _ => {}
+            }
+        }
+        let mut header = Header::new(FrameKind::Response, call.unwrap());
+        header.flags = Flags::END_STREAM;
+        send_frame(&server_end, header, &Metadata::new(), |_| {})
+            .await
+            .unwrap();
+        // Keep the connection open until the client is done.
+        let _ = server_end.recv().await;
+    });
+    assert_eq!(sleep_call(&channel, 0).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn after_goaway_calls_move_to_a_new_connection_and_none_is_lost() {
+    let old_service = Sleeper::default();
+    let old_calls = old_service.calls.clone();
+    let old = Server::builder().add_service(old_service).unwrap().build();
+    let fresh_service = Sleeper::default();
+    let fresh_calls = fresh_service.calls.clone();
+    let fresh = Server::builder()
+        .add_service(fresh_service)
+        .unwrap()
+        .build();
+    let (old_listener, old_connector) = memory::listener(1 << 20);
+    let (fresh_listener, fresh_connector) = memory::listener(1 << 20);
+    let (stop_old, stopped) = tokio::sync::oneshot::channel::<()>();
+    let old_serving = tokio::spawn(async move {
+        old.serve_with_shutdown(old_listener, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    tokio::spawn(async move { fresh.serve(fresh_listener).await });
+    let dials = Arc::new(AtomicUsize::new(0));
+    let channel = Channel::with_reconnect(ClientConfig::default(), move || {
+        let n = dials.fetch_add(1, Ordering::SeqCst);
+        let connector = if n == 0 {
+            old_connector.clone()
+        } else {
+            fresh_connector.clone()
+        };
+        async move { connector.connect().await }
+    })
+    .await
+    .unwrap();
+
+    // Calls in flight when the old server starts draining, and more started during it.
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..50u32 {
+        let channel = channel.clone();
+        calls.spawn(async move { sleep_call(&channel, 200 + i).await });
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    stop_old.send(()).unwrap();
+    for i in 0..50u32 {
+        let channel = channel.clone();
+        calls.spawn(async move { sleep_call(&channel, i % 5).await });
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let mut ok = 0;
+    while let Some(result) = calls.join_next().await {
+        result
+            .unwrap()
+            .expect("no call fails across a graceful shutdown");
+        ok += 1;
+    }
+    assert_eq!(ok, 100);
+    let (old_calls, fresh_calls) = (
+        old_calls.load(Ordering::SeqCst),
+        fresh_calls.load(Ordering::SeqCst),
+    );
+    assert!(fresh_calls > 0, "later calls went to the new server");
+    assert_eq!(
+        old_calls + fresh_calls,
+        100,
+        "refused calls never ran twice"
+    );
+    old_serving.await.unwrap().unwrap();
+}

@@ -1,0 +1,237 @@
+//! The server's bounds and failure handling, driven frame by frame over the in-memory
+//! transport (the TCP suite in `examples/tests/hostile.rs` drives real processes).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::memory::{self, MemoryConnection};
+use crate::outbound::{send_control, send_frame};
+use crate::service::{BoxMessage, MethodDescriptor, Service, ServiceFuture};
+use crate::wire::{Flags, Frame, FrameKind, Header};
+use crate::{Code, Connection, Metadata, Request, Response, Server, ServerConfig, Status};
+
+static METHODS: [MethodDescriptor; 4] = [
+    MethodDescriptor::new("/t.T/Sleep"),
+    MethodDescriptor::new("/t.T/PanicNow"),
+    MethodDescriptor::new("/t.T/PanicLater"),
+    MethodDescriptor::new("/t.T/Big"),
+];
+const SLEEP: u32 = METHODS[0].id;
+const PANIC_NOW: u32 = METHODS[1].id;
+const PANIC_LATER: u32 = METHODS[2].id;
+const BIG: u32 = METHODS[3].id;
+
+/// Sleep(ms), PanicNow, PanicLater, Big(len): the argument is a u32 LE payload.
+#[derive(Default)]
+struct TestService {
+    started: Arc<AtomicUsize>,
+}
+
+fn ok(message: Vec<u8>) -> Result<Response<BoxMessage>, Status> {
+    Ok(Response::new(Box::new(message) as BoxMessage))
+}
+
+impl Service for TestService {
+    fn name(&self) -> &'static str {
+        "t.T"
+    }
+    fn methods(&self) -> &'static [MethodDescriptor] {
+        &METHODS
+    }
+    fn call(&self, index: usize, request: Request<&[u8]>) -> ServiceFuture {
+        let payload = request.into_inner();
+        let arg = u32::from_le_bytes(payload.try_into().unwrap_or([0; 4]));
+        let started = self.started.clone();
+        Box::pin(async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            match index {
+                0 => {
+                    if arg > 0 {
+                        tokio::time::sleep(Duration::from_millis(arg.into())).await;
+                    }
+                    ok(arg.to_le_bytes().to_vec())
+                }
+                1 => panic!("handler panics on its first poll"),
+                2 => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    panic!("handler panics after an await")
+                }
+                _ => ok(vec![7; arg as usize]),
+            }
+        })
+    }
+}
+
+/// A server over one side of a fresh in-memory pair; returns the client side.
+fn serve(config: ServerConfig, service: TestService) -> (Server, MemoryConnection) {
+    let server = Server::builder()
+        .add_service(service)
+        .unwrap()
+        .config(config)
+        .build();
+    let (client, server_end) = memory::pair(1 << 20);
+    let s = server.clone();
+    tokio::spawn(async move { s.serve_connection(server_end).await });
+    (server, client)
+}
+
+async fn request(conn: &MemoryConnection, call_id: u64, method: u32, arg: u32, timeout: Duration) {
+    let mut header = Header::new(FrameKind::Request, call_id);
+    header.flags = Flags::END_STREAM;
+    header.method_id = method;
+    header.timeout_us = timeout.as_micros() as u64;
+    header.payload_len = 4;
+    send_frame(conn, header, &Metadata::new(), |b| {
+        bytes::BufMut::put_slice(b, &arg.to_le_bytes())
+    })
+    .await
+    .unwrap();
+}
+
+/// The next frame, or None once the server closed the connection.
+async fn next(conn: &MemoryConnection) -> Option<(Header, Bytes)> {
+    let buf = tokio::time::timeout(Duration::from_secs(10), conn.recv())
+        .await
+        .expect("the server answers within 10 s")
+        .ok()??;
+    let frame = Frame::parse(&buf).unwrap();
+    let payload = Bytes::copy_from_slice(frame.payload);
+    Some((frame.header, payload))
+}
+
+fn code(header: &Header) -> Code {
+    Code::from_u8(header.status)
+}
+
+#[tokio::test]
+async fn a_panicking_handler_fails_its_own_call_only() {
+    let (_server, conn) = serve(ServerConfig::default(), TestService::default());
+    request(&conn, 1, PANIC_NOW, 0, Duration::ZERO).await;
+    let (h, msg) = next(&conn).await.unwrap();
+    assert_eq!((h.call_id, code(&h)), (1, Code::Internal), "{msg:?}");
+    request(&conn, 2, PANIC_LATER, 0, Duration::ZERO).await;
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!((h.call_id, code(&h)), (2, Code::Internal));
+    request(&conn, 3, SLEEP, 0, Duration::ZERO).await;
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!((h.call_id, code(&h)), (3, Code::Ok));
+}
+
+#[tokio::test]
+async fn a_duplicate_call_id_closes_the_connection() {
+    let (_server, conn) = serve(ServerConfig::default(), TestService::default());
+    request(&conn, 9, SLEEP, 5_000, Duration::ZERO).await;
+    request(&conn, 9, SLEEP, 0, Duration::ZERO).await;
+    assert!(
+        next(&conn).await.is_none(),
+        "closed without answering either call"
+    );
+}
+
+#[tokio::test]
+async fn a_response_over_the_limit_is_answered_with_resource_exhausted() {
+    let mut config = ServerConfig::default();
+    config.max_message_size(1000);
+    let (_server, conn) = serve(config, TestService::default());
+    request(&conn, 1, BIG, 2000, Duration::ZERO).await;
+    let (h, msg) = next(&conn).await.unwrap();
+    assert_eq!(code(&h), Code::ResourceExhausted);
+    assert!(std::str::from_utf8(&msg)
+        .unwrap()
+        .contains("response message of 2003 bytes"));
+    request(&conn, 2, BIG, 900, Duration::ZERO).await;
+    let (h, msg) = next(&conn).await.unwrap();
+    assert_eq!((code(&h), msg.len()), (Code::Ok, 903));
+}
+
+#[tokio::test]
+async fn calls_beyond_the_connection_limit_wait_while_control_frames_are_read() {
+    let mut config = ServerConfig::default();
+    config
+        .max_concurrent_calls(4)
+        .max_concurrent_calls_per_connection(2)
+        .max_queued_calls_per_connection(3);
+    let service = TestService::default();
+    let started = service.started.clone();
+    let server = Server::builder()
+        .add_service(service)
+        .unwrap()
+        .config(config)
+        .build();
+    let (a, a_server) = memory::pair(1 << 20);
+    let (b, b_server) = memory::pair(1 << 20);
+    for end in [a_server, b_server] {
+        let s = server.clone();
+        tokio::spawn(async move { s.serve_connection(end).await });
+    }
+    // Connection A: 2 calls run, 3 wait, the 6th is refused at once.
+    for id in 1..=6 {
+        request(&a, id, SLEEP, 400, Duration::ZERO).await;
+    }
+    let (h, _) = next(&a).await.unwrap();
+    assert_eq!((h.call_id, code(&h)), (6, Code::ResourceExhausted));
+    assert!(h.flags.contains(Flags::REFUSED));
+    // A's reader still reads: a cancel of a waiting call and a ping are handled while
+    // its calls sleep.
+    send_control(&a, FrameKind::Cancel, 3).await.unwrap();
+    send_control(&a, FrameKind::Ping, 77).await.unwrap();
+    let (h, _) = next(&a).await.unwrap();
+    assert_eq!((h.kind, h.call_id), (FrameKind::Pong, 77));
+    // Connection B is served meanwhile (the server has permits left).
+    request(&b, 1, SLEEP, 0, Duration::ZERO).await;
+    let (h, _) = next(&b).await.unwrap();
+    assert_eq!((h.call_id, code(&h)), (1, Code::Ok));
+    // A's calls 1, 2, 4, 5 complete; 3 was cancelled before it started.
+    let mut answered = Vec::new();
+    for _ in 0..4 {
+        let (h, _) = next(&a).await.unwrap();
+        assert_eq!(code(&h), Code::Ok);
+        answered.push(h.call_id);
+    }
+    answered.sort_unstable();
+    assert_eq!(answered, [1, 2, 4, 5]);
+    assert_eq!(started.load(Ordering::SeqCst), 5, "4 on A, 1 on B");
+}
+
+#[tokio::test]
+async fn a_waiting_call_times_out_from_its_arrival() {
+    let mut config = ServerConfig::default();
+    config.max_concurrent_calls_per_connection(1);
+    let (_server, conn) = serve(config, TestService::default());
+    request(&conn, 1, SLEEP, 1_000, Duration::ZERO).await;
+    request(&conn, 2, SLEEP, 0, Duration::from_millis(100)).await;
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!(
+        (h.call_id, code(&h)),
+        (2, Code::DeadlineExceeded),
+        "answered before call 1 frees the permit"
+    );
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!((h.call_id, code(&h)), (1, Code::Ok));
+}
+
+#[tokio::test]
+async fn a_draining_server_refuses_new_calls_and_finishes_running_ones() {
+    let (server, conn) = serve(ServerConfig::default(), TestService::default());
+    request(&conn, 1, SLEEP, 300, Duration::ZERO).await;
+    tokio::task::yield_now().await;
+    server.shutdown();
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!(h.kind, FrameKind::GoAway);
+    request(&conn, 2, SLEEP, 0, Duration::ZERO).await;
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!((h.call_id, code(&h)), (2, Code::Unavailable));
+    assert!(h.flags.contains(Flags::REFUSED), "safe to send elsewhere");
+    // The acknowledgement: this client sends no more requests here.
+    send_control(&conn, FrameKind::GoAway, 0).await.unwrap();
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!(
+        (h.call_id, code(&h)),
+        (1, Code::Ok),
+        "the running call finishes"
+    );
+    assert!(next(&conn).await.is_none(), "then the server closes");
+}
