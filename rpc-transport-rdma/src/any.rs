@@ -3,12 +3,13 @@
 //! servers run unchanged over either.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rpc_core::{Connection, Endpoint, Listener, TransportError, TransportKind};
 use rpc_transport_tcp::{TcpConfig, TcpConnection};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 
 use crate::connection::{RdmaConnection, Received, RecvBuf};
 use crate::counters::RdmaCounters;
@@ -18,13 +19,31 @@ use crate::verbs::{rdma_available, SendBuf, Target};
 use crate::RdmaConfig;
 
 /// Settings of both transports; what a `--config` file or flags fill in.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct TransportSettings {
     /// TCP settings (also used by `auto://` when it falls back).
     pub tcp: TcpConfig,
     /// RDMA settings.
     pub rdma: RdmaConfig,
+    /// On a listener: time allowed from the accept until the connection is established
+    /// (protocol detection, and the whole RDMA handshake); a socket that has not sent its
+    /// first bytes or finished its handshake by then is closed. Default 10 s.
+    pub handshake_timeout: Duration,
+    /// On a listener: most connections in protocol detection or handshake at once;
+    /// sockets accepted beyond are closed at once (and counted in the log). Default 256.
+    pub max_handshakes: usize,
+}
+
+impl Default for TransportSettings {
+    fn default() -> Self {
+        TransportSettings {
+            tcp: TcpConfig::default(),
+            rdma: RdmaConfig::default(),
+            handshake_timeout: Duration::from_secs(10),
+            max_handshakes: 256,
+        }
+    }
 }
 
 impl TransportSettings {
@@ -242,12 +261,17 @@ impl Listener for AnyListener {
     }
 }
 
+/// Accepts sockets and establishes connections, each on its own task, at most
+/// `max_handshakes` at once and each within `handshake_timeout` (the permit is held until
+/// the connection is queued for the server, so connections waiting for room count too).
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     tx: mpsc::Sender<AnyConnection>,
     settings: Arc<TransportSettings>,
     serves_rdma: bool,
 ) {
+    let handshakes = Arc::new(Semaphore::new(settings.max_handshakes.max(1)));
+    let mut refused = 0u64;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -255,15 +279,33 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, peer)) => {
+                let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                    refused += 1;
+                    if refused.is_power_of_two() {
+                        tracing::warn!(%peer, refused, max = settings.max_handshakes, "too many handshakes at once: closing new sockets");
+                    }
+                    drop(stream);
+                    continue;
+                };
                 let (tx, settings) = (tx.clone(), settings.clone());
                 tokio::spawn(async move {
-                    match classify(stream, &settings, serves_rdma).await {
+                    let timeout = settings.handshake_timeout;
+                    let classified =
+                        tokio::time::timeout(timeout, classify(stream, &settings, serves_rdma))
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(format!(
+                                    "not established within {timeout:?} (handshake timeout)"
+                                ))
+                            });
+                    match classified {
                         Ok(Some(conn)) => {
                             let _ = tx.send(conn).await;
                         }
                         Ok(None) => tracing::debug!(%peer, "connection closed before a byte"),
                         Err(e) => tracing::warn!(%peer, "dropping connection: {e}"),
                     }
+                    drop(permit);
                 });
             }
             Err(e) => {
@@ -296,14 +338,14 @@ async fn classify(
         }
     }
     if &first != HELLO {
-        return TcpConnection::from_stream_with_prefix(stream, &settings.tcp, &first)
+        return TcpConnection::accepted(stream, &settings.tcp, &first)
             .map(|c| Some(AnyConnection::Tcp(c)))
             .map_err(|e| e.to_string());
     }
     let rdma = serves_rdma.then_some(&settings.rdma);
     match setup::server(stream, rdma).await? {
         Ok(conn) => Ok(Some(AnyConnection::Rdma(conn))),
-        Err(stream) => TcpConnection::from_stream(stream, &settings.tcp)
+        Err(stream) => TcpConnection::accepted(stream, &settings.tcp, &[])
             .map(|c| Some(AnyConnection::Tcp(c)))
             .map_err(|e| e.to_string()),
     }

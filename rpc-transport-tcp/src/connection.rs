@@ -1,28 +1,71 @@
 //! [`TcpConnection`].
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
 use rpc_core::wire::HEADER_LEN;
 use rpc_core::{Connection, TransportError, MAX_METADATA_LEN};
 use tokio::net::{TcpStream, ToSocketAddrs};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::reader::Reader;
 use crate::writer::writer_task;
 use crate::TcpConfig;
 
+/// A frame queued for the writer, with the share of the byte budget it holds.
+pub(crate) type Queued = (BytesMut, OwnedSemaphorePermit);
+
 /// One TCP connection carrying frames.
 ///
-/// `send` hands frames to the connection's writer task (bounded queue: back-pressure);
-/// `recv` reads from the socket under an async mutex (one receiver at a time, cancel-safe
-/// because partial reads stay in the connection's buffer).
+/// `send` hands frames to the connection's writer task through a queue bounded in frames
+/// and in bytes ([`TcpConfig::send_queue_bytes`]): back-pressure. `recv` reads from the
+/// socket under an async mutex (one receiver at a time, cancel-safe because partial reads
+/// stay in the connection's buffer); it grows its buffer with the bytes that arrive, not
+/// with the lengths headers claim.
 #[derive(Debug)]
 pub struct TcpConnection {
     peer: String,
     max_frame: usize,
-    outbound: mpsc::Sender<BytesMut>,
+    outbound: mpsc::Sender<Queued>,
+    /// Permits are bytes queued for the writer (at most `budget`).
+    queued_bytes: Arc<Semaphore>,
+    budget: usize,
     reader: tokio::sync::Mutex<Reader>,
-    /// Set to true by `close`; wakes a pending `recv` and stops the writer.
-    closed: watch::Sender<bool>,
+    closing: Arc<Closing>,
+}
+
+/// How a connection ends: shared by the connection, its reader and its writer.
+#[derive(Debug)]
+pub(crate) struct Closing {
+    /// Set to true by `close` or a failure; wakes a pending `recv` and stops the writer.
+    pub(crate) closed: watch::Sender<bool>,
+    /// Why the connection failed, if it did (a write timeout, a write error).
+    failure: Mutex<Option<String>>,
+    /// Closed with the connection, so that senders waiting for queue room wake up.
+    queued_bytes: Arc<Semaphore>,
+}
+
+impl Closing {
+    /// Closes the connection cleanly.
+    pub(crate) fn close(&self) {
+        self.closed.send_replace(true);
+        self.queued_bytes.close();
+    }
+
+    /// Closes the connection because of `reason`; `recv` then reports it.
+    pub(crate) fn fail(&self, reason: String) {
+        self.failure.lock().get_or_insert(reason);
+        self.close();
+    }
+
+    /// The failure, if the connection failed.
+    pub(crate) fn failure(&self) -> Option<TransportError> {
+        self.failure
+            .lock()
+            .clone()
+            .map(|r| TransportError::Io(std::io::Error::other(r)))
+    }
 }
 
 impl TcpConnection {
@@ -60,6 +103,28 @@ impl TcpConnection {
         config: &TcpConfig,
         already_read: &[u8],
     ) -> Result<TcpConnection, TransportError> {
+        TcpConnection::build(stream, config, already_read, false)
+    }
+
+    /// Like [`TcpConnection::from_stream_with_prefix`], for a connection a server accepted:
+    /// the first complete frame must arrive within [`TcpConfig::first_frame_timeout`].
+    ///
+    /// # Errors
+    /// If the socket options cannot be set.
+    pub fn accepted(
+        stream: TcpStream,
+        config: &TcpConfig,
+        already_read: &[u8],
+    ) -> Result<TcpConnection, TransportError> {
+        TcpConnection::build(stream, config, already_read, true)
+    }
+
+    fn build(
+        stream: TcpStream,
+        config: &TcpConfig,
+        already_read: &[u8],
+        accepted: bool,
+    ) -> Result<TcpConnection, TransportError> {
         stream.set_nodelay(true)?;
         let peer = match stream.peer_addr() {
             Ok(addr) => format!("tcp://{addr}"),
@@ -67,25 +132,38 @@ impl TcpConnection {
         };
         let (read, write) = stream.into_split();
         let (outbound, queue) = mpsc::channel(config.send_queue_frames.max(1));
+        // Semaphore permits are counted in u32 per acquire.
+        let budget = config.send_queue_bytes.clamp(1, u32::MAX as usize);
+        let queued_bytes = Arc::new(Semaphore::new(budget));
         let (closed, closed_rx) = watch::channel(false);
+        let closing = Arc::new(Closing {
+            closed,
+            failure: Mutex::new(None),
+            queued_bytes: queued_bytes.clone(),
+        });
         tokio::spawn(writer_task(
             write,
             queue,
-            closed_rx.clone(),
-            config.write_buffer,
+            closing.clone(),
+            config.clone(),
             peer.clone(),
         ));
+        let first_frame = accepted.then_some(config.first_frame_timeout);
         Ok(TcpConnection {
             peer,
             max_frame: HEADER_LEN + MAX_METADATA_LEN + config.max_message_size,
             outbound,
+            queued_bytes,
+            budget,
             reader: tokio::sync::Mutex::new(Reader::new(
                 read,
-                config.max_message_size,
+                config,
+                first_frame,
                 closed_rx,
+                closing.clone(),
                 already_read,
             )),
-            closed,
+            closing,
         })
     }
 }
@@ -101,17 +179,21 @@ impl Connection for TcpConnection {
                 max: self.max_frame,
             });
         }
-        if *self.closed.borrow() {
-            return Err(TransportError::Closed);
+        if *self.closing.closed.borrow() {
+            return Err(self.closing.failure().unwrap_or(TransportError::Closed));
         }
         Ok(BytesMut::with_capacity(len))
     }
 
     async fn send(&self, frame: BytesMut) -> Result<(), TransportError> {
+        let share = frame.len().clamp(1, self.budget) as u32;
+        let Ok(permit) = self.queued_bytes.clone().acquire_many_owned(share).await else {
+            return Err(self.closing.failure().unwrap_or(TransportError::Closed));
+        };
         self.outbound
-            .send(frame)
+            .send((frame, permit))
             .await
-            .map_err(|_| TransportError::Closed)
+            .map_err(|_| self.closing.failure().unwrap_or(TransportError::Closed))
     }
 
     async fn recv(&self) -> Result<Option<Bytes>, TransportError> {
@@ -119,7 +201,7 @@ impl Connection for TcpConnection {
     }
 
     fn close(&self) {
-        self.closed.send_replace(true);
+        self.closing.close();
     }
 
     fn peer(&self) -> String {
@@ -129,6 +211,6 @@ impl Connection for TcpConnection {
 
 impl Drop for TcpConnection {
     fn drop(&mut self) {
-        self.closed.send_replace(true);
+        self.closing.close();
     }
 }

@@ -45,7 +45,7 @@ impl Listener for TcpListener {
     async fn accept(&mut self) -> Result<TcpConnection, TransportError> {
         loop {
             match self.inner.accept().await {
-                Ok((stream, _)) => match TcpConnection::from_stream(stream, &self.config) {
+                Ok((stream, _)) => match TcpConnection::accepted(stream, &self.config, &[]) {
                     Ok(conn) => return Ok(conn),
                     Err(e) => tracing::warn!("dropping accepted connection: {e}"),
                 },

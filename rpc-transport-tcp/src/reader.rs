@@ -1,4 +1,8 @@
-//! Reading frames from the socket: header first, bounds checked before any allocation.
+//! Reading frames from the socket: header first, bounds checked before any allocation,
+//! and memory grown with the bytes that arrive, not with the lengths headers claim.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use rpc_core::wire::{Flags, Header, HEADER_LEN};
@@ -6,6 +10,10 @@ use rpc_core::TransportError;
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::connection::Closing;
+use crate::TcpConfig;
 
 /// Bytes asked of the socket at least per read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -20,62 +28,67 @@ pub(crate) struct Reader {
     /// Body bytes of an oversized frame still to skip.
     discard: usize,
     closed: watch::Receiver<bool>,
+    closing: Arc<Closing>,
+    frame_timeout: Duration,
+    /// Until the first frame: when it must have arrived (accepted connections only).
+    first_frame_deadline: Option<Instant>,
+    /// When the frame now being read (or skipped) started to arrive.
+    frame_started: Option<Instant>,
 }
 
 impl Reader {
     pub(crate) fn new(
         socket: OwnedReadHalf,
-        max_message_size: usize,
+        config: &TcpConfig,
+        first_frame_timeout: Option<Duration>,
         closed: watch::Receiver<bool>,
+        closing: Arc<Closing>,
         already_read: &[u8],
     ) -> Reader {
         let mut buf = BytesMut::with_capacity(READ_CHUNK.max(already_read.len()));
         buf.extend_from_slice(already_read);
+        let now = Instant::now();
         Reader {
             socket,
             buf,
-            max_message_size,
+            max_message_size: config.max_message_size,
             discard: 0,
             closed,
+            closing,
+            frame_timeout: config.frame_timeout,
+            first_frame_deadline: first_frame_timeout.map(|t| now + t),
+            frame_started: (!already_read.is_empty()).then_some(now),
         }
     }
 
     /// The next frame; `None` on a clean end of stream or after `close`.
+    ///
+    /// # Errors
+    /// A malformed header, a read error, a frame cut by the end of the stream, a frame
+    /// not completed within the frame timeout, no first frame within its timeout, or the
+    /// reason the connection failed (e.g. a write timeout).
     pub(crate) async fn next_frame(&mut self) -> Result<Option<Bytes>, TransportError> {
         loop {
-            if self.discard > 0 {
-                let n = self.discard.min(self.buf.len());
-                self.buf.advance(n);
-                self.discard -= n;
-            }
-            if self.discard == 0 {
-                if let Some(header) = Header::decode(&self.buf)? {
-                    if header.payload_len as usize > self.max_message_size {
-                        // Skip the body without buffering it; report the header alone.
-                        self.buf.advance(HEADER_LEN);
-                        self.discard = header.body_len();
-                        let mut discarded = header;
-                        discarded.flags = discarded.flags | Flags::DISCARDED;
-                        discarded.meta_len = 0;
-                        tracing::debug!(len = header.payload_len, "discarding oversized frame");
-                        return Ok(Some(Bytes::copy_from_slice(&discarded.encode())));
-                    }
-                    let len = header.frame_len();
-                    if self.buf.len() >= len {
-                        return Ok(Some(self.buf.split_to(len).freeze()));
-                    }
-                    self.buf.reserve(len - self.buf.len());
-                }
-            }
-            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
-                self.buf.reserve(READ_CHUNK);
+            if let Some(frame) = self.parse()? {
+                self.first_frame_deadline = None;
+                self.frame_started = (!self.buf.is_empty() || self.discard > 0).then(Instant::now);
+                return Ok(Some(frame));
             }
             if *self.closed.borrow() {
-                return Ok(None);
+                return self.closing.failure().map_or(Ok(None), Err);
             }
+            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+                // Grows by what arrives; never by a header's claim.
+                self.buf.reserve(READ_CHUNK);
+            }
+            let deadline = match (self.first_frame_deadline, self.frame_started) {
+                (Some(first), Some(started)) => Some(first.min(started + self.frame_timeout)),
+                (first, started) => first.or(started.map(|s| s + self.frame_timeout)),
+            };
             let read = tokio::select! {
                 read = self.socket.read_buf(&mut self.buf) => read?,
-                _ = self.closed.changed() => return Ok(None),
+                _ = self.closed.changed() => continue,
+                () = sleep_until(deadline) => return Err(self.timed_out()),
             };
             if read == 0 {
                 return if self.buf.is_empty() && self.discard == 0 {
@@ -87,6 +100,57 @@ impl Reader {
                     )))
                 };
             }
+            self.frame_started.get_or_insert_with(Instant::now);
         }
+    }
+
+    /// A complete frame from the buffer, if there is one; skips oversized bodies.
+    fn parse(&mut self) -> Result<Option<Bytes>, TransportError> {
+        if self.discard > 0 {
+            let n = self.discard.min(self.buf.len());
+            self.buf.advance(n);
+            self.discard -= n;
+            if self.discard > 0 {
+                return Ok(None);
+            }
+        }
+        let Some(header) = Header::decode(&self.buf)? else {
+            return Ok(None);
+        };
+        if header.payload_len as usize > self.max_message_size {
+            // Skip the body without buffering it; report the header alone.
+            self.buf.advance(HEADER_LEN);
+            self.discard = header.body_len();
+            let mut discarded = header;
+            discarded.flags = discarded.flags | Flags::DISCARDED;
+            discarded.meta_len = 0;
+            tracing::debug!(len = header.payload_len, "discarding oversized frame");
+            return Ok(Some(Bytes::copy_from_slice(&discarded.encode())));
+        }
+        let len = header.frame_len();
+        if self.buf.len() >= len {
+            return Ok(Some(self.buf.split_to(len).freeze()));
+        }
+        Ok(None)
+    }
+
+    fn timed_out(&self) -> TransportError {
+        let what = if self.first_frame_deadline.is_some() {
+            "no complete frame arrived within the first-frame timeout".to_owned()
+        } else {
+            format!(
+                "a frame stalled: not completed within {:?}",
+                self.frame_timeout
+            )
+        };
+        TransportError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+    }
+}
+
+/// Sleeps until `at`, or forever for `None`.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -108,6 +108,9 @@ fn start<C: Connection>(conn: C, config: &ClientConfig) -> Arc<Shared<C>> {
         control: control.clone(),
         last_received: Mutex::new(Instant::now()),
     });
+    // A first frame at once, as HTTP/2's preface: servers close sockets that stay
+    // silent past their first-frame timeout, and a channel may make its first call late.
+    control.ping(0);
     let weak = Arc::downgrade(&shared);
     tokio::spawn(receive_loop(conn, weak.clone()).instrument(tracing::debug_span!("channel-recv")));
     tokio::spawn(control_loop(weak.clone(), control));
