@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rpc_core::{Channel, ClientConfig, Endpoint};
+use rpc_core::{Channel, ClientConfig, Endpoint, ServerConfig};
 use rpc_transport_rdma::{AnyConnection, AnyListener, FileConfig, TransportSettings};
 
 /// The connection type the examples use.
@@ -37,6 +37,10 @@ pub struct Resolved {
     pub settings: TransportSettings,
     /// Largest message.
     pub max_message_size: usize,
+    /// Server limits and timeouts (`[server]`, `RPC_SERVER_*`).
+    pub server: ServerConfig,
+    /// Client keepalive and retries (`[client]`, `RPC_CLIENT_*`).
+    pub client: ClientConfig,
 }
 
 impl TransportArgs {
@@ -50,9 +54,12 @@ impl TransportArgs {
         settings.max_message_size(default_max);
         let mut addr = default_addr.to_owned();
         let mut max = default_max;
+        let (mut server, mut client) = (ServerConfig::default(), ClientConfig::default());
         if let Some(path) = &self.config {
             let file = FileConfig::load(path).map_err(anyhow::Error::msg)?;
             file.apply(&mut settings).map_err(anyhow::Error::msg)?;
+            file.apply_server(&mut server);
+            file.apply_client(&mut client);
             if let Some(a) = file.address {
                 addr = a;
             }
@@ -60,6 +67,8 @@ impl TransportArgs {
         }
         let env = FileConfig::from_env().map_err(anyhow::Error::msg)?;
         env.apply(&mut settings).map_err(anyhow::Error::msg)?;
+        env.apply_server(&mut server);
+        env.apply_client(&mut client);
         if let Some(a) = env.address {
             addr = a;
         }
@@ -72,10 +81,14 @@ impl TransportArgs {
             settings.max_message_size(m);
         }
         let endpoint: Endpoint = addr.parse().map_err(anyhow::Error::msg)?;
+        server.max_message_size = max;
+        client.max_message_size = max;
         Ok(Resolved {
             endpoint,
             settings,
             max_message_size: max,
+            server,
+            client,
         })
     }
 }
@@ -98,8 +111,7 @@ impl Resolved {
         &self,
         timeout: Option<Duration>,
     ) -> anyhow::Result<Channel<AnyConnection>> {
-        let mut config = ClientConfig::default();
-        config.max_message_size(self.max_message_size);
+        let mut config = self.client.clone();
         if let Some(t) = timeout {
             config.timeout(t);
         }
@@ -126,12 +138,10 @@ pub async fn serve_until_ctrl_c(
 ) -> anyhow::Result<()> {
     let resolved = args.resolve(default_addr, default_max)?;
     let listener = resolved.listen().await?;
-    let mut config = rpc_core::ServerConfig::default();
-    config.max_message_size(resolved.max_message_size);
     let server = rpc_core::Server::builder()
         .add_service(service)
         .map_err(anyhow::Error::msg)?
-        .config(config)
+        .config(resolved.server.clone())
         .build();
     server
         .serve_with_shutdown(listener, async {

@@ -131,6 +131,7 @@ async fn sixty_four_callers() {
                         .echo(EchoRequest {
                             payload: sent.clone(),
                             delay_ms: 0,
+                            ..Default::default()
                         })
                         .await
                         .unwrap();
@@ -165,6 +166,7 @@ async fn payload_sizes() {
         let request = EchoRequest {
             payload: sent.clone(),
             delay_ms: 0,
+            ..Default::default()
         };
         let frame_len = 40 + prost::Message::encoded_len(&request);
         let reply = client.echo(request).await.unwrap();
@@ -257,6 +259,7 @@ async fn killed_server_fails_calls_then_restarted_server_is_reached() {
                     .echo(EchoRequest {
                         payload: vec![i as u8; 100 + i * 500],
                         delay_ms: 20_000,
+                        ..Default::default()
                     })
                     .await;
                 (r, start.elapsed())
@@ -284,6 +287,7 @@ async fn killed_server_fails_calls_then_restarted_server_is_reached() {
         .echo(EchoRequest {
             payload: b"again".to_vec(),
             delay_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -310,6 +314,7 @@ async fn link_down_reports_the_dead_peer_within_the_ping_timeout() {
         .echo(EchoRequest {
             payload: b"warm".to_vec(),
             delay_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -321,6 +326,7 @@ async fn link_down_reports_the_dead_peer_within_the_ping_timeout() {
                     .echo(EchoRequest {
                         payload: vec![i; 64],
                         delay_ms: 3_000,
+                        ..Default::default()
                     })
                     .await
             })
@@ -370,6 +376,7 @@ async fn two_percent_loss_still_delivers_everything() {
                 .echo(EchoRequest {
                     payload: sent.clone(),
                     delay_ms: 0,
+                    ..Default::default()
                 })
                 .await?;
             assert!(reply.into_inner().payload == sent, "call {i}");
@@ -428,6 +435,7 @@ async fn graceful_shutdown_delivers_in_flight_responses() {
                     .echo(EchoRequest {
                         payload: sent.clone(),
                         delay_ms: 400,
+                        ..Default::default()
                     })
                     .await
                     .expect("in-flight call was not allowed to finish");

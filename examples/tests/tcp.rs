@@ -121,6 +121,7 @@ async fn random_byte_strings_do_not_stop_the_server() {
             .echo(EchoRequest {
                 payload: b"still here".to_vec(),
                 delay_ms: 0,
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -145,6 +146,7 @@ async fn a_vanished_server_fails_calls_with_unavailable() {
         client.echo(EchoRequest {
             payload: b"hello".to_vec(),
             delay_ms: 0,
+            ..Default::default()
         }),
     )
     .await
@@ -170,6 +172,7 @@ async fn a_vanished_client_gets_its_handlers_dropped() {
             .echo(EchoRequest {
                 payload: b"orphan".to_vec(),
                 delay_ms: 60_000,
+                ..Default::default()
             })
             .await
     });
@@ -209,6 +212,7 @@ async fn graceful_shutdown_lets_in_flight_calls_finish() {
                 .echo(EchoRequest {
                     payload: b"finish me".to_vec(),
                     delay_ms: 500,
+                    ..Default::default()
                 })
                 .await
         }
@@ -262,6 +266,7 @@ async fn a_reconnecting_channel_reaches_a_restarted_server() {
         .echo(EchoRequest {
             payload: b"one".to_vec(),
             delay_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -287,6 +292,7 @@ async fn a_reconnecting_channel_reaches_a_restarted_server() {
         .echo(EchoRequest {
             payload: b"two".to_vec(),
             delay_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap();

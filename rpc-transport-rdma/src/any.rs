@@ -89,22 +89,24 @@ impl Connection for AnyConnection {
 
     async fn alloc(&self, len: usize) -> Result<SendBuf, TransportError> {
         match self {
-            AnyConnection::Tcp(c) => {
-                c.alloc(len).await?;
-                Ok(SendBuf::bytes(len))
-            }
+            // The frame is built only once the send queue has room for it.
+            AnyConnection::Tcp(c) => Ok(SendBuf::bytes(len, c.reserve(len).await?)),
             AnyConnection::Rdma(c) => c.alloc(len).await,
         }
     }
 
     async fn send(&self, frame: SendBuf) -> Result<(), TransportError> {
         match (self, frame.target) {
-            (AnyConnection::Tcp(c), Target::Bytes(bytes)) => c.send(bytes).await,
+            (AnyConnection::Tcp(c), Target::Bytes(bytes)) => match frame.reservation {
+                Some(reservation) => c.send_reserved(bytes, reservation).await,
+                None => c.send(bytes).await,
+            },
             (AnyConnection::Rdma(c), target) => {
                 c.send(SendBuf {
                     target,
                     filled: frame.filled,
                     cap: frame.cap,
+                    reservation: None,
                 })
                 .await
             }

@@ -14,7 +14,28 @@
 //! ping_interval_ms = 1000
 //! ping_timeout_ms = 5000
 //! read_chunk = 1048576
+//!
+//! [tcp]
+//! send_queue_bytes = 8388608  # bytes queued for a peer before senders wait
+//! write_timeout_ms = 30000    # a write without progress closes the connection
+//! frame_timeout_ms = 30000    # a frame must complete within this from its first byte
+//! first_frame_timeout_ms = 10000
+//!
+//! [server]                    # rpc_core::ServerConfig
+//! max_concurrent_calls = 4096
+//! max_concurrent_calls_per_connection = 256
+//! max_queued_calls_per_connection = 1024
+//! max_queued_bytes_per_connection = 33554432
+//! max_queued_replies = 64
+//! shutdown_grace_ms = 30000
+//! drain_timeout_ms = 2000
+//!
+//! [client]                    # rpc_core::ClientConfig
+//! keepalive_interval_ms = 10000   # 0 turns keepalive off
+//! keepalive_timeout_ms = 10000
+//! max_transparent_retries = 3
 //! ```
+//! and, at the top level, `handshake_timeout_ms` and `max_handshakes` (listeners).
 //!
 //! The same settings can come from environment variables: see [`FileConfig::from_env`].
 
@@ -35,9 +56,104 @@ pub struct FileConfig {
     pub address: Option<String>,
     /// Largest message, both transports.
     pub max_message_size: Option<usize>,
+    /// [`TransportSettings::handshake_timeout`] in milliseconds.
+    pub handshake_timeout_ms: Option<u64>,
+    /// See [`TransportSettings::max_handshakes`].
+    pub max_handshakes: Option<usize>,
     /// RDMA tunables.
     #[serde(default)]
     pub rdma: RdmaSection,
+    /// TCP tunables.
+    #[serde(default)]
+    pub tcp: TcpSection,
+    /// Server limits and timeouts.
+    #[serde(default)]
+    pub server: ServerSection,
+    /// Client keepalive and retries.
+    #[serde(default)]
+    pub client: ClientSection,
+}
+
+/// Reads a number from variable `name`, if it is set.
+fn num<T: std::str::FromStr>(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &str,
+) -> Result<Option<T>, String> {
+    match get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{name}={v:?} is not a number")),
+    }
+}
+
+/// A table of optional numbers, also read from `<PREFIX><FIELD>` variables.
+macro_rules! section {
+    ($(#[$meta:meta])* $name:ident, $prefix:literal { $($(#[$fmeta:meta])* $field:ident: $ty:ty,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+        #[serde(deny_unknown_fields)]
+        #[non_exhaustive]
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: Option<$ty>,)*
+        }
+
+        impl $name {
+            fn from_vars(get: &impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+                Ok($name {
+                    $($field: num(get, &format!("{}{}", $prefix, stringify!($field).to_uppercase()))?,)*
+                })
+            }
+        }
+    };
+}
+
+section! {
+    /// The `[tcp]` table (variables `RPC_TCP_<FIELD>`).
+    TcpSection, "RPC_TCP_" {
+        /// See [`TcpConfig::send_queue_bytes`](rpc_transport_tcp::TcpConfig::send_queue_bytes).
+        send_queue_bytes: usize,
+        /// [`TcpConfig::write_timeout`](rpc_transport_tcp::TcpConfig::write_timeout) in ms.
+        write_timeout_ms: u64,
+        /// [`TcpConfig::frame_timeout`](rpc_transport_tcp::TcpConfig::frame_timeout) in ms.
+        frame_timeout_ms: u64,
+        /// [`TcpConfig::first_frame_timeout`](rpc_transport_tcp::TcpConfig::first_frame_timeout) in ms.
+        first_frame_timeout_ms: u64,
+    }
+}
+
+section! {
+    /// The `[server]` table (variables `RPC_SERVER_<FIELD>`): [`rpc_core::ServerConfig`].
+    ServerSection, "RPC_SERVER_" {
+        /// See [`ServerConfig::max_concurrent_calls`](rpc_core::ServerConfig::max_concurrent_calls).
+        max_concurrent_calls: usize,
+        /// See [`ServerConfig::max_concurrent_calls_per_connection`](rpc_core::ServerConfig::max_concurrent_calls_per_connection).
+        max_concurrent_calls_per_connection: usize,
+        /// See [`ServerConfig::max_queued_calls_per_connection`](rpc_core::ServerConfig::max_queued_calls_per_connection).
+        max_queued_calls_per_connection: usize,
+        /// See [`ServerConfig::max_queued_bytes_per_connection`](rpc_core::ServerConfig::max_queued_bytes_per_connection).
+        max_queued_bytes_per_connection: usize,
+        /// See [`ServerConfig::max_queued_replies`](rpc_core::ServerConfig::max_queued_replies).
+        max_queued_replies: usize,
+        /// [`ServerConfig::shutdown_grace`](rpc_core::ServerConfig::shutdown_grace) in ms.
+        shutdown_grace_ms: u64,
+        /// [`ServerConfig::drain_timeout`](rpc_core::ServerConfig::drain_timeout) in ms.
+        drain_timeout_ms: u64,
+    }
+}
+
+section! {
+    /// The `[client]` table (variables `RPC_CLIENT_<FIELD>`): [`rpc_core::ClientConfig`].
+    ClientSection, "RPC_CLIENT_" {
+        /// [`ClientConfig::keepalive_interval`](rpc_core::ClientConfig::keepalive_interval) in ms; 0 = off.
+        keepalive_interval_ms: u64,
+        /// [`ClientConfig::keepalive_timeout`](rpc_core::ClientConfig::keepalive_timeout) in ms.
+        keepalive_timeout_ms: u64,
+        /// See [`ClientConfig::max_transparent_retries`](rpc_core::ClientConfig::max_transparent_retries).
+        max_transparent_retries: u32,
+    }
 }
 
 /// The `[rdma]` table.
@@ -82,7 +198,9 @@ impl FileConfig {
     }
 
     /// The same settings from environment variables, for deployments that configure by
-    /// environment: `RPC_ADDRESS`, `RPC_MAX_MESSAGE_SIZE` and `RPC_RDMA_<FIELD>` for every
+    /// environment: `RPC_ADDRESS`, `RPC_MAX_MESSAGE_SIZE`, `RPC_HANDSHAKE_TIMEOUT_MS`,
+    /// `RPC_MAX_HANDSHAKES`, `RPC_TCP_<FIELD>`, `RPC_SERVER_<FIELD>` and `RPC_CLIENT_<FIELD>`
+    /// for the fields of those tables, and `RPC_RDMA_<FIELD>` for every
     /// field of the `[rdma]` table in upper case (`RPC_RDMA_DEVICE`, `RPC_RDMA_RING_SLOTS`,
     /// `RPC_RDMA_SLOT_SIZE`, `RPC_RDMA_EAGER_THRESHOLD`, `RPC_RDMA_POLL_SPIN_US`,
     /// `RPC_RDMA_PING_INTERVAL_MS`, `RPC_RDMA_PING_TIMEOUT_MS`, `RPC_RDMA_READ_CHUNK`).
@@ -98,22 +216,14 @@ impl FileConfig {
     /// # Errors
     /// As [`FileConfig::from_env`].
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<FileConfig, String> {
-        fn num<T: std::str::FromStr>(
-            get: &impl Fn(&str) -> Option<String>,
-            name: &str,
-        ) -> Result<Option<T>, String> {
-            match get(name) {
-                None => Ok(None),
-                Some(v) => v
-                    .trim()
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| format!("{name}={v:?} is not a number")),
-            }
-        }
         Ok(FileConfig {
             address: get("RPC_ADDRESS"),
             max_message_size: num(&get, "RPC_MAX_MESSAGE_SIZE")?,
+            handshake_timeout_ms: num(&get, "RPC_HANDSHAKE_TIMEOUT_MS")?,
+            max_handshakes: num(&get, "RPC_MAX_HANDSHAKES")?,
+            tcp: TcpSection::from_vars(&get)?,
+            server: ServerSection::from_vars(&get)?,
+            client: ClientSection::from_vars(&get)?,
             rdma: RdmaSection {
                 device: get("RPC_RDMA_DEVICE"),
                 ring_slots: num(&get, "RPC_RDMA_RING_SLOTS")?,
@@ -134,6 +244,25 @@ impl FileConfig {
     pub fn apply(&self, settings: &mut TransportSettings) -> Result<(), String> {
         if let Some(max) = self.max_message_size {
             settings.max_message_size(max);
+        }
+        if let Some(v) = self.handshake_timeout_ms {
+            settings.handshake_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = self.max_handshakes {
+            settings.max_handshakes = v;
+        }
+        let (t, tcp) = (&self.tcp, &mut settings.tcp);
+        if let Some(v) = t.send_queue_bytes {
+            tcp.send_queue_bytes = v;
+        }
+        if let Some(v) = t.write_timeout_ms {
+            tcp.write_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = t.frame_timeout_ms {
+            tcp.frame_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = t.first_frame_timeout_ms {
+            tcp.first_frame_timeout = Duration::from_millis(v);
         }
         let (r, c) = (&self.rdma, &mut settings.rdma);
         if let Some(d) = &r.device {
@@ -161,6 +290,54 @@ impl FileConfig {
             c.read_chunk = v;
         }
         c.validate()
+    }
+}
+
+impl FileConfig {
+    /// Applies the `[server]` table (and `max_message_size`) to `config`.
+    pub fn apply_server(&self, config: &mut rpc_core::ServerConfig) {
+        let s = &self.server;
+        if let Some(v) = self.max_message_size {
+            config.max_message_size = v;
+        }
+        if let Some(v) = s.max_concurrent_calls {
+            config.max_concurrent_calls = v;
+        }
+        if let Some(v) = s.max_concurrent_calls_per_connection {
+            config.max_concurrent_calls_per_connection = v;
+        }
+        if let Some(v) = s.max_queued_calls_per_connection {
+            config.max_queued_calls_per_connection = v;
+        }
+        if let Some(v) = s.max_queued_bytes_per_connection {
+            config.max_queued_bytes_per_connection = v;
+        }
+        if let Some(v) = s.max_queued_replies {
+            config.max_queued_replies = v;
+        }
+        if let Some(v) = s.shutdown_grace_ms {
+            config.shutdown_grace = Duration::from_millis(v);
+        }
+        if let Some(v) = s.drain_timeout_ms {
+            config.drain_timeout = Duration::from_millis(v);
+        }
+    }
+
+    /// Applies the `[client]` table (and `max_message_size`) to `config`.
+    pub fn apply_client(&self, config: &mut rpc_core::ClientConfig) {
+        let c = &self.client;
+        if let Some(v) = self.max_message_size {
+            config.max_message_size = v;
+        }
+        if let Some(v) = c.keepalive_interval_ms {
+            config.keepalive_interval = (v > 0).then(|| Duration::from_millis(v));
+        }
+        if let Some(v) = c.keepalive_timeout_ms {
+            config.keepalive_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = c.max_transparent_retries {
+            config.max_transparent_retries = v;
+        }
     }
 }
 
@@ -203,6 +380,39 @@ mod tests {
         assert!(
             FileConfig::from_vars(|n| (n == "RPC_RDMA_SLOT_SIZE").then(|| "big".into())).is_err()
         );
+    }
+
+    #[test]
+    fn server_client_and_tcp_tables_from_file_and_environment() {
+        let file = FileConfig::parse(
+            "[server]\nmax_concurrent_calls_per_connection = 8\ndrain_timeout_ms = 50\n[client]\nkeepalive_interval_ms = 0\n[tcp]\nwrite_timeout_ms = 700\n",
+        )
+        .unwrap();
+        let mut server = rpc_core::ServerConfig::default();
+        file.apply_server(&mut server);
+        assert_eq!(server.max_concurrent_calls_per_connection, 8);
+        assert_eq!(server.drain_timeout, Duration::from_millis(50));
+        let mut client = rpc_core::ClientConfig::default();
+        file.apply_client(&mut client);
+        assert_eq!(client.keepalive_interval, None);
+        let mut settings = TransportSettings::default();
+        file.apply(&mut settings).unwrap();
+        assert_eq!(settings.tcp.write_timeout, Duration::from_millis(700));
+        let env = FileConfig::from_vars(|n| match n {
+            "RPC_SERVER_MAX_QUEUED_REPLIES" => Some("3".into()),
+            "RPC_TCP_FIRST_FRAME_TIMEOUT_MS" => Some("250".into()),
+            "RPC_CLIENT_KEEPALIVE_TIMEOUT_MS" => Some("900".into()),
+            "RPC_MAX_HANDSHAKES" => Some("5".into()),
+            _ => None,
+        })
+        .unwrap();
+        env.apply(&mut settings).unwrap();
+        env.apply_server(&mut server);
+        env.apply_client(&mut client);
+        assert_eq!(server.max_queued_replies, 3);
+        assert_eq!(settings.tcp.first_frame_timeout, Duration::from_millis(250));
+        assert_eq!(settings.max_handshakes, 5);
+        assert_eq!(client.keepalive_timeout, Duration::from_millis(900));
     }
 
     #[test]

@@ -218,6 +218,7 @@ impl Inner {
             }),
             filled: 0,
             cap: len,
+            reservation: None,
         })
     }
 

@@ -16,6 +16,11 @@ use crate::TcpConfig;
 /// A frame queued for the writer, with the share of the byte budget it holds.
 pub(crate) type Queued = (BytesMut, OwnedSemaphorePermit);
 
+/// Room reserved in a connection's send queue for one frame, from
+/// [`TcpConnection::reserve`]; dropping it unused gives the room back.
+#[derive(Debug)]
+pub struct SendReservation(OwnedSemaphorePermit);
+
 /// One TCP connection carrying frames.
 ///
 /// `send` hands frames to the connection's writer task through a queue bounded in frames
@@ -168,11 +173,40 @@ impl TcpConnection {
     }
 }
 
-impl Connection for TcpConnection {
-    type SendBuf = BytesMut;
-    type RecvBuf = Bytes;
+impl TcpConnection {
+    /// Waits for room for a frame of `len` bytes in the send queue and reserves it, so
+    /// that the frame is only built once it can be queued: senders that wait hold no
+    /// frame memory. ([`Connection::send`] reserves when it is called, after the caller
+    /// built the frame.)
+    ///
+    /// # Errors
+    /// [`TransportError::TooLarge`] above the maximum frame; the connection's failure, or
+    /// [`TransportError::Closed`], once it is closed.
+    pub async fn reserve(&self, len: usize) -> Result<SendReservation, TransportError> {
+        self.check(len)?;
+        let share = len.clamp(1, self.budget) as u32;
+        match self.queued_bytes.clone().acquire_many_owned(share).await {
+            Ok(permit) => Ok(SendReservation(permit)),
+            Err(_) => Err(self.closed_error()),
+        }
+    }
 
-    async fn alloc(&self, len: usize) -> Result<BytesMut, TransportError> {
+    /// Queues `frame` into room reserved by [`TcpConnection::reserve`].
+    ///
+    /// # Errors
+    /// The connection's failure, or [`TransportError::Closed`].
+    pub async fn send_reserved(
+        &self,
+        frame: BytesMut,
+        reservation: SendReservation,
+    ) -> Result<(), TransportError> {
+        self.outbound
+            .send((frame, reservation.0))
+            .await
+            .map_err(|_| self.closed_error())
+    }
+
+    fn check(&self, len: usize) -> Result<(), TransportError> {
         if len > self.max_frame {
             return Err(TransportError::TooLarge {
                 len,
@@ -180,20 +214,28 @@ impl Connection for TcpConnection {
             });
         }
         if *self.closing.closed.borrow() {
-            return Err(self.closing.failure().unwrap_or(TransportError::Closed));
+            return Err(self.closed_error());
         }
+        Ok(())
+    }
+
+    fn closed_error(&self) -> TransportError {
+        self.closing.failure().unwrap_or(TransportError::Closed)
+    }
+}
+
+impl Connection for TcpConnection {
+    type SendBuf = BytesMut;
+    type RecvBuf = Bytes;
+
+    async fn alloc(&self, len: usize) -> Result<BytesMut, TransportError> {
+        self.check(len)?;
         Ok(BytesMut::with_capacity(len))
     }
 
     async fn send(&self, frame: BytesMut) -> Result<(), TransportError> {
-        let share = frame.len().clamp(1, self.budget) as u32;
-        let Ok(permit) = self.queued_bytes.clone().acquire_many_owned(share).await else {
-            return Err(self.closing.failure().unwrap_or(TransportError::Closed));
-        };
-        self.outbound
-            .send((frame, permit))
-            .await
-            .map_err(|_| self.closing.failure().unwrap_or(TransportError::Closed))
+        let reservation = self.reserve(frame.len()).await?;
+        self.send_reserved(frame, reservation).await
     }
 
     async fn recv(&self) -> Result<Option<Bytes>, TransportError> {

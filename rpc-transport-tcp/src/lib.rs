@@ -24,5 +24,5 @@ mod reader;
 mod writer;
 
 pub use config::TcpConfig;
-pub use connection::TcpConnection;
+pub use connection::{SendReservation, TcpConnection};
 pub use listener::TcpListener;

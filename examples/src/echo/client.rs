@@ -69,6 +69,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 let request = EchoRequest {
                     payload: sent.clone(),
                     delay_ms: 0,
+                    ..Default::default()
                 };
                 match client.echo(request).await {
                     Ok(reply) if reply.get_ref().payload == sent => {

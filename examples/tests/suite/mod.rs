@@ -122,6 +122,7 @@ pub async fn thousand_concurrent_calls_on_one_connection<H: Harness>(h: H) {
                 .echo(EchoRequest {
                     payload: sent.clone(),
                     delay_ms: (i % 5) as u32,
+                    ..Default::default()
                 })
                 .await
                 .unwrap();
@@ -177,6 +178,7 @@ pub async fn deadline_fails_one_call_not_the_others<H: Harness>(h: H) {
     let mut slow = Request::new(EchoRequest {
         payload: b"slow".to_vec(),
         delay_ms: 5_000,
+        ..Default::default()
     });
     slow.set_timeout(Duration::from_millis(200));
     let slow = tokio::spawn({
@@ -192,6 +194,7 @@ pub async fn deadline_fails_one_call_not_the_others<H: Harness>(h: H) {
                     .echo(EchoRequest {
                         payload: sent.clone(),
                         delay_ms: 10,
+                        ..Default::default()
                     })
                     .await
                     .unwrap();
@@ -209,6 +212,7 @@ pub async fn deadline_fails_one_call_not_the_others<H: Harness>(h: H) {
         .echo(EchoRequest {
             payload: b"after".to_vec(),
             delay_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -231,6 +235,7 @@ pub async fn dropping_the_call_cancels_the_handler<H: Harness>(h: H) {
                 .echo(EchoRequest {
                     payload: b"cancel-me".to_vec(),
                     delay_ms: 60_000,
+                    ..Default::default()
                 })
                 .await
         }
@@ -278,6 +283,7 @@ pub async fn bad_requests_get_their_status<H: Harness>(h: H) {
     let oversized = EchoRequest {
         payload: vec![1; (1 << 20) + 1],
         delay_ms: 0,
+        ..Default::default()
     };
     let status = client.echo(oversized).await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted, "{status}");
@@ -295,6 +301,7 @@ pub async fn bad_requests_get_their_status<H: Harness>(h: H) {
     let mut failing = Request::new(EchoRequest {
         payload: b"x".to_vec(),
         delay_ms: 0,
+        ..Default::default()
     });
     failing.metadata_mut().insert("fail", "not-found");
     assert_eq!(
@@ -306,6 +313,7 @@ pub async fn bad_requests_get_their_status<H: Harness>(h: H) {
     let mut request = Request::new(EchoRequest {
         payload: b"fine".to_vec(),
         delay_ms: 0,
+        ..Default::default()
     });
     request.metadata_mut().insert("trace-id", "abc123");
     let reply = client.echo(request).await.unwrap();
@@ -318,6 +326,7 @@ pub async fn bad_requests_get_their_status<H: Harness>(h: H) {
         .echo(EchoRequest {
             payload: vec![0; 2000],
             delay_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -339,6 +348,7 @@ pub async fn concurrency_limit_is_respected<H: Harness>(h: H) {
                     .echo(EchoRequest {
                         payload: vec![i as u8],
                         delay_ms: 30,
+                        ..Default::default()
                     })
                     .await
                     .unwrap()

@@ -33,15 +33,18 @@ pub struct SendBuf {
     pub(crate) filled: usize,
     /// The frame's length (registered targets).
     pub(crate) cap: usize,
+    /// TCP: the room reserved for this frame in the connection's send queue.
+    pub(crate) reservation: Option<rpc_transport_tcp::SendReservation>,
 }
 
 impl SendBuf {
-    /// A TCP buffer for a frame of `len` bytes.
-    pub(crate) fn bytes(len: usize) -> SendBuf {
+    /// A TCP buffer for a frame of `len` bytes, in room already reserved.
+    pub(crate) fn bytes(len: usize, reservation: rpc_transport_tcp::SendReservation) -> SendBuf {
         SendBuf {
             target: Target::Bytes(BytesMut::with_capacity(len)),
             filled: 0,
             cap: len,
+            reservation: Some(reservation),
         }
     }
 }
