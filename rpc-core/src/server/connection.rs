@@ -37,7 +37,8 @@ struct Pending {
     span: tracing::Span,
 }
 
-/// The connection's and the server's permit, held while a call runs.
+/// The connection's and the server's permit, held while a call runs and until its
+/// response is handed to the transport.
 struct Permits {
     _connection: OwnedSemaphorePermit,
     _server: OwnedSemaphorePermit,
@@ -405,10 +406,10 @@ impl<C: Connection> State<C> {
         };
         match first_poll {
             Ok(Poll::Ready(outcome)) => {
-                drop(permits);
                 respond(&*self.conn, call_id, outcome, max)
                     .instrument(span)
                     .await;
+                drop(permits);
                 return;
             }
             Ok(Poll::Pending) => {}
@@ -442,10 +443,12 @@ impl<C: Connection> State<C> {
                 let outcome: Result<Result<Response<BoxMessage>, Status>, _> =
                     Abortable::new(call, registration).await;
                 running.lock().remove(&call_id);
-                drop(permits);
                 if let Ok(outcome) = outcome {
                     respond(&*conn, call_id, outcome, max).await;
                 }
+                // Held until the response is handed to the transport: a client that does
+                // not read cannot have more responses waiting than the call limit.
+                drop(permits);
                 drop(alive);
             }
             .instrument(span),

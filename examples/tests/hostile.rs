@@ -1,0 +1,347 @@
+//! Hostile peers against a real `echo-server` process over TCP on 127.0.0.1, one test per
+//! item of the hardening issue: floods without reading, thousands of slow calls, silent
+//! and stalled sockets, headers that lie about lengths, oversized responses, a client
+//! that never reads, duplicate call ids, panicking handlers. Each test asserts on the
+//! server's memory (VmRSS) and open file descriptors from /proc, and on a well-behaved
+//! client being served meanwhile. Each prints its figures (`hostile: …`); see
+//! `docs/limits.md` for the bounds they check.
+//!
+//! `HOSTILE_SERVER_BIN` runs them against another `echo-server` build (e.g. an older
+//! one, to measure the "before" figures).
+
+mod peer;
+
+use std::time::{Duration, Instant};
+
+use examples::echo::EchoRequest;
+use peer::*;
+use rpc_core::wire::{FrameKind, Header};
+use rpc_core::Code;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Item 1: PINGs and requests for an unknown method, sent by a peer that never reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_and_unknown_method_flood_without_reading_is_bounded() {
+    let server = ServerProcess::start(&[("RPC_TCP_WRITE_TIMEOUT_MS", "2000")]);
+    good_call(server.port).await.expect("served before");
+    let (rss0, fds0) = (server.rss_kib(), settled_fds(&server).await);
+
+    let mut hostile = TcpStream::connect(server.addr()).await.unwrap();
+    let mut chunk = Vec::new();
+    for i in 0..(1 << 20) / 40 {
+        let header = if i % 2 == 0 {
+            Header::new(FrameKind::Ping, i)
+        } else {
+            let mut h = Header::new(FrameKind::Request, i);
+            h.method_id = 0xdead_beef;
+            h
+        };
+        chunk.extend_from_slice(&header.encode());
+    }
+    // Up to 64 MiB of 40-byte frames (1.6 million), until the server stops reading.
+    let sent = write_until_stalled(&mut hostile, &chunk, 64).await;
+    let rss_flood = server.rss_kib();
+    let served = good_call(server.port).await;
+    report(&format!(
+        "item 1: sent {} MiB of PING/unknown-method frames without reading; server RSS +{} KiB",
+        sent >> 20,
+        rss_flood.saturating_sub(rss0)
+    ));
+    served.expect("a good client is served during the flood");
+    assert!(
+        rss_flood.saturating_sub(rss0) < 64 * 1024,
+        "RSS grew {} KiB",
+        rss_flood - rss0
+    );
+    assert!(sent < 64 << 20, "the server stopped reading (backpressure)");
+    // The server's write timeout (2 s) closes the hostile connection, which still does
+    // not read (reading would let the server's writes progress).
+    let closed = server.wait_fds_at_most(fds0, Duration::from_secs(10)).await;
+    report(&format!(
+        "item 1: hostile connection closed by the server {closed:?} after the flood"
+    ));
+    closed.expect("closed by the write timeout");
+    assert!(
+        wait_closed(&mut hostile, Duration::from_secs(5))
+            .await
+            .is_some(),
+        "the socket reaches EOF"
+    );
+}
+
+/// Item 2: one connection with thousands of slow calls (default limits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_slow_calls_on_one_connection_leave_room_for_others() {
+    let server = ServerProcess::start(&[]);
+    good_call(server.port).await.expect("served before");
+    let (rss0, fds0) = (server.rss_kib(), settled_fds(&server).await);
+    let hostile = TcpStream::connect(server.addr()).await.unwrap();
+    let (mut rx, mut tx) = hostile.into_split();
+    let mut frames = Vec::new();
+    for id in 1..=5000u64 {
+        let request = EchoRequest {
+            payload: vec![1; 16],
+            delay_ms: 30_000,
+            ..Default::default()
+        };
+        frames.extend_from_slice(&request_frame(id, ECHO, &request, 0));
+    }
+    tx.write_all(&frames).await.unwrap();
+    // The reader is not blocked behind the waiting calls: a cancel and a ping are read.
+    tx.write_all(&control_frame(FrameKind::Cancel, 300))
+        .await
+        .unwrap();
+    tx.write_all(&control_frame(FrameKind::Ping, 424242))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut refused = 0;
+    let pong = loop {
+        match tokio::time::timeout(Duration::from_secs(10), read_frame(&mut rx)).await {
+            Ok(Some((h, _))) if h.kind == FrameKind::Pong => break Some(started.elapsed()),
+            Ok(Some((h, _))) if Code::from_u8(h.status) == Code::ResourceExhausted => refused += 1,
+            Ok(Some((h, _))) => panic!("unexpected {h:?}"),
+            Ok(None) | Err(_) => break None,
+        }
+    };
+    let served = good_call(server.port).await;
+    report(&format!(
+        "item 2: 5000 slow calls on one connection: {refused} refused at once, PONG after {pong:?}, good client: {served:?}"
+    ));
+    assert!(pong.is_some(), "PING answered while calls wait");
+    assert!(
+        refused >= 5000 - 256 - 1024,
+        "beyond running + queued: refused"
+    );
+    served.expect("another client is served");
+    assert!(server.rss_kib().saturating_sub(rss0) < 64 * 1024);
+    // Its EOF is seen at once, and its handlers are dropped.
+    drop((rx, tx));
+    server
+        .wait_fds_at_most(fds0, Duration::from_secs(5))
+        .await
+        .expect("connection released");
+    good_call(server.port).await.expect("served after");
+}
+
+/// Item 3: sockets that stay silent, stop in the middle of a header, of a frame, or of an
+/// RDMA hello.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_stalled_sockets_are_closed() {
+    let server = ServerProcess::start(&[
+        ("RPC_HANDSHAKE_TIMEOUT_MS", "1000"),
+        ("RPC_TCP_FIRST_FRAME_TIMEOUT_MS", "1000"),
+        ("RPC_TCP_FRAME_TIMEOUT_MS", "1000"),
+    ]);
+    let fds0 = settled_fds(&server).await;
+    let mut half_frame = EchoRequest {
+        payload: vec![0; 1000],
+        ..Default::default()
+    };
+    half_frame.delay_ms = 0;
+    let half_frame = request_frame(1, ECHO, &half_frame, 0)[..100].to_vec();
+    let kinds: [(&str, Vec<u8>); 4] = [
+        ("silent", Vec::new()),
+        (
+            "half header",
+            control_frame(FrameKind::Ping, 1)[..20].to_vec(),
+        ),
+        ("half frame", half_frame),
+        ("half RDMA hello", rdma_hello_prefix()),
+    ];
+    let mut sockets = Vec::new();
+    for (kind, bytes) in &kinds {
+        let n = if *kind == "silent" { 150 } else { 50 };
+        for _ in 0..n {
+            let mut s = TcpStream::connect(server.addr()).await.unwrap();
+            s.write_all(bytes).await.unwrap();
+            sockets.push((*kind, s));
+        }
+    }
+    let held = server.fds();
+    let served = good_call(server.port).await;
+    let started = Instant::now();
+    let mut worst: Vec<(&str, Option<Duration>)> = Vec::new();
+    for (kind, mut s) in sockets {
+        let mut byte = [0u8; 1];
+        let closed = tokio::time::timeout(Duration::from_secs(8), s.read(&mut byte))
+            .await
+            .ok()
+            .map(|_| started.elapsed());
+        match worst.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, w)) => *w = w.zip(closed).map(|(a, b)| a.max(b)),
+            None => worst.push((kind, closed)),
+        }
+    }
+    report(&format!(
+        "item 3: 300 stalled sockets held {} fds; closed by the server after (worst per kind) {worst:?}",
+        held - fds0
+    ));
+    served.expect("a good client is served meanwhile");
+    for (kind, closed) in worst {
+        assert!(closed.is_some(), "{kind} sockets are closed");
+    }
+    server
+        .wait_fds_at_most(fds0, Duration::from_secs(5))
+        .await
+        .expect("every stalled socket released");
+}
+
+/// Item 4: headers that promise the maximum payload and send a few bytes, under an
+/// address-space limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_claiming_huge_frames_reserve_nothing() {
+    let mut server = ServerProcess::start_limited(&[], 1536 << 20);
+    good_call(server.port).await.expect("served before");
+    let rss0 = server.rss_kib();
+    let mut sockets = Vec::new();
+    for id in 0..200 {
+        let mut h = Header::new(FrameKind::Request, id);
+        h.method_id = ECHO;
+        h.payload_len = (16 << 20) - 1; // the server's maximum
+        let mut bytes = h.encode().to_vec();
+        bytes.extend_from_slice(&[0u8; 100]);
+        let mut s = TcpStream::connect(server.addr()).await.unwrap();
+        s.write_all(&bytes).await.unwrap();
+        sockets.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let alive = server.is_alive();
+    let rss = server.rss_kib();
+    let served = good_call(server.port).await;
+    report(&format!(
+        "item 4: 200 headers claiming 16 MiB each (3.2 GB) under a 1.5 GiB address-space limit: server alive {alive}, RSS +{} KiB",
+        rss.saturating_sub(rss0)
+    ));
+    assert!(alive, "the server survives");
+    served.expect("and serves");
+    assert!(rss.saturating_sub(rss0) < 64 * 1024);
+}
+
+/// Item 5: a response over the server's size limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_over_the_limit_fails_its_call_with_resource_exhausted() {
+    let server = ServerProcess::start(&[("RPC_MAX_MESSAGE_SIZE", "1048576")]);
+    let client = channel(server.port, 8 << 20).await;
+    let started = Instant::now();
+    let request = EchoRequest {
+        reply_size: 2 << 20,
+        ..Default::default()
+    };
+    let status = tokio::time::timeout(Duration::from_secs(10), client.echo(request))
+        .await
+        .expect("answered, not left to a deadline")
+        .unwrap_err();
+    report(&format!(
+        "item 5: 2 MiB response over a 1 MiB limit: {} after {:?}: {}",
+        status.code(),
+        started.elapsed(),
+        status.message()
+    ));
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert!(status.message().contains("2097"), "{}", status.message());
+    let ok = client
+        .echo(EchoRequest {
+            payload: b"next".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ok.into_inner().payload, b"next");
+}
+
+/// Item 6: a client that asks for large responses and never reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_holds_bounded_server_memory() {
+    let server = ServerProcess::start(&[("RPC_TCP_WRITE_TIMEOUT_MS", "3000")]);
+    good_call(server.port).await.expect("served before");
+    let (rss0, fds0) = (server.rss_kib(), settled_fds(&server).await);
+    let mut hostile = TcpStream::connect(server.addr()).await.unwrap();
+    let mut frames = Vec::new();
+    for id in 1..=2000u64 {
+        let request = EchoRequest {
+            reply_size: 256 << 10,
+            ..Default::default()
+        };
+        frames.extend_from_slice(&request_frame(id, ECHO, &request, 0));
+    }
+    hostile.write_all(&frames).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let rss = server.rss_kib();
+    let served = good_call(server.port).await;
+    let closed = server.wait_fds_at_most(fds0, Duration::from_secs(15)).await;
+    report(&format!(
+        "item 6: 2000 requests for 256 KiB replies, never read (500 MiB asked): server RSS +{} KiB; connection closed by the write timeout {closed:?} later",
+        rss.saturating_sub(rss0)
+    ));
+    served.expect("a good client is served");
+    // 256 calls may hold their reply (64 MiB) plus the 8 MiB send queue.
+    assert!(rss.saturating_sub(rss0) < 128 * 1024);
+    closed.expect("the write timeout closes it");
+    assert!(wait_closed(&mut hostile, Duration::from_secs(5))
+        .await
+        .is_some());
+}
+
+/// Item 7: two calls in flight with the same call id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_call_id_closes_only_that_connection() {
+    let server = ServerProcess::start(&[]);
+    let mut hostile = TcpStream::connect(server.addr()).await.unwrap();
+    let slow = EchoRequest {
+        delay_ms: 10_000,
+        ..Default::default()
+    };
+    hostile
+        .write_all(&request_frame(7, ECHO, &slow, 0))
+        .await
+        .unwrap();
+    hostile
+        .write_all(&request_frame(7, ECHO, &slow, 0))
+        .await
+        .unwrap();
+    let (mut rx, _tx) = hostile.into_split();
+    let answer = tokio::time::timeout(Duration::from_secs(5), read_frame(&mut rx))
+        .await
+        .expect("the server acts at once");
+    report(&format!(
+        "item 7: duplicate call id: connection closed: {}",
+        answer.is_none()
+    ));
+    assert!(answer.is_none(), "closed without an answer: {answer:?}");
+    good_call(server.port).await.expect("others are served");
+}
+
+/// Item 8: handlers that panic on their first poll and after an await.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_only_its_own_call() {
+    let mut server = ServerProcess::start(&[]);
+    let client = channel(server.port, 1 << 20).await;
+    for delay_ms in [0, 20] {
+        let request = EchoRequest {
+            panic: true,
+            delay_ms,
+            ..Default::default()
+        };
+        let status = tokio::time::timeout(Duration::from_secs(10), client.echo(request))
+            .await
+            .expect("answered")
+            .unwrap_err();
+        report(&format!(
+            "item 8: handler panics after {delay_ms} ms: {} {}",
+            status.code(),
+            status.message()
+        ));
+        assert_eq!(status.code(), Code::Internal);
+        let ok = client
+            .echo(EchoRequest {
+                payload: b"still here".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect("the same connection still serves");
+        assert_eq!(ok.into_inner().payload, b"still here");
+    }
+    assert!(server.is_alive());
+}
