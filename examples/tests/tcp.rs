@@ -286,8 +286,9 @@ async fn a_reconnecting_channel_reaches_a_restarted_server() {
             .serve(listener)
             .await
     });
-    // Once the back-off has passed, the next call dials the restarted server.
-    tokio::time::sleep(rpc_core::REDIAL_BACKOFF).await;
+    // Once the back-off (with its jitter of at most 20 %) has passed, the next call dials
+    // the restarted server.
+    tokio::time::sleep(rpc_core::REDIAL_BACKOFF.mul_f64(1.25)).await;
     let reply = client
         .echo(EchoRequest {
             payload: b"two".to_vec(),

@@ -28,6 +28,10 @@ pub struct ClientConfig {
     /// draining after a GOAWAY) is sent again on a fresh connection, for channels that
     /// reconnect. Default 3.
     pub max_transparent_retries: u32,
+    /// For channels that reconnect: while no connection can be made, calls wait for the
+    /// next dial (until their deadline) instead of failing at once with `UNAVAILABLE`
+    /// (gRPC's wait-for-ready). Default false (fail fast).
+    pub wait_for_ready: bool,
 }
 
 impl Default for ClientConfig {
@@ -38,6 +42,7 @@ impl Default for ClientConfig {
             keepalive_interval: Some(Duration::from_secs(10)),
             keepalive_timeout: Duration::from_secs(10),
             max_transparent_retries: 3,
+            wait_for_ready: false,
         }
     }
 }
@@ -57,6 +62,12 @@ impl ClientConfig {
     /// Sets [`ClientConfig::timeout`].
     pub fn timeout(&mut self, timeout: Duration) -> &mut Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets [`ClientConfig::wait_for_ready`].
+    pub fn wait_for_ready(&mut self, wait: bool) -> &mut Self {
+        self.wait_for_ready = wait;
         self
     }
 

@@ -33,7 +33,7 @@ mod status;
 mod transport;
 pub mod wire;
 
-pub use client::{Channel, REDIAL_BACKOFF};
+pub use client::{Channel, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
 pub use config::{ClientConfig, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE};
 pub use endpoint::{Endpoint, TransportKind};
 pub use metadata::{Metadata, MAX_METADATA_LEN};

@@ -148,14 +148,42 @@ async fn run_rpc(
         max_message_size: args.max_message_size,
     };
     let mut config = ClientConfig::default();
-    config.max_message_size(args.max_message_size);
+    // A connection that fails is dialed again with back-off; meanwhile calls wait for it
+    // (up to the call timeout) rather than fail by the million, and what failed is
+    // reported in the error distribution.
+    config
+        .max_message_size(args.max_message_size)
+        .wait_for_ready(true);
     let mut targets = Vec::with_capacity(args.connections);
     let mut transports = BTreeSet::new();
     for _ in 0..args.connections {
         let (conn, transport) = connect(endpoint, &settings).await?;
         transports.insert(transport);
+        let (endpoint, settings) = (endpoint.clone(), settings.clone());
+        let redial = move || {
+            let (endpoint, settings) = (endpoint.clone(), settings.clone());
+            async move {
+                connect(&endpoint, &settings)
+                    .await
+                    .map(|(conn, _)| conn)
+                    .map_err(|e| rpc_core::TransportError::Other(format!("{e:#}")))
+            }
+        };
+        // The first dial is the connection made above (its transport is reported).
+        let first = parking_lot::Mutex::new(Some(conn));
+        let channel = Channel::with_reconnect(config.clone(), move || {
+            let conn = first.lock().take();
+            let redial = redial();
+            async move {
+                match conn {
+                    Some(conn) => Ok(conn),
+                    None => redial.await,
+                }
+            }
+        })
+        .await?;
         targets.push(Arc::new(RpcTarget::new(
-            Channel::with_config(conn, config.clone()),
+            channel,
             method.descriptor,
             method.output.clone(),
             metadata,

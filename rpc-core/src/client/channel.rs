@@ -28,7 +28,8 @@ use crate::{ClientConfig, Code, Metadata, Request, Response, Status};
 /// [`Channel::with_reconnect`] dials a new connection for the first call after the old
 /// one failed; calls that were in flight on the failed one end with `UNAVAILABLE` (they
 /// are not retried: the server may have run them). After a failed dial, calls fail at
-/// once for [`REDIAL_BACKOFF`] before the next dial.
+/// once (or wait, with [`ClientConfig::wait_for_ready`]) until the next dial, after an
+/// exponential back-off from [`REDIAL_BACKOFF`] to [`MAX_REDIAL_BACKOFF`].
 pub struct Channel<C: Connection> {
     inner: Arc<Inner<C>>,
 }
@@ -69,13 +70,37 @@ struct Redial<C> {
     dial: Box<dyn Fn() -> Dial<C> + Send + Sync>,
     /// One reconnect at a time; callers that find it under way wait for its result.
     lock: tokio::sync::Mutex<()>,
-    /// When the last dial failed, and how: calls within [`REDIAL_BACKOFF`] of it fail
-    /// with that status instead of dialing again (no connect storm from many callers).
-    last_failure: Mutex<Option<(std::time::Instant, Status)>>,
+    /// The last dial failure: until its `retry_at`, calls fail with its status (or wait,
+    /// with [`ClientConfig::wait_for_ready`]) instead of dialing again, so that many
+    /// callers make no connect storm.
+    last_failure: Mutex<Option<DialFailure>>,
 }
 
-/// How long after a failed dial calls fail at once instead of dialing again.
+#[derive(Clone)]
+struct DialFailure {
+    retry_at: Instant,
+    backoff: std::time::Duration,
+    status: Status,
+}
+
+/// The back-off after a first failed dial; it grows 1.6 times per further failure, up to
+/// [`MAX_REDIAL_BACKOFF`], with ±20 % jitter (gRPC's connection back-off, scaled down).
 pub const REDIAL_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest back-off between dials.
+pub const MAX_REDIAL_BACKOFF: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn next_backoff(previous: std::time::Duration) -> std::time::Duration {
+    previous.mul_f64(1.6).min(MAX_REDIAL_BACKOFF)
+}
+
+/// `backoff` ±20 %, so that many clients of one restarted server do not dial in step.
+fn jitter(backoff: std::time::Duration) -> std::time::Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(backoff.as_nanos() as u64);
+    let unit = (hasher.finish() % 1000) as f64 / 1000.0; // [0, 1)
+    backoff.mul_f64(0.8 + 0.4 * unit)
+}
 
 /// One connection's state, shared by the channel, the call guards and the receive task.
 struct Shared<C: Connection> {
@@ -202,28 +227,46 @@ impl<C: Connection> Channel<C> {
         if usable(&current) {
             return Ok(current);
         }
-        let _one_at_a_time = redial.lock.lock().await;
-        let current = self.current();
-        if usable(&current) {
-            return Ok(current); // someone else reconnected meanwhile
-        }
-        if let Some((at, status)) = &*redial.last_failure.lock() {
-            if at.elapsed() < REDIAL_BACKOFF {
-                return Err(status.clone());
+        let wait_for_ready = self.inner.config.wait_for_ready;
+        loop {
+            let one_at_a_time = redial.lock.lock().await;
+            let current = self.current();
+            if usable(&current) {
+                return Ok(current); // someone else reconnected meanwhile
             }
-        }
-        tracing::info!(peer = %current.conn.peer(), "reconnecting");
-        match (redial.dial)().await {
-            Ok(conn) => {
-                let fresh = start(conn, &self.inner.config);
-                *self.inner.current.write() = fresh.clone();
-                *redial.last_failure.lock() = None;
-                Ok(fresh)
+            let failed = redial.last_failure.lock().clone();
+            if let Some(failure) = &failed {
+                let left = failure.retry_at.saturating_duration_since(Instant::now());
+                if !left.is_zero() {
+                    if !wait_for_ready {
+                        return Err(failure.status.clone());
+                    }
+                    drop(one_at_a_time);
+                    tokio::time::sleep(left).await;
+                    continue;
+                }
             }
-            Err(e) => {
-                let status = Status::unavailable(format!("reconnecting failed: {e}"));
-                *redial.last_failure.lock() = Some((std::time::Instant::now(), status.clone()));
-                Err(status)
+            tracing::info!(peer = %current.conn.peer(), "reconnecting");
+            match (redial.dial)().await {
+                Ok(conn) => {
+                    let fresh = start(conn, &self.inner.config);
+                    *self.inner.current.write() = fresh.clone();
+                    *redial.last_failure.lock() = None;
+                    return Ok(fresh);
+                }
+                Err(e) => {
+                    let status = Status::unavailable(format!("reconnecting failed: {e}"));
+                    let backoff = failed.map_or(REDIAL_BACKOFF, |f| next_backoff(f.backoff));
+                    tracing::debug!(?backoff, "dial failed: {e}");
+                    *redial.last_failure.lock() = Some(DialFailure {
+                        retry_at: Instant::now() + jitter(backoff),
+                        backoff,
+                        status: status.clone(),
+                    });
+                    if !wait_for_ready {
+                        return Err(status);
+                    }
+                }
             }
         }
     }

@@ -4,7 +4,7 @@ mod calls;
 mod channel;
 mod control;
 
-pub use channel::{Channel, REDIAL_BACKOFF};
+pub use channel::{Channel, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
 
 #[cfg(test)]
 mod tests;
