@@ -18,12 +18,12 @@ use rpc_fuzz::{Target, TARGETS};
 
 /// Runs the fuzz targets: replays each one's corpus, then N mutated inputs.
 #[derive(Debug, Parser)]
-#[command(name = "rpc-fuzz", version)]
+#[command(name = "rpc-fuzz", version, args_override_self = true)]
 struct Args {
     /// The target (frame, metadata, rdma_control, handshake) or `all`.
     target: String,
     /// Mutated inputs per target, after the corpus.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 200_000)]
     runs: u64,
     /// Seed of the mutations: the same seed runs the same inputs.
     #[arg(long, default_value_t = 1)]
