@@ -34,6 +34,9 @@ mod control;
 mod counters;
 mod device;
 mod driver;
+// Wrappers of the private decoders for the fuzz targets in `fuzz/` only.
+#[doc(hidden)]
+pub mod fuzzing;
 mod handshake;
 mod pool;
 mod protocol;

@@ -1,0 +1,160 @@
+//! Target `handshake`: the RDMA side-channel handshake parser, through
+//! [`rpc_transport_rdma::fuzzing::decode_hello`] (the offer decoder behind HELLO and
+//! OKAY, and the recognition of NONE).
+//!
+//! ```text
+//!  0       8         12    13    16       20    24         40    42    44    48          52          56     64
+//!  | magic | version |mode | pad | qp_num | psn | gid (16) | lid | pad | mtu |recv_slots |slot_size  | zero |
+//! ```
+//! NONE carries `reason_len: u32` at offset 8 and the reason after the 64 bytes.
+
+use rpc_transport_rdma::fuzzing::{decode_hello, Hello, HELLO_LEN};
+
+use crate::mutate::{read_le, Field};
+
+const HELLO: &[u8; 8] = b"RDMAHELO";
+const OKAY: &[u8; 8] = b"RDMAOKAY";
+const NONE: &[u8; 8] = b"RDMANONE";
+const READY: &[u8; 8] = b"RDMAREDY";
+/// The byte ranges of the block that the decoder ignores (padding and the zero tail).
+const PADDING: [std::ops::Range<usize>; 3] = [13..16, 42..44, 56..64];
+/// The MTUs a port can have.
+const MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
+
+/// Decodes `data` as a peer's handshake block and checks the accepted offer.
+///
+/// # Panics
+/// On any broken invariant: an offer that does not re-encode to its input (padding
+/// aside), a magic other than HELLO or OKAY accepted as an offer, or accepted fields
+/// outside what the decoder promises to check (mode, MTU, ring geometry).
+pub fn handshake(data: &[u8]) {
+    match decode_hello(data) {
+        Ok(Hello::Offer {
+            okay,
+            mode,
+            mtu,
+            recv_slots,
+            slot_size,
+            reencoded,
+            ..
+        }) => {
+            let block = &data[..HELLO_LEN];
+            assert_eq!(&block[..8], if okay { OKAY } else { HELLO }, "magic");
+            let mut expected = block.to_vec();
+            for range in PADDING {
+                expected[range].fill(0);
+            }
+            assert_eq!(reencoded[..], expected[..], "offer does not re-encode");
+            assert!(mode == 1 || mode == 2, "mode {mode}");
+            assert!(MTUS.contains(&mtu), "MTU {mtu}");
+            assert!((4..=4096).contains(&recv_slots), "recv_slots {recv_slots}");
+            assert!(
+                (256..=1 << 20).contains(&slot_size),
+                "slot_size {slot_size}"
+            );
+            // What the connection derives from the peer's geometry must not overflow.
+            let ring = u64::from(recv_slots) * u64::from(slot_size);
+            assert!(usize::try_from(ring).is_ok());
+            assert!(slot_size as usize > crate::rdma_control::PREFIX_LEN);
+        }
+        Ok(Hello::Refusal { reason_len }) => {
+            assert_eq!(&data[..8], NONE, "magic");
+            assert_eq!(
+                u64::from(reason_len),
+                read_le(data, 8, 4).expect("in the block")
+            );
+        }
+        // A block added later, or a refused one.
+        _ => {}
+    }
+}
+
+/// The magic, version, mode, QP endpoint, MTU and ring geometry of a block, or a NONE's
+/// reason length, with the values at the edges of the decoder's checks.
+pub fn fields(data: &[u8]) -> Vec<Field> {
+    if data.len() < HELLO_LEN {
+        return vec![Field::new(0, 8, magics())];
+    }
+    let rest = (data.len() - HELLO_LEN) as u64;
+    let mut reason_len = Field::length(8, 4, read_le(data, 8, 4).unwrap_or(0), rest);
+    reason_len.values.extend([1024, 1025]);
+    let id = vec![0, 1, 0xff_ffff, 0x100_0000, u32::MAX.into()];
+    vec![
+        Field::new(0, 8, magics()),
+        reason_len,
+        Field::new(12, 1, vec![0, 1, 2, 3, 0xff]),
+        Field::new(16, 4, id.clone()),
+        Field::new(20, 4, id),
+        Field::new(40, 2, vec![0, 1, 0xffff]),
+        Field::new(
+            44,
+            4,
+            vec![0, 128, 255, 256, 257, 1000, 1024, 4095, 4096, 4097, 8192],
+        ),
+        Field::new(
+            48,
+            4,
+            vec![0, 1, 3, 4, 5, 64, 4095, 4096, 4097, u32::MAX.into()],
+        ),
+        Field::new(
+            52,
+            4,
+            vec![
+                0,
+                16,
+                255,
+                256,
+                257,
+                8192,
+                (1 << 20) - 1,
+                1 << 20,
+                (1 << 20) + 1,
+            ],
+        ),
+    ]
+}
+
+fn magics() -> Vec<u64> {
+    [HELLO, OKAY, NONE, READY, b"RP\x01\x01\0\0\0\0"]
+        .iter()
+        .map(|m| u64::from_le_bytes(**m))
+        .collect()
+}
+
+/// HELLO and OKAY blocks of both modes, every MTU and the edges of the ring geometry,
+/// NONE with its reason, and blocks just past the decoder's checks.
+pub fn seeds() -> Vec<(String, Vec<u8>)> {
+    let offer = |magic: &[u8; 8], mode: u8, mtu: u32, slots: u32, size: u32| {
+        let mut b = vec![0u8; HELLO_LEN];
+        b[..8].copy_from_slice(magic);
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        b[12] = mode;
+        b[16..20].copy_from_slice(&0x00_0123u32.to_le_bytes());
+        b[20..24].copy_from_slice(&0x00ab_cdefu32.to_le_bytes());
+        b[24..40].copy_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1]);
+        b[44..48].copy_from_slice(&mtu.to_le_bytes());
+        b[48..52].copy_from_slice(&slots.to_le_bytes());
+        b[52..56].copy_from_slice(&size.to_le_bytes());
+        b
+    };
+    let mut seeds = vec![
+        ("seed-hello-rdma", offer(HELLO, 1, 1024, 64, 8192)),
+        ("seed-hello-auto", offer(HELLO, 2, 4096, 4, 256)),
+        ("seed-okay", offer(OKAY, 2, 256, 4096, 1 << 20)),
+        ("seed-okay-mtu-512", offer(OKAY, 1, 512, 128, 4096)),
+        ("seed-hello-mtu-2048", offer(HELLO, 1, 2048, 16, 65536)),
+        ("seed-bad-geometry", offer(HELLO, 1, 1024, 3, 8192)),
+        ("seed-bad-mtu", offer(OKAY, 1, 1000, 64, 8192)),
+    ];
+    let reason = "this server serves TCP only";
+    let mut none = vec![0u8; HELLO_LEN];
+    none[..8].copy_from_slice(NONE);
+    none[8..12].copy_from_slice(&(reason.len() as u32).to_le_bytes());
+    none.extend_from_slice(reason.as_bytes());
+    seeds.push(("seed-none", none));
+    let mut ready = offer(HELLO, 1, 1024, 64, 8192);
+    ready[..8].copy_from_slice(READY);
+    seeds.push(("seed-ready", ready));
+    seeds.push(("seed-short", offer(HELLO, 1, 1024, 64, 8192)[..63].to_vec()));
+    seeds.into_iter().map(|(n, b)| (n.to_string(), b)).collect()
+}
