@@ -170,6 +170,13 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     h.status = 5;
     h.flags = Flags::END_STREAM;
     seeds.push(("seed-error".into(), build(h, &md, b"not found")));
+    let mut refused = Header::new(FrameKind::Response, 11);
+    refused.status = 14;
+    refused.flags = Flags::END_STREAM | Flags::REFUSED;
+    seeds.push((
+        "seed-refused".into(),
+        build(refused, &Metadata::new(), b"server is shutting down"),
+    ));
     h.flags = Flags::END_STREAM | Flags::DISCARDED;
     h.payload_len = u32::MAX;
     seeds.push(("seed-discarded".into(), h.encode().to_vec()));
