@@ -162,13 +162,20 @@ async fn silent_and_stalled_sockets_are_closed() {
     let held = server.fds();
     let served = good_call(server.port).await;
     let started = Instant::now();
-    let mut worst: Vec<(&str, Option<Duration>)> = Vec::new();
+    let mut waits = tokio::task::JoinSet::new();
     for (kind, mut s) in sockets {
-        let mut byte = [0u8; 1];
-        let closed = tokio::time::timeout(Duration::from_secs(8), s.read(&mut byte))
-            .await
-            .ok()
-            .map(|_| started.elapsed());
+        waits.spawn(async move {
+            let mut byte = [0u8; 1];
+            let closed = tokio::time::timeout(Duration::from_secs(8), s.read(&mut byte))
+                .await
+                .ok()
+                .map(|_| started.elapsed());
+            (kind, closed)
+        });
+    }
+    let mut worst: Vec<(&str, Option<Duration>)> = Vec::new();
+    while let Some(done) = waits.join_next().await {
+        let (kind, closed) = done.unwrap();
         match worst.iter_mut().find(|(k, _)| *k == kind) {
             Some((_, w)) => *w = w.zip(closed).map(|(a, b)| a.max(b)),
             None => worst.push((kind, closed)),
