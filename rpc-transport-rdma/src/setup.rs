@@ -126,7 +126,11 @@ impl Connected {
             rings,
             cq: self.cq,
             state: Mutex::new(State {
-                credits: Credits::new(remote.recv_slots, (config.ring_slots / 8).max(2)),
+                credits: Credits::new(
+                    remote.recv_slots,
+                    config.ring_slots,
+                    (config.ring_slots / 8).max(2),
+                ),
                 free_send: slots,
                 lent: Default::default(),
                 next_token: 1,
