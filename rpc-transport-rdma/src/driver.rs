@@ -245,7 +245,6 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
     {
         let mut state = inner.state.lock();
         state.last_heard = Instant::now();
-        state.credits.handle_received();
         if let Err(e) = state.credits.handle_peer_reposted(prefix.reposted) {
             drop(state);
             return inner.fail(&e);

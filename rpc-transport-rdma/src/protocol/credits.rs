@@ -29,8 +29,6 @@ pub(crate) struct Credits {
     own_slots: u64,
     sent: u64,
     peer_reposted: u64,
-    /// Messages received from the peer.
-    received: u64,
     reposted: u64,
     advertised: u64,
     threshold: u64,
@@ -45,7 +43,6 @@ impl Credits {
             own_slots: u64::from(own_slots),
             sent: 0,
             peer_reposted: 0,
-            received: 0,
             reposted: 0,
             advertised: 0,
             threshold: u64::from(threshold.min(own_slots.saturating_sub(1)).max(2)),
@@ -105,11 +102,6 @@ impl Credits {
         Ok(())
     }
 
-    /// A message from the peer arrived (it used one of our slots).
-    pub(crate) fn handle_received(&mut self) {
-        self.received += 1;
-    }
-
     /// We re-posted one receive slot.
     pub(crate) fn handle_reposted(&mut self) {
         self.reposted += 1;
@@ -144,7 +136,6 @@ mod tests {
             !a.try_take_control(),
             "nothing to return: the reserve stays"
         );
-        a.handle_received();
         a.handle_reposted();
         assert!(
             a.try_take_control(),
@@ -188,7 +179,6 @@ mod tests {
             }
             // B receives and re-posts everything.
             for _ in 0..in_flight_to_b {
-                b.handle_received();
                 b.handle_reposted();
             }
             in_flight_to_b = 0;
@@ -198,11 +188,9 @@ mod tests {
                 a.handle_peer_reposted(count).unwrap();
                 // A re-posts B's control slot; one re-post alone is not returned (B is
                 // not at its reserve).
-                a.handle_received();
                 a.handle_reposted();
                 if a.should_return() && a.try_take_control() {
                     b.handle_peer_reposted(a.advertise()).unwrap();
-                    b.handle_received();
                     b.handle_reposted();
                 }
             }
@@ -308,7 +296,6 @@ mod tests {
                         return Err(format!("receiver not ready (RNR): {world:?}"));
                     }
                     to.posted -= 1;
-                    to.credits.handle_received();
                     to.credits.handle_peer_reposted(msg.advertised)?;
                     if msg.data {
                         to.held += 1;
