@@ -30,8 +30,7 @@ fn skip() -> bool {
     true
 }
 
-/// Default settings: the ping timeout must exceed the longest transfer (a 16 MiB READ
-/// takes about 1.6 s on the emulated link, and the lender hears nothing meanwhile).
+/// Default settings.
 fn settings(max: usize) -> TransportSettings {
     let mut s = TransportSettings::default();
     s.max_message_size(max);
@@ -201,10 +200,118 @@ async fn payload_sizes() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_server_is_declared_dead_within_the_ping_timeout() {
+    if skip() {
+        return;
+    }
+    let _net = NETWORK.read().await;
+    let addr = format!("{SERVER_IP}:47002");
+    let url = format!("rdma://{addr}");
+    let server = ServerProcess::start(env!("CARGO_BIN_EXE_echo-server"), &["--addr", &url]);
+    wait_for_port(&addr).await;
+    let s = quick_detection(BIG);
+    let client = EchoClient::new(rdma_channel(&addr, BIG, &s).await);
+    let hello = EchoRequest {
+        payload: b"alive".to_vec(),
+        ..Default::default()
+    };
+    client.echo(hello).await.expect("served while running");
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let slow = EchoRequest {
+                    delay_ms: 20_000,
+                    ..Default::default()
+                };
+                client.echo(slow).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The process stops; its NIC (rxe, in the kernel) still acknowledges our pings.
+    server.signal("STOP");
+    let stopped_at = Instant::now();
+    for call in calls {
+        let status = call.await.unwrap().unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{status}");
+        assert!(status.message().contains("silent"), "{status}");
+    }
+    let took = stopped_at.elapsed();
+    eprintln!("stopped server declared dead after {took:?}");
+    assert!(
+        took < s.rdma.ping_timeout + Duration::from_secs(3),
+        "calls ended {took:?} after the stop"
+    );
+    server.signal("CONT");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_with_a_forged_gid_is_refused() {
+    if skip() {
+        return;
+    }
+    let _net = NETWORK.read().await;
+    let addr = Rdma
+        .start(server_with(Probe::default(), big_config()))
+        .await;
+    // A HELLO (layout in rpc-transport-rdma/src/handshake.rs) whose GID names another
+    // host (10.77.0.99) than the one the connection comes from.
+    let mut hello = [0u8; 64];
+    hello[..8].copy_from_slice(b"RDMAHELO");
+    hello[8..12].copy_from_slice(&1u32.to_le_bytes());
+    hello[12] = 1; // rdma
+    hello[16..20].copy_from_slice(&0x42u32.to_le_bytes());
+    hello[20..24].copy_from_slice(&0x77u32.to_le_bytes());
+    hello[24..40].copy_from_slice(
+        &std::net::Ipv4Addr::new(10, 77, 0, 99)
+            .to_ipv6_mapped()
+            .octets(),
+    );
+    hello[44..48].copy_from_slice(&1024u32.to_le_bytes());
+    hello[48..52].copy_from_slice(&64u32.to_le_bytes());
+    hello[52..56].copy_from_slice(&8192u32.to_le_bytes());
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, &hello)
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut answer),
+    )
+    .await
+    .expect("the server answers and closes")
+    .unwrap();
+    assert_eq!(&answer[..8], b"RDMANONE", "refused");
+    let reason = String::from_utf8_lossy(&answer[64..]);
+    assert!(reason.contains("GID"), "{reason}");
+    // Others are served.
+    let client = EchoClient::new(Rdma.connect(&addr, BIG).await);
+    let reply = client
+        .echo(EchoRequest {
+            payload: b"after".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(reply.into_inner().payload, b"after");
+}
+
 /// A server process of the example binaries, killed on drop.
 struct ServerProcess(Child);
 
 impl ServerProcess {
+    fn signal(&self, signal: &str) {
+        let pid = self.0.id().to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     fn start(bin: &str, args: &[&str]) -> ServerProcess {
         let child = Command::new(bin)
             .args(args)

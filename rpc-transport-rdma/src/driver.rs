@@ -59,8 +59,9 @@ pub(crate) async fn run(
             Ok(0) => {}
             Ok(_) => {
                 idle_since = None;
-                // Any completion proves the peer's NIC alive (sends and READs are acknowledged).
-                inner.state.lock().last_heard = Instant::now();
+                // Completions of our own sends and READs prove only that the peer's NIC
+                // is alive (the kernel acknowledges for a stopped process): liveness
+                // counts messages received, which the peer's driver sent.
                 for event in events.drain(..) {
                     handle(&inner, event, &incoming);
                 }
@@ -92,7 +93,6 @@ pub(crate) async fn run(
         {
             Ok(0) => {}
             Ok(_) => {
-                inner.state.lock().last_heard = Instant::now();
                 for event in events.drain(..) {
                     handle(&inner, event, &incoming);
                 }
@@ -370,7 +370,10 @@ fn discarded(header: Header) -> RecvBuf {
     RecvBuf(Received::Header(h.encode()))
 }
 
-/// Sends pings after silence and fails the connection after too much of it.
+/// Sends pings after silence and fails the connection after too much of it. Silence is
+/// time without a message *received* from the peer (any kind: its driver sent it, so the
+/// peer process runs); a peer that is stopped or whose runtime is blocked stops answering
+/// pings even though its NIC still acknowledges ours.
 pub(crate) async fn keepalive(
     inner: std::sync::Weak<Inner>,
     interval: Duration,

@@ -41,9 +41,14 @@ fn local_ipv4(stream: &TcpStream) -> Option<Ipv4Addr> {
 /// Opens the device that owns the socket's local address (or the configured one) and
 /// prepares a QP with its rings.
 pub(crate) fn prepare(config: &RdmaConfig, stream: &TcpStream) -> Result<Prepared, String> {
+    prepare_at(config, local_ipv4(stream))
+}
+
+/// [`prepare`] for a socket whose local address is `local`: blocking verbs calls and
+/// registrations, for `spawn_blocking`.
+fn prepare_at(config: &RdmaConfig, local: Option<Ipv4Addr>) -> Result<Prepared, String> {
     config.validate()?;
-    let device =
-        Device::get(config.device.as_deref(), local_ipv4(stream)).map_err(|e| e.to_string())?;
+    let device = Device::get(config.device.as_deref(), local).map_err(|e| e.to_string())?;
     let channel = Arc::new(CompChannel::new(&device.context).map_err(|e| e.to_string())?);
     let max_send_wr = config.ring_slots + READ_WR_BUDGET as u32;
     let depth = max_send_wr + config.ring_slots;
@@ -257,7 +262,30 @@ pub(crate) async fn server(
             .map_err(|e| e.to_string())?;
         return Ok(Err(stream));
     };
-    let prepared = match prepare(config, &stream) {
+    // On RoCE (LID 0) a GID is an IP address: it must be the address this connection
+    // comes from, or a client could point our queue pair at a third host.
+    if let (0, Ok(peer)) = (offer.endpoint.lid, stream.peer_addr()) {
+        let expected = match peer.ip() {
+            IpAddr::V4(ip) => ip.to_ipv6_mapped().octets(),
+            IpAddr::V6(ip) => ip.octets(),
+        };
+        if offer.endpoint.gid != expected {
+            let reason = format!(
+                "the offered GID {} is not the connection's address {}",
+                std::net::Ipv6Addr::from(offer.endpoint.gid),
+                peer.ip()
+            );
+            let _ = handshake::refuse(&mut stream, &reason).await;
+            return Err(reason);
+        }
+    }
+    // Queue pair, completion queue and ring registrations only now that the offer is
+    // valid, on a blocking thread (registration pins pages and can take a while).
+    let (owned, local) = (config.clone(), local_ipv4(&stream));
+    let prepared = tokio::task::spawn_blocking(move || prepare_at(&owned, local))
+        .await
+        .map_err(|e| format!("RDMA set-up task: {e}"))?;
+    let prepared = match prepared {
         Ok(p) => p,
         Err(reason) => {
             handshake::refuse(&mut stream, &format!("no usable RDMA device: {reason}"))
