@@ -110,7 +110,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let ok = ok.load(Ordering::Relaxed);
     let wrong = wrong.load(Ordering::Relaxed);
     let sizes = match args.max_size {
-        Some(max) => format!("0..={max} bytes, {} MiB in all", bytes.load(Ordering::Relaxed) >> 20),
+        Some(max) => format!(
+            "0..={max} bytes, {} MiB in all",
+            bytes.load(Ordering::Relaxed) >> 20
+        ),
         None => format!("{} bytes each", args.size),
     };
     println!(

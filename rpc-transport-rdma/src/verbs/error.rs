@@ -71,6 +71,12 @@ pub(crate) enum Error {
         /// The limit.
         max: usize,
     },
+    /// The memory for a region could not be allocated.
+    #[error("allocating {len} bytes for a memory region failed")]
+    Alloc {
+        /// The requested size.
+        len: usize,
+    },
     /// A [`MemoryRegion`](super::MemoryRegion) of another protection domain (or device)
     /// was used with a queue pair.
     #[error("memory region belongs to another protection domain")]

@@ -80,7 +80,8 @@ impl MemoryRegion {
     ///
     /// # Errors
     ///
-    /// [`Error::TooLarge`] for `len == 0` or a length that cannot be allocated,
+    /// [`Error::TooLarge`] for `len == 0` or a length that cannot be laid out,
+    /// [`Error::Alloc`] if the memory cannot be allocated,
     /// [`Error::Verb`] if `ibv_reg_mr` fails (`ENOMEM`/`EPERM`: usually the memlock limit).
     pub(crate) fn new(pd: &Arc<ProtectionDomain>, len: usize, access: Access) -> Result<Self> {
         let layout = Layout::from_size_align(len, page_size().max(MR_ALIGN))
@@ -93,8 +94,10 @@ impl MemoryRegion {
             })?;
         // SAFETY: `layout` has a non-zero size (checked above).
         let buf = unsafe { alloc::alloc_zeroed(layout) };
+        // A failed allocation is an error of this call or connection, never an abort of
+        // the process (a peer's large message must not take the server down).
         let Some(buf) = NonNull::new(buf) else {
-            alloc::handle_alloc_error(layout)
+            return Err(Error::Alloc { len });
         };
         let mut flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
         if access == Access::RemoteRead {

@@ -303,3 +303,18 @@ fn send_recv_and_rdma_read_between_rxe0_and_rxe1() {
     // QPs drop before CQs, MRs and PDs here and in any order of the `Arc`s: types enforce it.
     drop((qa, qb));
 }
+
+#[test]
+fn a_region_that_cannot_be_allocated_is_an_error_not_an_abort() {
+    let Some((ctx, _)) = open_pair_or_skip() else {
+        return;
+    };
+    let pd = Arc::new(ProtectionDomain::new(&ctx).expect("pd"));
+    // 1 TiB: more than the machine has, so the allocation fails (it used to abort).
+    match MemoryRegion::new(&pd, 1 << 40, Access::RemoteRead) {
+        Err(Error::Alloc { len }) => assert_eq!(len, 1 << 40),
+        other => panic!("expected an allocation error, got {other:?}"),
+    }
+    // The PD is still usable.
+    MemoryRegion::new(&pd, 4096, Access::Local).expect("a small region");
+}
