@@ -464,6 +464,65 @@ async fn link_down_reports_the_dead_peer_within_the_ping_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn port_down_event_fails_the_server_connections_at_once() {
+    if skip() {
+        return;
+    }
+    let _net = NETWORK.write().await;
+    // Pings far too slow to explain a prompt failure: only the asynchronous port event can.
+    let mut slow = settings(BIG);
+    slow.rdma.ping_interval = Duration::from_secs(30);
+    slow.rdma.ping_timeout = Duration::from_secs(120);
+    let (tx, mut dropped) = tokio::sync::mpsc::unbounded_channel();
+    let probe = Probe {
+        dropped: Some(tx),
+        ..Default::default()
+    };
+    let server = server_with(probe, big_config());
+    let listener = AnyListener::bind(&format!("rdma://{SERVER_IP}:0").parse().unwrap(), &slow)
+        .await
+        .unwrap();
+    let addr = format!("{SERVER_IP}:{}", listener.port());
+    tokio::spawn(async move { server.serve(listener).await });
+    let client = EchoClient::new(rdma_channel(&addr, BIG, &slow).await);
+    let calls: Vec<_> = (0..4u8)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let slow_call = EchoRequest {
+                    payload: vec![i; 8],
+                    delay_ms: 60_000,
+                    ..Default::default()
+                };
+                client.echo(slow_call).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sh("ip link set veth1 down"); // rxe1's port: the server's side
+    let cut = Instant::now();
+    let mut handlers_dropped = 0;
+    while handlers_dropped < 4 {
+        match tokio::time::timeout(Duration::from_secs(15), dropped.recv()).await {
+            Ok(Some(_)) => handlers_dropped += 1,
+            _ => break,
+        }
+    }
+    let took = cut.elapsed();
+    sh("ip link set veth1 up");
+    for call in calls {
+        call.abort();
+    }
+    eprintln!("port down: {handlers_dropped} server handlers dropped after {took:?}");
+    assert_eq!(
+        handlers_dropped, 4,
+        "the server's connection failed on the port event"
+    );
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_percent_loss_still_delivers_everything() {
     if skip() {
         return;

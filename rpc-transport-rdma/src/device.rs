@@ -42,8 +42,13 @@ impl Device {
             ?local_ip,
             "opened RDMA device"
         );
+        let mut cache = cache().lock();
+        if let Some(device) = cache.get(&key) {
+            return Ok(device.clone()); // opened meanwhile by another thread
+        }
+        crate::events::watch(context.clone());
         let device = Arc::new(Device { pd, context });
-        cache().lock().insert(key, device.clone());
+        cache.insert(key, device.clone());
         Ok(device)
     }
 }

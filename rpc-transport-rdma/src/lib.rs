@@ -34,6 +34,7 @@ mod control;
 mod counters;
 mod device;
 mod driver;
+mod events;
 // Wrappers of the private decoders for the fuzz targets in `fuzz/` only.
 #[doc(hidden)]
 pub mod fuzzing;

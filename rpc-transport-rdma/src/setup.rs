@@ -121,6 +121,7 @@ impl Connected {
             Ok(addr) => format!("rdma://{addr}"),
             Err(_) => "rdma://?".into(),
         };
+        let qp_num = self.rings.qp_num();
         let (rings, slots, remote) = (self.rings, self.slots, &self.remote);
         // What fits the peer's slots, and our own threshold, whichever is smaller.
         let eager_limit = config
@@ -167,6 +168,7 @@ impl Connected {
             max_frame: max_frame(config.max_message_size),
             eager_limit,
         });
+        crate::events::register(self.device.context.name(), qp_num, &inner);
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(driver::run(inner.clone(), self.channel, side, tx));
         tokio::spawn(driver::keepalive(

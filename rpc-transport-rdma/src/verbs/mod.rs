@@ -52,6 +52,7 @@
 // some of them.
 #![allow(dead_code, unused_imports)]
 
+mod async_event;
 mod cq;
 mod datapath;
 mod device;
@@ -67,6 +68,7 @@ mod wc;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use async_event::AsyncEvent;
 pub(crate) use cq::{register_channel, CompChannel, CompletionQueue};
 pub(crate) use datapath::{wc_buffer, RemoteBuf, SendOptions, MAX_RECV_BATCH};
 pub use device::rdma_available;

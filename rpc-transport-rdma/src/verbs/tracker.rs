@@ -194,6 +194,11 @@ pub(crate) struct Rings {
 }
 
 impl Rings {
+    /// The local QP number (what asynchronous events name).
+    pub(crate) fn qp_num(&self) -> u32 {
+        self.qp.qp_num()
+    }
+
     /// The ring geometry.
     pub(crate) fn geometry(&self) -> RingGeometry {
         self.geometry
