@@ -32,6 +32,9 @@ pub struct ClientConfig {
     /// next dial (until their deadline) instead of failing at once with `UNAVAILABLE`
     /// (gRPC's wait-for-ready). Default false (fail fast).
     pub wait_for_ready: bool,
+    /// How long one dial of a reconnecting channel may take (connect and transport
+    /// handshake) before it counts as failed. Default 20 s.
+    pub connect_timeout: Duration,
 }
 
 impl Default for ClientConfig {
@@ -43,6 +46,7 @@ impl Default for ClientConfig {
             keepalive_timeout: Duration::from_secs(10),
             max_transparent_retries: 3,
             wait_for_ready: false,
+            connect_timeout: Duration::from_secs(20),
         }
     }
 }

@@ -34,6 +34,7 @@
 //! keepalive_interval_ms = 10000   # 0 turns keepalive off
 //! keepalive_timeout_ms = 10000
 //! max_transparent_retries = 3
+//! connect_timeout_ms = 20000
 //! ```
 //! and, at the top level, `handshake_timeout_ms` and `max_handshakes` (listeners).
 //!
@@ -153,6 +154,8 @@ section! {
         keepalive_timeout_ms: u64,
         /// See [`ClientConfig::max_transparent_retries`](rpc_core::ClientConfig::max_transparent_retries).
         max_transparent_retries: u32,
+        /// [`ClientConfig::connect_timeout`](rpc_core::ClientConfig::connect_timeout) in ms.
+        connect_timeout_ms: u64,
     }
 }
 
@@ -337,6 +340,9 @@ impl FileConfig {
         }
         if let Some(v) = c.max_transparent_retries {
             config.max_transparent_retries = v;
+        }
+        if let Some(v) = c.connect_timeout_ms {
+            config.connect_timeout = Duration::from_millis(v);
         }
     }
 }

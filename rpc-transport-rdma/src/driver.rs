@@ -389,6 +389,13 @@ pub(crate) async fn keepalive(
             if state.closed {
                 return;
             }
+            if state.ping_due && !state.credits.can_ping() {
+                // The peer holds every credit but the reserve, which a ping may not spend:
+                // we cannot ask, so its silence proves nothing (the runtime's own
+                // keepalive, whose PING waits for credit under its own timeout, covers a
+                // peer that is really gone).
+                state.last_heard = Instant::now();
+            }
             let silence = state.last_heard.elapsed();
             if silence >= interval {
                 state.ping_due = true;

@@ -32,8 +32,10 @@ pub(crate) struct Reader {
     frame_timeout: Duration,
     /// Until the first frame: when it must have arrived (accepted connections only).
     first_frame_deadline: Option<Instant>,
-    /// When the frame now being read (or skipped) started to arrive.
-    frame_started: Option<Instant>,
+    /// Time spent waiting in `next_frame` for the rest of a frame that has begun to
+    /// arrive. Only time spent waiting counts: while the runtime does not call `recv`
+    /// (backpressure on a peer that sends faster than it is served), the clock stops.
+    frame_waited: Duration,
 }
 
 impl Reader {
@@ -57,7 +59,7 @@ impl Reader {
             closing,
             frame_timeout: config.frame_timeout,
             first_frame_deadline: first_frame_timeout.map(|t| now + t),
-            frame_started: (!already_read.is_empty()).then_some(now),
+            frame_waited: Duration::ZERO,
         }
     }
 
@@ -71,7 +73,7 @@ impl Reader {
         loop {
             if let Some(frame) = self.parse()? {
                 self.first_frame_deadline = None;
-                self.frame_started = (!self.buf.is_empty() || self.discard > 0).then(Instant::now);
+                self.frame_waited = Duration::ZERO;
                 return Ok(Some(frame));
             }
             if *self.closed.borrow() {
@@ -81,14 +83,25 @@ impl Reader {
                 // Grows by what arrives; never by a header's claim.
                 self.buf.reserve(READ_CHUNK);
             }
-            let deadline = match (self.first_frame_deadline, self.frame_started) {
-                (Some(first), Some(started)) => Some(first.min(started + self.frame_timeout)),
-                (first, started) => first.or(started.map(|s| s + self.frame_timeout)),
+            let in_frame = !self.buf.is_empty() || self.discard > 0;
+            let waiting_since = Instant::now();
+            let frame_deadline = in_frame
+                .then(|| waiting_since + self.frame_timeout.saturating_sub(self.frame_waited));
+            let deadline = match (self.first_frame_deadline, frame_deadline) {
+                (Some(first), Some(frame)) => Some(first.min(frame)),
+                (first, frame) => first.or(frame),
             };
             let read = tokio::select! {
-                read = self.socket.read_buf(&mut self.buf) => read?,
-                _ = self.closed.changed() => continue,
+                read = self.socket.read_buf(&mut self.buf) => read,
+                _ = self.closed.changed() => Ok(usize::MAX),
                 () = sleep_until(deadline) => return Err(self.timed_out()),
+            };
+            if in_frame {
+                self.frame_waited += waiting_since.elapsed();
+            }
+            let read = match read? {
+                usize::MAX => continue, // closed: checked at the top
+                n => n,
             };
             if read == 0 {
                 return if self.buf.is_empty() && self.discard == 0 {
@@ -100,7 +113,6 @@ impl Reader {
                     )))
                 };
             }
-            self.frame_started.get_or_insert_with(Instant::now);
         }
     }
 

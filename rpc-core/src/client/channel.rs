@@ -247,7 +247,15 @@ impl<C: Connection> Channel<C> {
                 }
             }
             tracing::info!(peer = %current.conn.peer(), "reconnecting");
-            match (redial.dial)().await {
+            let timeout = self.inner.config.connect_timeout;
+            let dialed = tokio::time::timeout(timeout, (redial.dial)())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(TransportError::Other(format!(
+                        "not connected within {timeout:?}"
+                    )))
+                });
+            match dialed {
                 Ok(conn) => {
                     let fresh = start(conn, &self.inner.config);
                     *self.inner.current.write() = fresh.clone();

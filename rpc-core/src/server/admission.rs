@@ -117,14 +117,19 @@ impl<T> Admission<T> {
             return false;
         };
         self.bytes -= w.bytes;
-        // Cancelled ids stay in `order` until they reach the front; compact when they
-        // outnumber the live ones, so that a peer cancelling in a loop cannot grow it.
+        self.compact();
+        true
+    }
+
+    /// Removed ids stay in `order` until they reach the front; drop them once they
+    /// outnumber the live ones, so that a peer whose calls are cancelled or expire in a
+    /// loop while no permit frees cannot grow it.
+    fn compact(&mut self) {
         if self.order.len() > 2 * self.entries.len() + 16 {
             let entries = &self.entries;
             self.order
                 .retain(|(id, seq)| entries.get(id).is_some_and(|w| w.seq == *seq));
         }
-        true
     }
 
     /// The oldest waiting call, removed from the queue.
@@ -152,7 +157,7 @@ impl<T> Admission<T> {
             .filter(|(_, w)| w.deadline.is_some_and(|d| d <= now))
             .map(|(id, _)| *id)
             .collect();
-        expired
+        let expired = expired
             .into_iter()
             .map(|call_id| {
                 let w = self.entries.remove(&call_id).expect("listed");
@@ -163,7 +168,9 @@ impl<T> Admission<T> {
                     call: w.call,
                 }
             })
-            .collect()
+            .collect();
+        self.compact();
+        expired
     }
 
     /// The earliest deadline of a waiting call.
@@ -235,6 +242,22 @@ mod tests {
         );
         assert_eq!(q.pop().unwrap().call_id, 0);
         assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn expiring_in_a_loop_does_not_grow_the_queue() {
+        let t0 = Instant::now();
+        let mut q = Admission::new(10, 1000);
+        q.push(0, 1, None, ()).unwrap();
+        for id in 1..10_000u64 {
+            q.push(id, 1, Some(t0), ()).unwrap();
+            assert_eq!(q.expire(t0).len(), 1);
+        }
+        assert!(
+            q.order.len() <= 2 * q.entries.len() + 17,
+            "{}",
+            q.order.len()
+        );
     }
 
     #[test]

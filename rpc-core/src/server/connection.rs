@@ -28,8 +28,10 @@ use crate::transport::Connection;
 use crate::wire::{Flags, Frame, FrameKind};
 use crate::{Metadata, Request, Response, Status};
 
-/// Handlers running for one connection, by call id, so that a CANCEL can drop them.
-type Running = Arc<Mutex<HashMap<u64, AbortHandle>>>;
+/// Handlers running for one connection, by call id, so that a CANCEL can drop them; with
+/// a serial number, so that a finishing task removes its own entry and not that of a
+/// later call that reused the id.
+type Running = Arc<Mutex<HashMap<u64, (u64, AbortHandle)>>>;
 
 /// A decoded call waiting for its permits.
 struct Pending {
@@ -81,13 +83,14 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
             running: Arc::default(),
             alive: Some(alive),
             replies,
+            started: 0,
             inner: inner.clone(),
             conn: conn.clone(),
         };
         let graceful = state.run(done).await;
         if !graceful {
             // The peer is gone: nobody can receive these handlers' responses.
-            for (_, handle) in state.running.lock().drain() {
+            for (_, (_, handle)) in state.running.lock().drain() {
                 handle.abort();
             }
             conn.close();
@@ -120,6 +123,8 @@ struct State<C: Connection> {
     /// `None` while draining: no new handlers start.
     alive: Option<mpsc::Sender<()>>,
     replies: mpsc::Sender<Reply>,
+    /// Handler tasks started so far (their serial numbers in `running`).
+    started: u64,
 }
 
 /// What the loop learned from one wake-up.
@@ -248,7 +253,7 @@ impl<C: Connection> State<C> {
             FrameKind::Request => self.request(frame, draining).await?,
             FrameKind::Cancel => {
                 let call_id = header.call_id;
-                if let Some(handle) = self.running.lock().remove(&call_id) {
+                if let Some((_, handle)) = self.running.lock().remove(&call_id) {
                     tracing::debug!(call_id, "call cancelled by the client");
                     handle.abort();
                 } else if self.admission.cancel(call_id) {
@@ -345,7 +350,9 @@ impl<C: Connection> State<C> {
                 return Ok(());
             }
         }
-        let bytes = header.payload_len as usize;
+        // What the peer sent for it, metadata included (the decoded form is about as
+        // large: strings and bytes fields own what the frame carried).
+        let bytes = header.frame_len();
         if let Err((refused, _)) = self.admission.push(call_id, bytes, deadline, pending) {
             let why = match refused {
                 Refused::Calls(n) => format!("{n} calls already wait on this connection"),
@@ -422,7 +429,9 @@ impl<C: Connection> State<C> {
         }
 
         let (handle, registration) = AbortHandle::new_pair();
-        self.running.lock().insert(call_id, handle);
+        self.started += 1;
+        let serial = self.started;
+        self.running.lock().insert(call_id, (serial, handle));
         let conn = self.conn.clone();
         let running = self.running.clone();
         tokio::spawn(
@@ -442,7 +451,12 @@ impl<C: Connection> State<C> {
                 };
                 let outcome: Result<Result<Response<BoxMessage>, Status>, _> =
                     Abortable::new(call, registration).await;
-                running.lock().remove(&call_id);
+                {
+                    let mut running = running.lock();
+                    if running.get(&call_id).is_some_and(|(s, _)| *s == serial) {
+                        running.remove(&call_id);
+                    }
+                }
                 if let Ok(outcome) = outcome {
                     respond(&*conn, call_id, outcome, max).await;
                 }

@@ -82,6 +82,11 @@ impl Credits {
         }
     }
 
+    /// Whether a control message that returns no credit (a bare PING) could go now.
+    pub(crate) fn can_ping(&self) -> bool {
+        self.reposted > self.advertised || self.available() >= 2
+    }
+
     /// Gives back a credit that was taken but not used (nothing was posted).
     pub(crate) fn untake(&mut self) {
         self.sent -= 1;
