@@ -464,6 +464,40 @@ async fn link_down_reports_the_dead_peer_within_the_ping_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_sends_wait_for_the_lending_budget() {
+    if skip() {
+        return;
+    }
+    let _net = NETWORK.read().await;
+    let addr = Rdma
+        .start(server_with(Probe::default(), big_config()))
+        .await;
+    // Room for one 200 KiB frame lent at a time: 16 callers take turns.
+    let mut tight = settings(BIG);
+    tight.rdma.lend_budget = Some(256 << 10);
+    let client = EchoClient::new(rdma_channel(&addr, BIG, &tight).await);
+    let calls: Vec<_> = (0..16u32)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let sent: Vec<u8> = (0..200 << 10).map(|j: u32| (j ^ i) as u8).collect();
+                let request = EchoRequest {
+                    payload: sent.clone(),
+                    ..Default::default()
+                };
+                let reply = client.echo(request).await.unwrap();
+                assert!(reply.into_inner().payload == sent, "call {i}");
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap();
+    }
+    let counters = client.channel().connection().rdma_counters().unwrap();
+    assert_eq!(counters.rendezvous_sends, 16, "{counters:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn port_down_event_fails_the_server_connections_at_once() {
     if skip() {
         return;

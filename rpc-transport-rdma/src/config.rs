@@ -49,6 +49,14 @@ pub struct RdmaConfig {
     pub ack_timeout: u8,
     /// How long the side-channel handshake may take. Default 10 s.
     pub handshake_timeout: Duration,
+    /// Bytes of rendezvous frames lent to the peer at once (lent and not yet read, or
+    /// being built); a large send waits while it is spent, so a peer that does not read
+    /// cannot make this side register more. A frame larger than the budget goes alone.
+    /// `None` (default): twice the largest frame, at least 16 MiB.
+    pub lend_budget: Option<usize>,
+    /// A buffer lent to the peer and not read (no read-done) for this long closes the
+    /// connection. Default 60 s.
+    pub loan_timeout: Duration,
 }
 
 impl Default for RdmaConfig {
@@ -66,6 +74,8 @@ impl Default for RdmaConfig {
             pool_keep_bytes: 64 << 20,
             ack_timeout: 14,
             handshake_timeout: Duration::from_secs(10),
+            lend_budget: None,
+            loan_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -118,6 +128,13 @@ impl RdmaConfig {
             return Err("read_chunk must be at least 4096".into());
         }
         Ok(())
+    }
+
+    /// The lending budget in bytes (see [`RdmaConfig::lend_budget`]).
+    pub(crate) fn lend_budget(&self) -> usize {
+        self.lend_budget.unwrap_or_else(|| {
+            (2 * crate::connection::max_frame(self.max_message_size)).max(16 << 20)
+        })
     }
 
     /// Largest frame that travels eagerly.

@@ -14,6 +14,8 @@
 //! ping_interval_ms = 1000
 //! ping_timeout_ms = 5000
 //! read_chunk = 1048576
+//! lend_budget = 33554432      # bytes lent to the peer at once; large sends wait beyond
+//! loan_timeout_ms = 60000     # a lent buffer unread this long closes the connection
 //!
 //! [tcp]
 //! send_queue_bytes = 8388608  # bytes queued for a peer before senders wait
@@ -180,6 +182,10 @@ pub struct RdmaSection {
     pub ping_timeout_ms: Option<u64>,
     /// See [`RdmaConfig::read_chunk`](crate::RdmaConfig::read_chunk).
     pub read_chunk: Option<usize>,
+    /// See [`RdmaConfig::lend_budget`](crate::RdmaConfig::lend_budget).
+    pub lend_budget: Option<usize>,
+    /// [`RdmaConfig::loan_timeout`](crate::RdmaConfig::loan_timeout) in milliseconds.
+    pub loan_timeout_ms: Option<u64>,
 }
 
 impl FileConfig {
@@ -236,6 +242,8 @@ impl FileConfig {
                 ping_interval_ms: num(&get, "RPC_RDMA_PING_INTERVAL_MS")?,
                 ping_timeout_ms: num(&get, "RPC_RDMA_PING_TIMEOUT_MS")?,
                 read_chunk: num(&get, "RPC_RDMA_READ_CHUNK")?,
+                lend_budget: num(&get, "RPC_RDMA_LEND_BUDGET")?,
+                loan_timeout_ms: num(&get, "RPC_RDMA_LOAN_TIMEOUT_MS")?,
             },
         })
     }
@@ -291,6 +299,12 @@ impl FileConfig {
         }
         if let Some(v) = r.read_chunk {
             c.read_chunk = v;
+        }
+        if let Some(v) = r.lend_budget {
+            c.lend_budget = Some(v);
+        }
+        if let Some(v) = r.loan_timeout_ms {
+            c.loan_timeout = Duration::from_millis(v);
         }
         c.validate()
     }

@@ -63,8 +63,11 @@ pub(crate) struct Inner {
 pub(crate) struct State {
     pub(crate) credits: Credits,
     pub(crate) free_send: Vec<SendSlot>,
-    /// Buffers lent to the peer for rendezvous, by token, until its read-done.
-    pub(crate) lent: HashMap<u64, LargeBuf>,
+    /// Buffers lent to the peer for rendezvous, by token, until its read-done: the
+    /// buffer, the budget bytes it holds, and when it was lent.
+    pub(crate) lent: HashMap<u64, (LargeBuf, usize, Instant)>,
+    /// Bytes of the lending budget in use: lent, or reserved by frames being built.
+    pub(crate) lending: usize,
     pub(crate) next_token: u64,
     /// Tokens of READs finished here, to acknowledge to the peer.
     pub(crate) done_tokens: Vec<u64>,
@@ -91,6 +94,9 @@ pub(crate) struct RegisteredSend {
     /// The rendezvous buffer, for frames over the eager limit.
     large: Option<LargeBuf>,
     len: usize,
+    /// Bytes of the lending budget this frame holds (rendezvous frames), released by its
+    /// read-done, or by dropping it unsent.
+    reserved: usize,
 }
 
 impl RegisteredTarget for RegisteredSend {
@@ -107,13 +113,18 @@ impl RegisteredTarget for RegisteredSend {
 
 impl Drop for RegisteredSend {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            let mut state = self.inner.state.lock();
+        let (slot, reserved) = (self.slot.take(), std::mem::take(&mut self.reserved));
+        if slot.is_none() && reserved == 0 {
+            return;
+        }
+        let mut state = self.inner.state.lock();
+        if let Some(slot) = slot {
             state.free_send.push(slot);
             state.credits.untake();
-            drop(state);
-            self.inner.space.notify_waiters();
         }
+        state.lending -= reserved;
+        drop(state);
+        self.inner.space.notify_waiters();
     }
 }
 
@@ -162,6 +173,29 @@ impl Drop for RecvBuf {
 
 impl Inner {
     /// Waits for a free send slot and a data credit.
+    /// Waits until `len` more bytes fit the lending budget
+    /// ([`RdmaConfig::lend_budget`](crate::RdmaConfig::lend_budget); a frame larger than
+    /// the budget goes alone), and reserves them.
+    async fn reserve_lending(&self, len: usize) -> Result<usize, TransportError> {
+        let budget = self.config.lend_budget();
+        loop {
+            let notified = self.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = self.state.lock();
+                if state.closed || state.closing {
+                    return Err(self.close_error());
+                }
+                if state.lending == 0 || state.lending + len <= budget {
+                    state.lending += len;
+                    return Ok(len);
+                }
+            }
+            notified.await;
+        }
+    }
+
     async fn take_slot(&self) -> Result<SendSlot, TransportError> {
         let mut stalled = false;
         loop {
@@ -199,23 +233,34 @@ impl Inner {
                 max: self.max_frame,
             });
         }
-        let large = if len > self.eager_limit {
+        let (large, reserved) = if len > self.eager_limit {
+            // Budget first, then memory: a caller that waits for the peer to read what
+            // was lent before holds no buffer meanwhile.
+            let reserved = self.reserve_lending(len).await?;
+            let guard = Lending {
+                inner: self,
+                bytes: reserved,
+            };
             let buf = self
                 .tx_pool
                 .take(len)
                 .map_err(|e| TransportError::Other(format!("rendezvous buffer: {e}")))?;
-            Some(buf)
+            std::mem::forget(guard);
+            (Some(buf), reserved)
         } else {
-            None
+            (None, 0)
         };
-        let slot = self.take_slot().await?;
+        // From here the reservation is the frame's (released by its drop if unsent).
+        let mut frame = RegisteredSend {
+            inner: self.clone(),
+            slot: None,
+            large,
+            len,
+            reserved,
+        };
+        frame.slot = Some(self.take_slot().await?);
         Ok(SendBuf {
-            target: Target::Registered(RegisteredSend {
-                inner: self.clone(),
-                slot: Some(slot),
-                large,
-                len,
-            }),
+            target: Target::Registered(frame),
             filled: 0,
             cap: len,
             reservation: None,
@@ -264,7 +309,10 @@ impl Inner {
                     rkey = remote.rkey,
                     "lending a rendezvous frame"
                 );
-                state.lent.insert(token, buf);
+                state.lent.insert(
+                    token,
+                    (buf, std::mem::take(&mut send.reserved), Instant::now()),
+                );
                 let bytes = self.rings.slot_mut(&mut slot);
                 Prefix {
                     kind: Kind::Rendezvous,
@@ -365,4 +413,17 @@ pub(crate) const PEER_CLOSED: &str = "peer closed the connection";
 /// Frame-size limit for a payload limit.
 pub(crate) fn max_frame(max_message_size: usize) -> usize {
     HEADER_LEN + MAX_METADATA_LEN + max_message_size
+}
+
+/// Lending budget reserved by `alloc` before its frame exists; given back if `alloc` fails.
+struct Lending<'a> {
+    inner: &'a Inner,
+    bytes: usize,
+}
+
+impl Drop for Lending<'_> {
+    fn drop(&mut self) {
+        self.inner.state.lock().lending -= self.bytes;
+        self.inner.space.notify_waiters();
+    }
 }

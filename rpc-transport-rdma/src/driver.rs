@@ -27,6 +27,11 @@ const POLL_BATCH: usize = 32;
 pub(crate) const READ_WR_BUDGET: usize = 32;
 /// Chunks one rendezvous frame is split into at most.
 const MAX_CHUNKS: usize = 8;
+/// Rendezvous descriptors received and not yet being READ, per connection, at most; a
+/// peer that lends more at once is closed. Each costs ~80 bytes here (the READ target is
+/// taken only when its READ starts); a server admits at most a few hundred calls per
+/// connection anyway (rpc-core's per-connection limits).
+const MAX_PENDING_READS: usize = 4096;
 
 const _: () = assert!(MAX_CHUNKS <= READ_WR_BUDGET);
 
@@ -282,7 +287,15 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
                     let _ = incoming.send(discarded(header));
                 }
                 Ok(Some(header)) if header.frame_len() == descriptor.len as usize => {
-                    inner.state.lock().pending_reads.push_back(descriptor);
+                    let mut state = inner.state.lock();
+                    if state.pending_reads.len() >= MAX_PENDING_READS {
+                        drop(state);
+                        return inner.fail(&format!(
+                            "the peer has more than {MAX_PENDING_READS} rendezvous frames waiting to be read"
+                        ));
+                    }
+                    state.pending_reads.push_back(descriptor);
+                    drop(state);
                     start_pending_reads(inner);
                 }
                 Ok(_) => inner.fail("rendezvous descriptor does not match its frame header"),
@@ -296,15 +309,21 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
                 if prefix.flags & Prefix::PING != 0 {
                     state.pong_due = true;
                 }
-                body.chunks_exact(8)
+                let released: Vec<_> = body
+                    .chunks_exact(8)
                     .filter_map(|t| {
                         state
                             .lent
                             .remove(&u64::from_le_bytes(t.try_into().expect("8 bytes")))
                     })
-                    .collect()
+                    .collect();
+                state.lending -= released.iter().map(|(_, bytes, _)| bytes).sum::<usize>();
+                released
             };
             // Buffers go back to the pool outside the lock.
+            if !released.is_empty() {
+                inner.space.notify_waiters();
+            }
             drop(released);
             inner.repost(slot);
         }
@@ -334,6 +353,13 @@ fn start_pending_reads(inner: &Arc<Inner>) {
             }
             state.read_wrs += need;
             let d = state.pending_reads.pop_front().expect("checked");
+            if state.reading.contains_key(&d.token) {
+                drop(state);
+                return inner.fail(&format!(
+                    "the peer lent two buffers with token {} at once",
+                    d.token
+                ));
+            }
             state.reading.insert(d.token, (d.token, d.len as usize));
             tracing::trace!(
                 token = d.token,
@@ -388,6 +414,16 @@ pub(crate) async fn keepalive(
             let mut state = inner.state.lock();
             if state.closed {
                 return;
+            }
+            let loan_timeout = inner.config.loan_timeout;
+            if let Some(since) = state.lent.values().map(|(_, _, at)| *at).min() {
+                if since.elapsed() > loan_timeout {
+                    drop(state);
+                    inner.fail(&format!(
+                        "the peer held a rendezvous buffer for more than {loan_timeout:?} without reading it (loan timeout)"
+                    ));
+                    return;
+                }
             }
             if state.ping_due && !state.credits.can_ping() {
                 // The peer holds every credit but the reserve, which a ping may not spend:

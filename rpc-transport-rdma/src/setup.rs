@@ -139,6 +139,7 @@ impl Connected {
                 ),
                 free_send: slots,
                 lent: Default::default(),
+                lending: 0,
                 next_token: 1,
                 done_tokens: Vec::new(),
                 reading: Default::default(),

@@ -319,6 +319,15 @@ impl Rings {
         if let Err(e) = buf.region().check_range(0, len) {
             return Err((buf, e));
         }
+        // The remote address is the peer's word: its range must not wrap.
+        if remote.addr.checked_add(len as u64).is_none() {
+            let e = Error::TooLarge {
+                what: "remote READ range (address + length overflows)",
+                len,
+                max: (u64::MAX - remote.addr) as usize,
+            };
+            return Err((buf, e));
+        }
         let mut reads = self.reads.lock();
         let key = reads.insert(PendingRead {
             buf,
