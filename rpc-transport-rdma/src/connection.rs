@@ -172,48 +172,60 @@ impl Drop for RecvBuf {
 }
 
 impl Inner {
-    /// Waits for a free send slot and a data credit.
     /// Waits until `len` more bytes fit the lending budget
     /// ([`RdmaConfig::lend_budget`](crate::RdmaConfig::lend_budget); a frame larger than
     /// the budget goes alone), and reserves them.
     async fn reserve_lending(&self, len: usize) -> Result<usize, TransportError> {
         let budget = self.config.lend_budget();
-        loop {
-            let notified = self.space.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut state = self.state.lock();
-                if state.closed || state.closing {
-                    return Err(self.close_error());
-                }
-                if state.lending == 0 || state.lending + len <= budget {
+        self.wait_for(
+            |state| {
+                (state.lending == 0 || state.lending + len <= budget).then(|| {
                     state.lending += len;
-                    return Ok(len);
-                }
-            }
-            notified.await;
-        }
+                    len
+                })
+            },
+            || {},
+        )
+        .await
     }
 
+    /// Waits for a free send slot and a data credit.
     async fn take_slot(&self) -> Result<SendSlot, TransportError> {
-        let mut stalled = false;
+        self.wait_for(
+            |state| {
+                (!state.free_send.is_empty() && state.credits.try_take_data())
+                    .then(|| state.free_send.pop().expect("checked non-empty"))
+            },
+            || Counters::bump(&self.counters.credit_stalls, 1),
+        )
+        .await
+    }
+
+    /// Waits, woken by `space`, until `take` gets what it needs from the state (under its
+    /// lock), or the connection closes. `stalled` runs once, the first time it waits.
+    async fn wait_for<T>(
+        &self,
+        mut take: impl FnMut(&mut State) -> Option<T>,
+        stalled: impl FnOnce(),
+    ) -> Result<T, TransportError> {
+        let mut stalled = Some(stalled);
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
+            // Registered before the check, so a wake-up between the check and the wait
+            // is not lost.
             notified.as_mut().enable();
             {
                 let mut state = self.state.lock();
                 if state.closed || state.closing {
                     return Err(self.close_error());
                 }
-                if !state.free_send.is_empty() && state.credits.try_take_data() {
-                    return Ok(state.free_send.pop().expect("checked non-empty"));
+                if let Some(got) = take(&mut state) {
+                    return Ok(got);
                 }
             }
-            if !stalled {
-                stalled = true;
-                Counters::bump(&self.counters.credit_stalls, 1);
+            if let Some(stalled) = stalled.take() {
+                stalled();
             }
             notified.await;
         }

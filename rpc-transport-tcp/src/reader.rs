@@ -92,17 +92,15 @@ impl Reader {
                 (first, frame) => first.or(frame),
             };
             let read = tokio::select! {
-                read = self.socket.read_buf(&mut self.buf) => read,
-                _ = self.closed.changed() => Ok(usize::MAX),
+                read = self.socket.read_buf(&mut self.buf) => Some(read),
+                _ = self.closed.changed() => None, // checked at the top
                 () = sleep_until(deadline) => return Err(self.timed_out()),
             };
             if in_frame {
                 self.frame_waited += waiting_since.elapsed();
             }
-            let read = match read? {
-                usize::MAX => continue, // closed: checked at the top
-                n => n,
-            };
+            let Some(read) = read else { continue };
+            let read = read?;
             if read == 0 {
                 return if self.buf.is_empty() && self.discard == 0 {
                     Ok(None)

@@ -1,8 +1,6 @@
 //! Tools of the hostile-peer suite: a real server process with /proc readings, raw
 //! frames, and a well-behaved client.
 
-#![allow(dead_code)] // each test binary uses a part
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -52,11 +50,6 @@ impl ServerProcess {
     /// Like [`ServerProcess::start`], under an address-space limit (`ulimit -v`).
     pub(crate) fn start_limited(env: &[(&str, &str)], address_space: u64) -> ServerProcess {
         ServerProcess::spawn(env, Some(address_space))
-    }
-
-    /// Starts on `port` (e.g. the port of a server being replaced).
-    pub(crate) fn start_on(port: u16, env: &[(&str, &str)]) -> ServerProcess {
-        ServerProcess::spawn_on(port, env, None)
     }
 
     fn spawn(env: &[(&str, &str)], address_space: Option<u64>) -> ServerProcess {
@@ -137,27 +130,6 @@ impl ServerProcess {
 
     pub(crate) fn is_alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Sends `signal` (e.g. "INT") to the process.
-    pub(crate) fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &self.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// Waits for the process to exit by itself.
-    pub(crate) fn wait_exit(&mut self, within: Duration) -> bool {
-        let started = Instant::now();
-        while started.elapsed() < within {
-            if !self.is_alive() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
     }
 }
 
