@@ -6,6 +6,7 @@
 //! Tests that cut the link or make it lossy take the network lock exclusively; the others
 //! share it, so a cut link never fails an unrelated test.
 
+mod rdma_hostile;
 mod suite;
 
 use std::process::{Child, Command, Stdio};
@@ -260,7 +261,7 @@ async fn hello_with_a_forged_gid_is_refused() {
     // host (10.77.0.99) than the one the connection comes from.
     let mut hello = [0u8; 64];
     hello[..8].copy_from_slice(b"RDMAHELO");
-    hello[8..12].copy_from_slice(&1u32.to_le_bytes());
+    hello[8..12].copy_from_slice(&2u32.to_le_bytes());
     hello[12] = 1; // rdma
     hello[16..20].copy_from_slice(&0x42u32.to_le_bytes());
     hello[20..24].copy_from_slice(&0x77u32.to_le_bytes());
@@ -272,6 +273,8 @@ async fn hello_with_a_forged_gid_is_refused() {
     hello[44..48].copy_from_slice(&1024u32.to_le_bytes());
     hello[48..52].copy_from_slice(&64u32.to_le_bytes());
     hello[52..56].copy_from_slice(&8192u32.to_le_bytes());
+    hello[56..60].copy_from_slice(&16384u32.to_le_bytes()); // KiB it accepts to be lent
+    hello[60..62].copy_from_slice(&128u16.to_le_bytes()); // loans it accepts
     let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
     tokio::io::AsyncWriteExt::write_all(&mut stream, &hello)
         .await

@@ -3,8 +3,8 @@
 //! OKAY, and the recognition of NONE).
 //!
 //! ```text
-//!  0       8         12    13    16       20    24         40    42    44    48          52          56     64
-//!  | magic | version |mode | pad | qp_num | psn | gid (16) | lid | pad | mtu |recv_slots |slot_size  | zero |
+//!  0       8         12    13    16       20    24         40    42    44    48          52          56             60          62      64
+//!  | magic | version |mode | pad | qp_num | psn | gid (16) | lid | pad | mtu |recv_slots |slot_size  |rdv_budget_kib| max_loans | flags |
 //! ```
 //! NONE carries `reason_len: u32` at offset 8 and the reason after the 64 bytes.
 
@@ -16,8 +16,8 @@ const HELLO: &[u8; 8] = b"RDMAHELO";
 const OKAY: &[u8; 8] = b"RDMAOKAY";
 const NONE: &[u8; 8] = b"RDMANONE";
 const READY: &[u8; 8] = b"RDMAREDY";
-/// The byte ranges of the block that the decoder ignores (padding and the zero tail).
-const PADDING: [std::ops::Range<usize>; 3] = [13..16, 42..44, 56..64];
+/// The byte ranges of the block that the decoder ignores (padding).
+const PADDING: [std::ops::Range<usize>; 2] = [13..16, 42..44];
 /// The MTUs a port can have.
 const MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 
@@ -35,6 +35,8 @@ pub fn handshake(data: &[u8]) {
             mtu,
             recv_slots,
             slot_size,
+            rdv_budget,
+            max_loans,
             reencoded,
             ..
         }) => {
@@ -56,6 +58,9 @@ pub fn handshake(data: &[u8]) {
             let ring = u64::from(recv_slots) * u64::from(slot_size);
             assert!(usize::try_from(ring).is_ok());
             assert!(slot_size as usize > crate::rdma_control::PREFIX_LEN);
+            assert!(rdv_budget >= 64 * 1024, "rendezvous budget {rdv_budget}");
+            assert!(max_loans >= 1, "max_loans {max_loans}");
+            assert_eq!(&block[62..64], &[0, 0], "flags");
         }
         Ok(Hello::Refusal { reason_len }) => {
             assert_eq!(&data[..8], NONE, "magic");
@@ -111,6 +116,9 @@ pub fn fields(data: &[u8]) -> Vec<Field> {
                 (1 << 20) + 1,
             ],
         ),
+        Field::new(56, 4, vec![0, 1, 63, 64, 65, 16384, u32::MAX.into()]),
+        Field::new(60, 2, vec![0, 1, 128, 0xffff]),
+        Field::new(62, 2, vec![0, 1, 0x8000]),
     ]
 }
 
@@ -127,7 +135,7 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     let offer = |magic: &[u8; 8], mode: u8, mtu: u32, slots: u32, size: u32| {
         let mut b = vec![0u8; HELLO_LEN];
         b[..8].copy_from_slice(magic);
-        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        b[8..12].copy_from_slice(&2u32.to_le_bytes());
         b[12] = mode;
         b[16..20].copy_from_slice(&0x00_0123u32.to_le_bytes());
         b[20..24].copy_from_slice(&0x00ab_cdefu32.to_le_bytes());
@@ -135,6 +143,8 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         b[44..48].copy_from_slice(&mtu.to_le_bytes());
         b[48..52].copy_from_slice(&slots.to_le_bytes());
         b[52..56].copy_from_slice(&size.to_le_bytes());
+        b[56..60].copy_from_slice(&16384u32.to_le_bytes());
+        b[60..62].copy_from_slice(&128u16.to_le_bytes());
         b
     };
     let mut seeds = vec![
@@ -146,6 +156,13 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         ("seed-bad-geometry", offer(HELLO, 1, 1024, 3, 8192)),
         ("seed-bad-mtu", offer(OKAY, 1, 1000, 64, 8192)),
     ];
+    let mut v1 = offer(HELLO, 1, 1024, 64, 8192);
+    v1[8] = 1;
+    v1[56..64].fill(0);
+    seeds.push(("seed-version-1", v1));
+    let mut no_loans = offer(OKAY, 1, 1024, 64, 8192);
+    no_loans[60..62].fill(0);
+    seeds.push(("seed-no-loans", no_loans));
     let reason = "this server serves TCP only";
     let mut none = vec![0u8; HELLO_LEN];
     none[..8].copy_from_slice(NONE);

@@ -6,7 +6,7 @@
 //!  0     1      2          4          8                      16
 //!  |kind |flags | n_tokens | reserved | reposted (u64 LE)    | body
 //!  DATA (1):       body = one rpc frame
-//!  RENDEZVOUS (2): body = addr u64 | len u64 | rkey u32 | pad u32 | token u64 | header (40)
+//!  RENDEZVOUS (2): body = offset u64 | len u64 | rkey u32 | pad u32 | token u64 | header (40)
 //!  CONTROL (3):    body = n_tokens x u64
 //! ```
 

@@ -57,6 +57,12 @@ pub struct RdmaConfig {
     /// A buffer lent to the peer and not read (no read-done) for this long closes the
     /// connection. Default 60 s.
     pub loan_timeout: Duration,
+    /// Rendezvous frames lent at once at most (each holds a memory window and a pool
+    /// buffer until the peer's read-done). Default 128. Announced in the handshake as the
+    /// most this side accepts to be lent, together with `lend_budget`: each
+    /// side lends within the smaller of its own and the peer's figures, and a peer that
+    /// lends beyond them is closed.
+    pub max_loans: u16,
 }
 
 impl Default for RdmaConfig {
@@ -76,6 +82,7 @@ impl Default for RdmaConfig {
             handshake_timeout: Duration::from_secs(10),
             lend_budget: None,
             loan_timeout: Duration::from_secs(60),
+            max_loans: 128,
         }
     }
 }
@@ -124,17 +131,22 @@ impl RdmaConfig {
         if self.ping_timeout <= self.ping_interval {
             return Err("ping_timeout must be longer than ping_interval".into());
         }
+        if self.max_loans == 0 {
+            return Err("max_loans must be at least 1".into());
+        }
         if self.read_chunk < 4096 {
             return Err("read_chunk must be at least 4096".into());
         }
         Ok(())
     }
 
-    /// The lending budget in bytes (see [`RdmaConfig::lend_budget`]).
+    /// The lending budget in bytes (see [`RdmaConfig::lend_budget`]), a whole number of
+    /// KiB (as the handshake carries it), at least 64 KiB.
     pub(crate) fn lend_budget(&self) -> usize {
-        self.lend_budget.unwrap_or_else(|| {
+        let bytes = self.lend_budget.unwrap_or_else(|| {
             (2 * crate::connection::max_frame(self.max_message_size)).max(16 << 20)
-        })
+        });
+        (bytes.min(u32::MAX as usize * 1024) / 1024 * 1024).max(64 * 1024)
     }
 
     /// Largest frame that travels eagerly.

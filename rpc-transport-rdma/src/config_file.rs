@@ -16,6 +16,7 @@
 //! read_chunk = 1048576
 //! lend_budget = 33554432      # bytes lent to the peer at once; large sends wait beyond
 //! loan_timeout_ms = 60000     # a lent buffer unread this long closes the connection
+//! max_loans = 128             # rendezvous frames lent at once at most
 //!
 //! [tcp]
 //! send_queue_bytes = 8388608  # bytes queued for a peer before senders wait
@@ -186,6 +187,8 @@ pub struct RdmaSection {
     pub lend_budget: Option<usize>,
     /// [`RdmaConfig::loan_timeout`](crate::RdmaConfig::loan_timeout) in milliseconds.
     pub loan_timeout_ms: Option<u64>,
+    /// See [`RdmaConfig::max_loans`](crate::RdmaConfig::max_loans).
+    pub max_loans: Option<u16>,
 }
 
 impl FileConfig {
@@ -244,6 +247,7 @@ impl FileConfig {
                 read_chunk: num(&get, "RPC_RDMA_READ_CHUNK")?,
                 lend_budget: num(&get, "RPC_RDMA_LEND_BUDGET")?,
                 loan_timeout_ms: num(&get, "RPC_RDMA_LOAN_TIMEOUT_MS")?,
+                max_loans: num(&get, "RPC_RDMA_MAX_LOANS")?,
             },
         })
     }
@@ -302,6 +306,9 @@ impl FileConfig {
         }
         if let Some(v) = r.lend_budget {
             c.lend_budget = Some(v);
+        }
+        if let Some(v) = r.max_loans {
+            c.max_loans = v;
         }
         if let Some(v) = r.loan_timeout_ms {
             c.loan_timeout = Duration::from_millis(v);

@@ -3,9 +3,11 @@
 //! Sending a frame of `len` bytes:
 //! - `len <= eager limit`: `alloc` waits for a free send slot and a data credit, the frame
 //!   is encoded into the slot right after the 16-byte prefix, `send` posts one SEND.
-//! - otherwise (rendezvous): `alloc` takes a registered buffer with remote-read access
-//!   from the connection's pool plus a slot and a credit; the frame is encoded into the
-//!   buffer, `send` lends it to the peer (descriptor by SEND) until the peer's read-done.
+//! - otherwise (rendezvous): `alloc` reserves room in the lending limit, takes a lendable
+//!   buffer from the connection's pool plus a slot and a credit; the frame is encoded into
+//!   the buffer; `send` lends it (`Rings::lend`) and sends the descriptor (offset, key of
+//!   the connection's own protection domain); the peer's read-done ends the loan and the
+//!   buffer returns to the pool.
 //!
 //! Receiving: the completion driver (`driver.rs`) hands eager frames up in their receive
 //! slot (re-posted when the [`RecvBuf`] is dropped) and pulls rendezvous frames with RDMA
@@ -53,9 +55,30 @@ pub(crate) struct Inner {
     pub(crate) rx_pool: LargePool,
     pub(crate) config: RdmaConfig,
     pub(crate) peer: String,
+    /// What this side lends at once at most: the smaller of its own and the peer's
+    /// figures from the handshake.
+    pub(crate) lend_limit: LoanLimit,
+    /// What this side accepts to be lent at once (announced in the handshake); a peer
+    /// that lends more is closed.
+    pub(crate) read_limit: LoanLimit,
     /// Largest frame accepted or sent.
     pub(crate) max_frame: usize,
     pub(crate) eager_limit: usize,
+}
+
+/// Bytes and descriptors of rendezvous frames outstanding at once (lent and not yet
+/// acknowledged by read-done). A frame larger than `bytes` goes alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LoanLimit {
+    pub(crate) bytes: usize,
+    pub(crate) loans: usize,
+}
+
+impl LoanLimit {
+    /// Whether one more frame of `len` bytes fits beside `bytes` in `loans` frames.
+    pub(crate) fn admits(&self, bytes: usize, loans: usize, len: usize) -> bool {
+        loans < self.loans && (loans == 0 || bytes + len <= self.bytes)
+    }
 }
 
 /// Mutable protocol state, under one short lock.
@@ -63,11 +86,17 @@ pub(crate) struct Inner {
 pub(crate) struct State {
     pub(crate) credits: Credits,
     pub(crate) free_send: Vec<SendSlot>,
-    /// Buffers lent to the peer for rendezvous, by token, until its read-done: the
-    /// buffer, the budget bytes it holds, and when it was lent.
-    pub(crate) lent: HashMap<u64, (LargeBuf, usize, Instant)>,
-    /// Bytes of the lending budget in use: lent, or reserved by frames being built.
+    /// Frames lent to the peer, by token, until its read-done: the loan's key in the
+    /// tracker (which owns the buffer and its memory window) and when it was lent.
+    pub(crate) lent: HashMap<u64, (u32, Instant)>,
+    /// Bytes of the lending budget in use: lent (until the loan's window is invalidated),
+    /// or reserved by frames being built.
     pub(crate) lending: usize,
+    /// Frames counted in `lending`.
+    pub(crate) loans: usize,
+    /// Bytes of the descriptors the peer lent that have no read-done queued yet (being
+    /// read or waiting to be), checked against [`Inner::read_limit`].
+    pub(crate) borrowed: usize,
     pub(crate) next_token: u64,
     /// Tokens of READs finished here, to acknowledge to the peer.
     pub(crate) done_tokens: Vec<u64>,
@@ -122,7 +151,10 @@ impl Drop for RegisteredSend {
             state.free_send.push(slot);
             state.credits.untake();
         }
-        state.lending -= reserved;
+        if reserved > 0 {
+            state.lending -= reserved;
+            state.loans -= 1;
+        }
         drop(state);
         self.inner.space.notify_waiters();
     }
@@ -172,15 +204,17 @@ impl Drop for RecvBuf {
 }
 
 impl Inner {
-    /// Waits until `len` more bytes fit the lending budget
-    /// ([`RdmaConfig::lend_budget`](crate::RdmaConfig::lend_budget); a frame larger than
-    /// the budget goes alone), and reserves them.
+    /// Waits until one more frame of `len` bytes fits the lending limit (the smaller of
+    /// [`RdmaConfig::lend_budget`](crate::RdmaConfig::lend_budget) and
+    /// [`RdmaConfig::max_loans`](crate::RdmaConfig::max_loans) and the peer's figures; a
+    /// frame larger than the budget goes alone), and reserves it.
     async fn reserve_lending(&self, len: usize) -> Result<usize, TransportError> {
-        let budget = self.config.lend_budget();
+        let limit = self.lend_limit;
         self.wait_for(
             |state| {
-                (state.lending == 0 || state.lending + len <= budget).then(|| {
+                limit.admits(state.lending, state.loans, len).then(|| {
                     state.lending += len;
+                    state.loans += 1;
                     len
                 })
             },
@@ -304,27 +338,37 @@ impl Inner {
             Some(buf) => {
                 let token = state.next_token;
                 state.next_token += 1;
-                let remote = Rings::remote_of(&buf);
                 let mut header = [0u8; HEADER_LEN];
                 header.copy_from_slice(&buf.region().as_slice()[..HEADER_LEN]);
+                // Lent before the descriptor's SEND (a window, if any, is bound first on
+                // the same send queue).
+                let charge = std::mem::take(&mut send.reserved);
+                let lent = match self.rings.lend(buf, send.len, charge) {
+                    Ok(lent) => lent,
+                    Err((_buf, e)) => {
+                        state.lending -= charge;
+                        state.loans -= 1;
+                        state.free_send.push(slot);
+                        drop(state);
+                        let reason = format!("lending a rendezvous buffer failed: {e}");
+                        self.fail(&reason);
+                        return Err(TransportError::Other(reason));
+                    }
+                };
                 let descriptor = Rendezvous {
-                    addr: remote.addr,
+                    offset: lent.remote.addr,
                     len: send.len as u64,
-                    rkey: remote.rkey,
+                    rkey: lent.remote.rkey,
                     token,
                     header,
                 };
                 tracing::trace!(
                     token,
-                    addr = remote.addr,
                     len = send.len,
-                    rkey = remote.rkey,
+                    rkey = lent.remote.rkey,
                     "lending a rendezvous frame"
                 );
-                state.lent.insert(
-                    token,
-                    (buf, std::mem::take(&mut send.reserved), Instant::now()),
-                );
+                state.lent.insert(token, (lent.key, Instant::now()));
                 let bytes = self.rings.slot_mut(&mut slot);
                 Prefix {
                     kind: Kind::Rendezvous,
@@ -435,7 +479,11 @@ struct Lending<'a> {
 
 impl Drop for Lending<'_> {
     fn drop(&mut self) {
-        self.inner.state.lock().lending -= self.bytes;
+        {
+            let mut state = self.inner.state.lock();
+            state.lending -= self.bytes;
+            state.loans -= 1;
+        }
         self.inner.space.notify_waiters();
     }
 }

@@ -36,7 +36,7 @@ impl Inner {
             loop {
                 let settled = {
                     let state = inner.state.lock();
-                    state.closed || (state.free_send.len() == slots && state.lent.is_empty())
+                    state.closed || (state.free_send.len() == slots && state.loans == 0)
                 };
                 if settled || Instant::now() >= deadline {
                     break;

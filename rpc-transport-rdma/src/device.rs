@@ -1,5 +1,6 @@
-//! [`Device`]: an opened RDMA device with its protection domain, shared by every
-//! connection that goes through it (opening one is slow: the GID scan reads sysfs).
+//! [`Device`]: an opened RDMA device, shared by every connection that goes through it
+//! (opening one is slow: the GID scan reads sysfs). Each connection allocates its own
+//! protection domain on it (`setup.rs`).
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -7,12 +8,11 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use crate::verbs::{Context, ProtectionDomain, Result};
+use crate::verbs::{Context, Result};
 
-/// An opened device and its protection domain.
+/// An opened device.
 #[derive(Debug)]
 pub(crate) struct Device {
-    pub(crate) pd: Arc<ProtectionDomain>,
     pub(crate) context: Arc<Context>,
 }
 
@@ -35,7 +35,6 @@ impl Device {
             return Ok(device.clone());
         }
         let context = Arc::new(Context::open(name, local_ip)?);
-        let pd = Arc::new(ProtectionDomain::new(&context)?);
         tracing::info!(
             device = context.name(),
             gid_index = context.gid_index(),
@@ -47,7 +46,7 @@ impl Device {
             return Ok(device.clone()); // opened meanwhile by another thread
         }
         crate::events::watch(context.clone());
-        let device = Arc::new(Device { pd, context });
+        let device = Arc::new(Device { context });
         cache.insert(key, device.clone());
         Ok(device)
     }

@@ -27,12 +27,6 @@ const POLL_BATCH: usize = 32;
 pub(crate) const READ_WR_BUDGET: usize = 32;
 /// Chunks one rendezvous frame is split into at most.
 const MAX_CHUNKS: usize = 8;
-/// Rendezvous descriptors received and not yet being READ, per connection, at most; a
-/// peer that lends more at once is closed. Each costs ~80 bytes here (the READ target is
-/// taken only when its READ starts); a server admits at most a few hundred calls per
-/// connection anyway (rpc-core's per-connection limits).
-const MAX_PENDING_READS: usize = 4096;
-
 const _: () = assert!(MAX_CHUNKS <= READ_WR_BUDGET);
 
 /// Runs the connection until it fails or is closed.
@@ -174,6 +168,7 @@ fn handle(inner: &Arc<Inner>, event: Event, incoming: &mpsc::UnboundedSender<Rec
                 let entry = state.reading.remove(&tag);
                 if let Some((_, len)) = entry {
                     state.read_wrs -= chunks_of(inner, len).min(state.read_wrs);
+                    state.borrowed -= len;
                 }
                 entry
             };
@@ -189,6 +184,18 @@ fn handle(inner: &Arc<Inner>, event: Event, incoming: &mpsc::UnboundedSender<Rec
             let _ = incoming.send(RecvBuf(Received::Large { buf, len }));
             start_pending_reads(inner);
         }
+        Event::Reclaimed { charge, status } => {
+            {
+                let mut state = inner.state.lock();
+                state.lending -= charge;
+                state.loans -= 1;
+            }
+            inner.space.notify_waiters();
+            if let Err(status) = status {
+                fail_on(inner, "invalidating a memory window", status);
+            }
+        }
+        Event::BindFailed { status } => fail_on(inner, "binding a memory window", status),
     }
 }
 
@@ -229,6 +236,8 @@ fn drain_for_cause(inner: &Inner) -> Option<String> {
                 Event::Sent { status, .. } => ("send", status),
                 Event::Received { status, .. } => ("receive", status),
                 Event::Read { status, .. } => ("RDMA READ", status),
+                Event::Reclaimed { status, .. } => ("invalidating a memory window", status),
+                Event::BindFailed { status } => ("binding a memory window", Err(status)),
             };
             if let Err(s) = status {
                 if s != WcStatus::WrFlush {
@@ -277,28 +286,49 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
         Kind::Rendezvous => {
             let descriptor = Rendezvous::decode(&bytes[PREFIX_LEN..]);
             inner.repost(slot);
+            // Lent and not yet acknowledged by a read-done we sent: waiting, being read,
+            // or read with the read-done queued. An honest lender counts each until it
+            // receives the read-done, so it never exceeds what it counts.
+            let (outstanding, borrowed) = {
+                let state = inner.state.lock();
+                let n = state.pending_reads.len() + state.reading.len() + state.done_tokens.len();
+                (n, state.borrowed)
+            };
+            let (limit, len) = (inner.read_limit, descriptor.len as usize);
+            if outstanding >= limit.loans {
+                return inner.fail(&format!(
+                    "the peer lent more than the {} frames agreed at once",
+                    limit.loans
+                ));
+            }
             match Header::decode(&descriptor.header) {
+                // A length other than its own header's is a lie: nothing to refuse politely.
+                Ok(Some(header)) if header.frame_len() != len => inner.fail(&format!(
+                    "rendezvous descriptor of {len} bytes for a frame of {}",
+                    header.frame_len()
+                )),
                 Ok(Some(header))
                     if header.payload_len as usize > inner.config.max_message_size
-                        || descriptor.len as usize > inner.max_frame =>
+                        || len > inner.max_frame =>
                 {
                     // Refused unread; the peer may release its buffer at once.
                     inner.state.lock().done_tokens.push(descriptor.token);
                     let _ = incoming.send(discarded(header));
                 }
-                Ok(Some(header)) if header.frame_len() == descriptor.len as usize => {
-                    let mut state = inner.state.lock();
-                    if state.pending_reads.len() >= MAX_PENDING_READS {
-                        drop(state);
+                Ok(Some(_)) => {
+                    if !limit.admits(borrowed, outstanding, len) {
                         return inner.fail(&format!(
-                            "the peer has more than {MAX_PENDING_READS} rendezvous frames waiting to be read"
+                            "the peer lent more than agreed: a frame of {len} bytes beside {borrowed} bytes not yet read (limit {} bytes)",
+                            limit.bytes
                         ));
                     }
+                    let mut state = inner.state.lock();
+                    state.borrowed += len;
                     state.pending_reads.push_back(descriptor);
                     drop(state);
                     start_pending_reads(inner);
                 }
-                Ok(_) => inner.fail("rendezvous descriptor does not match its frame header"),
+                Ok(None) => inner.fail("rendezvous descriptor without a frame header"),
                 Err(e) => inner.fail(&format!("malformed frame from the peer: {e}")),
             }
         }
@@ -309,22 +339,39 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
                 if prefix.flags & Prefix::PING != 0 {
                     state.pong_due = true;
                 }
-                let released: Vec<_> = body
-                    .chunks_exact(8)
-                    .filter_map(|t| {
-                        state
-                            .lent
-                            .remove(&u64::from_le_bytes(t.try_into().expect("8 bytes")))
-                    })
-                    .collect();
-                state.lending -= released.iter().map(|(_, bytes, _)| bytes).sum::<usize>();
+                let mut released = Vec::with_capacity(body.len() / 8);
+                for t in body.chunks_exact(8) {
+                    let token = u64::from_le_bytes(t.try_into().expect("8 bytes"));
+                    match state.lent.remove(&token) {
+                        Some((key, _)) => released.push(key),
+                        None => {
+                            drop(state);
+                            return inner
+                                .fail(&format!("read-done for token {token}, which is not lent"));
+                        }
+                    }
+                }
                 released
             };
-            // Buffers go back to the pool outside the lock.
-            if !released.is_empty() {
+            // Each loan ends: its buffer returns to the pool and its budget to waiting
+            // senders, at once, or (windows) when the invalidation completes
+            // (Event::Reclaimed).
+            let mut freed = (0, 0);
+            for key in released {
+                match inner.rings.reclaim(key) {
+                    Ok(Some(charge)) => freed = (freed.0 + charge, freed.1 + 1),
+                    Ok(None) => {}
+                    Err(e) => return inner.fail(&format!("ending a loan failed: {e}")),
+                }
+            }
+            if freed.1 > 0 {
+                {
+                    let mut state = inner.state.lock();
+                    state.lending -= freed.0;
+                    state.loans -= freed.1;
+                }
                 inner.space.notify_waiters();
             }
-            drop(released);
             inner.repost(slot);
         }
     }
@@ -363,7 +410,7 @@ fn start_pending_reads(inner: &Arc<Inner>) {
             state.reading.insert(d.token, (d.token, d.len as usize));
             tracing::trace!(
                 token = d.token,
-                addr = d.addr,
+                offset = d.offset,
                 len = d.len,
                 rkey = d.rkey,
                 "pulling a rendezvous frame"
@@ -376,7 +423,7 @@ fn start_pending_reads(inner: &Arc<Inner>) {
             Err(e) => return inner.fail(&format!("rendezvous buffer: {e}")),
         };
         let remote = crate::verbs::RemoteBuf {
-            addr: descriptor.addr,
+            addr: descriptor.offset,
             rkey: descriptor.rkey,
         };
         if let Err((_buf, e)) =
@@ -404,8 +451,11 @@ pub(crate) async fn keepalive(
     inner: std::sync::Weak<Inner>,
     interval: Duration,
     timeout: Duration,
+    loan_timeout: Duration,
 ) {
-    let mut tick = tokio::time::interval(interval / 2);
+    // Often enough for both the ping interval and the loan timeout.
+    let period = (interval / 2).min(loan_timeout / 2).max(Duration::from_millis(10));
+    let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
@@ -416,7 +466,7 @@ pub(crate) async fn keepalive(
                 return;
             }
             let loan_timeout = inner.config.loan_timeout;
-            if let Some(since) = state.lent.values().map(|(_, _, at)| *at).min() {
+            if let Some(since) = state.lent.values().map(|(_, at)| *at).min() {
                 if since.elapsed() > loan_timeout {
                     drop(state);
                     inner.fail(&format!(

@@ -39,8 +39,8 @@ pub enum ControlBody {
     },
     /// A rendezvous descriptor, and its embedded header as the driver decodes it.
     Rendezvous {
-        /// Remote address of the lent buffer.
-        addr: u64,
+        /// Where the frame starts in the lent memory window.
+        offset: u64,
         /// Length of the frame to read.
         len: u64,
         /// Remote key of the lent buffer.
@@ -78,7 +78,7 @@ pub fn decode_control(data: &[u8]) -> Result<ControlMessage, String> {
             let descriptor = Rendezvous::decode(body);
             descriptor.encode(&mut reencoded[PREFIX_LEN..]);
             ControlBody::Rendezvous {
-                addr: descriptor.addr,
+                offset: descriptor.offset,
                 len: descriptor.len,
                 rkey: descriptor.rkey,
                 token: descriptor.token,
@@ -130,6 +130,10 @@ pub enum Hello {
         recv_slots: u32,
         /// The peer's slot size.
         slot_size: u32,
+        /// Bytes of rendezvous frames the peer accepts to be lent at once.
+        rdv_budget: usize,
+        /// Rendezvous descriptors the peer accepts to be lent at once.
+        max_loans: u16,
         /// The offer encoded again with the same magic: equal to the input's first
         /// [`HELLO_LEN`] bytes except for the padding, which the encoder writes as zero.
         reencoded: [u8; BLOCK],
@@ -174,6 +178,8 @@ pub fn decode_hello(data: &[u8]) -> Result<Hello, String> {
         mtu: offer.endpoint.mtu.bytes(),
         recv_slots: offer.recv_slots,
         slot_size: offer.slot_size,
+        rdv_budget: offer.rdv_budget,
+        max_loans: offer.max_loans,
         reencoded: offer.encode(magic),
     })
 }

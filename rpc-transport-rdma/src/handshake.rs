@@ -8,12 +8,18 @@
 //! by the first 8 bytes.
 //!
 //! ```text
-//!  0       8         12    13    16       20    24         40    42    44    48          52          56     64
-//!  +-------+---------+-----+-----+--------+-----+----------+-----+-----+-----+-----------+-----------+------+
-//!  | magic | version |mode | pad | qp_num | psn | gid (16) | lid | pad | mtu |recv_slots |slot_size  | zero |
-//!  +-------+---------+-----+-----+--------+-----+----------+-----+-----+-----+-----------+-----------+------+
+//!  0       8         12    13    16       20    24         40    42    44    48          52          56             60          62      64
+//!  +-------+---------+-----+-----+--------+-----+----------+-----+-----+-----+-----------+-----------+--------------+-----------+-------+
+//!  | magic | version |mode | pad | qp_num | psn | gid (16) | lid | pad | mtu |recv_slots |slot_size  |rdv_budget_kib| max_loans | flags |
+//!  +-------+---------+-----+-----+--------+-----+----------+-----+-----+-----+-----------+-----------+--------------+-----------+-------+
 //! ```
 //! NONE carries `reason_len: u32` at offset 8 and the UTF-8 reason after the 64 bytes.
+//!
+//! `rdv_budget_kib` and `max_loans` are what the sender of the block accepts to be lent
+//! at once (bytes of rendezvous frames, in KiB, and descriptors) before it has sent their
+//! read-done: the other side lends within them (and its own limits) and is closed if it
+//! lends more. `flags` is zero in version 2 (descriptors carry offsets into memory
+//! windows, always).
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -29,7 +35,7 @@ pub(crate) const NONE: &[u8; 8] = b"RDMANONE";
 /// Client's QP is ready.
 pub(crate) const READY: &[u8; 8] = b"RDMAREDY";
 /// Handshake version.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Size of HELLO and OKAY.
 pub(crate) const BLOCK: usize = 64;
 /// Longest NONE reason accepted.
@@ -51,6 +57,10 @@ pub(crate) struct Offer {
     pub(crate) endpoint: QpEndpoint,
     pub(crate) recv_slots: u32,
     pub(crate) slot_size: u32,
+    /// Bytes of rendezvous frames this side accepts to be lent at once.
+    pub(crate) rdv_budget: usize,
+    /// Rendezvous descriptors this side accepts to be lent at once.
+    pub(crate) max_loans: u16,
 }
 
 impl Offer {
@@ -66,6 +76,9 @@ impl Offer {
         b[44..48].copy_from_slice(&self.endpoint.mtu.bytes().to_le_bytes());
         b[48..52].copy_from_slice(&self.recv_slots.to_le_bytes());
         b[52..56].copy_from_slice(&self.slot_size.to_le_bytes());
+        let kib = u32::try_from(self.rdv_budget / 1024).unwrap_or(u32::MAX);
+        b[56..60].copy_from_slice(&kib.to_le_bytes());
+        b[60..62].copy_from_slice(&self.max_loans.to_le_bytes());
         b
     }
 
@@ -90,6 +103,18 @@ impl Offer {
         {
             return Err(format!("bad ring geometry {recv_slots} x {slot_size}"));
         }
+        let (rdv_budget_kib, max_loans) = (u32_at(56), u16::from_le_bytes([b[60], b[61]]));
+        if rdv_budget_kib < 64 || max_loans == 0 {
+            return Err(format!(
+                "bad rendezvous limits: {rdv_budget_kib} KiB, {max_loans} loans"
+            ));
+        }
+        if b[62..64] != [0, 0] {
+            return Err(format!(
+                "unknown handshake flags {:#x}",
+                u16::from_le_bytes([b[62], b[63]])
+            ));
+        }
         Ok(Offer {
             mode,
             endpoint: QpEndpoint {
@@ -101,6 +126,8 @@ impl Offer {
             },
             recv_slots,
             slot_size,
+            rdv_budget: rdv_budget_kib as usize * 1024,
+            max_loans,
         })
     }
 }
@@ -144,6 +171,8 @@ mod tests {
             },
             recv_slots: 64,
             slot_size: 8192,
+            rdv_budget: 16 << 20,
+            max_loans: 128,
         };
         let b = offer.encode(HELLO);
         assert_eq!(&b[..8], HELLO);
@@ -153,6 +182,18 @@ mod tests {
         assert!(Offer::decode(&bad).is_err());
         let mut bad = b;
         bad[8] = 7;
+        assert!(Offer::decode(&bad).is_err());
+        // Version 1 (no rendezvous limits) is refused.
+        let mut bad = b;
+        bad[8] = 1;
+        assert!(Offer::decode(&bad).is_err());
+        for (at, value) in [(56, 63u32), (60, 0)] {
+            let mut bad = b;
+            bad[at..at + 4].copy_from_slice(&value.to_le_bytes());
+            assert!(Offer::decode(&bad).is_err(), "{at}");
+        }
+        let mut bad = b;
+        bad[63] = 1;
         assert!(Offer::decode(&bad).is_err());
     }
 }

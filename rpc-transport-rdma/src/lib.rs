@@ -39,6 +39,11 @@ mod events;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+/// A hostile raw peer for the project's own tests: see its module docs.
+#[doc(hidden)]
+pub mod test_peer {
+    pub use crate::verbs::test_peer::{Descriptor, HelloLimits, Message, RawPeer};
+}
 mod pool;
 mod protocol;
 mod setup;

@@ -6,9 +6,10 @@
 //! at most its byte budget and deregistered beyond it, so a burst of huge messages does
 //! not pin memory forever.
 //!
-//! Each connection has two pools: one with remote-read access for what it lends to its
-//! peer, one with local access only for READ targets. So a peer can only ever read
-//! buffers of its own connection.
+//! Each connection has two pools, in its own protection domain: one of
+//! [`Access::Lendable`] regions (remote read, addressed from 0) for what it lends to its
+//! peer, one with local access only for READ targets. A lent buffer only ever holds its
+//! own connection's frames.
 
 use std::sync::{Arc, Weak};
 

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::connection::{max_frame, Inner, RdmaConnection, State};
+use crate::connection::{max_frame, Inner, LoanLimit, RdmaConnection, State};
 use crate::counters::Counters;
 use crate::device::Device;
 use crate::driver::{self, READ_WR_BUDGET};
@@ -18,7 +18,8 @@ use crate::handshake::{self, Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
 use crate::pool::LargePool;
 use crate::protocol::{Credits, PREFIX_LEN};
 use crate::verbs::{
-    Access, CompChannel, CompletionQueue, PreparedRings, QpConfig, RingGeometry, Rings, SendSlot,
+    Access, CompChannel, CompletionQueue, PreparedRings, ProtectionDomain, QpConfig, RingGeometry,
+    Rings, SendSlot,
 };
 use crate::RdmaConfig;
 
@@ -29,6 +30,7 @@ pub(crate) struct Prepared {
     channel: Arc<CompChannel>,
     cq: Arc<CompletionQueue>,
     rings: PreparedRings,
+    pd: Arc<ProtectionDomain>,
 }
 
 fn local_ipv4(stream: &TcpStream) -> Option<Ipv4Addr> {
@@ -50,7 +52,9 @@ fn prepare_at(config: &RdmaConfig, local: Option<Ipv4Addr>) -> Result<Prepared, 
     config.validate()?;
     let device = Device::get(config.device.as_deref(), local).map_err(|e| e.to_string())?;
     let channel = Arc::new(CompChannel::new(&device.context).map_err(|e| e.to_string())?);
-    let max_send_wr = config.ring_slots + READ_WR_BUDGET as u32;
+    // Sends and control messages (one per slot), READs, and per loan a window bind and
+    // an invalidation.
+    let max_send_wr = config.ring_slots + READ_WR_BUDGET as u32 + 2 * u32::from(config.max_loans);
     let depth = max_send_wr + config.ring_slots;
     let cq = Arc::new(
         CompletionQueue::new(&device.context, depth, Some(&channel)).map_err(|e| e.to_string())?,
@@ -66,13 +70,16 @@ fn prepare_at(config: &RdmaConfig, local: Option<Ipv4Addr>) -> Result<Prepared, 
         recv_slots: config.ring_slots,
         slot_size: config.slot_size,
     };
-    let rings =
-        PreparedRings::new(&device.pd, &cq, &qp_config, geometry).map_err(|e| e.to_string())?;
+    // A protection domain of its own: the keys of what this connection lends are
+    // useless to every other QP (see docs/limits.md, "Memory isolation").
+    let pd = Arc::new(ProtectionDomain::new(&device.context).map_err(|e| e.to_string())?);
+    let rings = PreparedRings::new(&pd, &cq, &qp_config, geometry).map_err(|e| e.to_string())?;
     Ok(Prepared {
         device,
         channel,
         cq,
         rings,
+        pd,
     })
 }
 
@@ -83,6 +90,8 @@ impl Prepared {
             endpoint: self.rings.endpoint(),
             recv_slots: config.ring_slots,
             slot_size: config.slot_size,
+            rdv_budget: config.lend_budget(),
+            max_loans: config.max_loans,
         }
     }
 
@@ -94,6 +103,7 @@ impl Prepared {
             .map_err(|e| e.to_string())?;
         Ok(Connected {
             device: self.device,
+            pd: self.pd,
             channel: self.channel,
             cq: self.cq,
             rings,
@@ -107,6 +117,7 @@ impl Prepared {
 #[derive(Debug)]
 struct Connected {
     device: Arc<Device>,
+    pd: Arc<ProtectionDomain>,
     channel: Arc<CompChannel>,
     cq: Arc<CompletionQueue>,
     rings: Rings,
@@ -140,6 +151,8 @@ impl Connected {
                 free_send: slots,
                 lent: Default::default(),
                 lending: 0,
+                loans: 0,
+                borrowed: 0,
                 next_token: 1,
                 done_tokens: Vec::new(),
                 reading: Default::default(),
@@ -154,18 +167,18 @@ impl Connected {
             space: Notify::new(),
             closed,
             counters: Counters::default(),
-            tx_pool: LargePool::new(
-                self.device.pd.clone(),
-                Access::RemoteRead,
-                config.pool_keep_bytes,
-            ),
-            rx_pool: LargePool::new(
-                self.device.pd.clone(),
-                Access::Local,
-                config.pool_keep_bytes,
-            ),
+            tx_pool: LargePool::new(self.pd.clone(), Access::Lendable, config.pool_keep_bytes),
+            rx_pool: LargePool::new(self.pd.clone(), Access::Local, config.pool_keep_bytes),
             config: config.clone(),
             peer,
+            lend_limit: LoanLimit {
+                bytes: config.lend_budget().min(remote.rdv_budget),
+                loans: usize::from(config.max_loans.min(remote.max_loans)),
+            },
+            read_limit: LoanLimit {
+                bytes: config.lend_budget(),
+                loans: usize::from(config.max_loans),
+            },
             max_frame: max_frame(config.max_message_size),
             eager_limit,
         });
@@ -176,6 +189,7 @@ impl Connected {
             Arc::downgrade(&inner),
             config.ping_interval,
             config.ping_timeout,
+            config.loan_timeout,
         ));
         tracing::debug!(peer = %inner.peer, device = self.device.context.name(), eager_limit, "RDMA connection established");
         RdmaConnection {

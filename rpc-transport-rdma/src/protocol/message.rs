@@ -6,7 +6,7 @@
 //!  |kind |flags | n_tokens | reserved | reposted (u64 LE)    | body
 //!  +-----+------+----------+----------+----------------------+------------------------
 //!  DATA:        body = one whole rpc frame (header, metadata, payload)
-//!  RENDEZVOUS:  body = addr u64 | len u64 | rkey u32 | pad u32 | token u64 | rpc header (40)
+//!  RENDEZVOUS:  body = offset u64 | len u64 | rkey u32 | pad u32 | token u64 | rpc header (40)
 //!  CONTROL:     body = n_tokens x u64 tokens of finished READs (read-done);
 //!               flags: PING / PONG
 //! ```
@@ -91,9 +91,13 @@ impl Prefix {
 }
 
 /// A rendezvous descriptor: where the frame is and how to name it when done.
+///
+/// `rkey` is a memory window bound for this transfer only, on the sender's queue pair,
+/// and invalidated once the read-done arrives; `offset` is where the frame starts in that
+/// window (the lender's regions are addressed from 0: no heap address crosses the wire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Rendezvous {
-    pub(crate) addr: u64,
+    pub(crate) offset: u64,
     pub(crate) len: u64,
     pub(crate) rkey: u32,
     /// Names the lent buffer in the read-done that releases it.
@@ -104,7 +108,7 @@ pub(crate) struct Rendezvous {
 
 impl Rendezvous {
     pub(crate) fn encode(&self, out: &mut [u8]) {
-        out[0..8].copy_from_slice(&self.addr.to_le_bytes());
+        out[0..8].copy_from_slice(&self.offset.to_le_bytes());
         out[8..16].copy_from_slice(&self.len.to_le_bytes());
         out[16..20].copy_from_slice(&self.rkey.to_le_bytes());
         out[20..24].fill(0);
@@ -115,7 +119,7 @@ impl Rendezvous {
     pub(crate) fn decode(body: &[u8]) -> Rendezvous {
         let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().expect("8 bytes"));
         Rendezvous {
-            addr: u64_at(0),
+            offset: u64_at(0),
             len: u64_at(8),
             rkey: u32::from_le_bytes(body[16..20].try_into().expect("4 bytes")),
             token: u64_at(24),
@@ -161,7 +165,7 @@ mod tests {
     #[test]
     fn rendezvous_round_trip() {
         let r = Rendezvous {
-            addr: 0xdead_beef_0000,
+            offset: 0xdead_beef_0000,
             len: 16 << 20,
             rkey: 0x1234,
             token: 77,

@@ -11,13 +11,14 @@ use std::ptr;
 use std::sync::Arc;
 
 use rdma_sys::{
-    ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge,
-    ibv_wc, ibv_wr_opcode, rdma_t,
+    bind_mw_t, ibv_access_flags, ibv_mw_bind_info, ibv_poll_cq, ibv_post_recv, ibv_post_send,
+    ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wr_opcode, rdma_t,
 };
 
 use super::cq::CompletionQueue;
 use super::error::{Error, Result};
-use super::mr::MemoryRegion;
+use super::mr::{Access, MemoryRegion};
+use super::mw::MemoryWindow;
 use super::qp::QueuePair;
 use super::qp_state::{QpStage, RecvReady, Rts};
 use super::wc::{Completion, WrId};
@@ -313,6 +314,87 @@ impl QueuePair<Rts> {
         self.post(&mut wr, "ibv_post_send(READ)")
     }
 
+    /// Binds `mw` over `mr[offset..offset + len]` for remote READ by this QP's peer (a
+    /// `BIND_MW` work request; the window is usable by the peer once the bind is
+    /// processed, which the send queue does in order, before any later SEND). Returns the
+    /// window's new rkey: what the peer is given, with `offset` as the remote address.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ForeignRegion`] (region or window of another PD), [`Error::OutOfBounds`],
+    /// [`Error::Unsupported`] for a region not registered [`Access::Windowed`], or
+    /// [`Error::Verb`] from `ibv_post_send`. On error nothing was posted and the window's
+    /// key is unchanged.
+    ///
+    /// # Safety
+    ///
+    /// Until an invalidation of the returned key completes ([`QueuePair::post_local_inv`],
+    /// its completion reaped) or the QP is destroyed, the peer may read the range at any
+    /// time: `mr` must not be dropped and the CPU must not write the range.
+    pub(crate) unsafe fn post_bind_mw(
+        &self,
+        wr_id: WrId,
+        mw: &mut MemoryWindow,
+        mr: &MemoryRegion,
+        offset: usize,
+        len: usize,
+        signaled: bool,
+    ) -> Result<u32> {
+        self.check_region(mr)?;
+        if !Arc::ptr_eq(mw.pd(), &self.inner.pd) {
+            return Err(Error::ForeignRegion);
+        }
+        if mr.access() != Access::Windowed {
+            return Err(Error::Unsupported {
+                what: "binding a memory window over a region registered without MW_BIND",
+            });
+        }
+        check_sge(mr, offset, len)?;
+        let rkey = mw.next_rkey();
+        // SAFETY: `ibv_send_wr` is plain C data: all-zero is a valid value.
+        let mut wr: ibv_send_wr = unsafe { mem::zeroed() };
+        wr.wr_id = wr_id.0;
+        wr.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
+        if signaled {
+            wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        wr.bind_mw_tso_union.bind_mw = bind_mw_t {
+            mw: mw.as_ptr(),
+            rkey,
+            bind_info: ibv_mw_bind_info {
+                mr: mr.as_ptr(),
+                addr: mr.nic_addr() + offset as u64,
+                length: len as u64,
+                mw_access_flags: ibv_access_flags::IBV_ACCESS_REMOTE_READ.0,
+            },
+        };
+        // SAFETY: the QP is in RTS (typed); window and region are live and of this QP's PD
+        // (checked), the range is inside the region (checked); `wr` is only read during the
+        // call. Keeping the range valid and unwritten while bound is the caller's contract.
+        self.post(&mut wr, "ibv_post_send(BIND_MW)")?;
+        mw.set_rkey(rkey);
+        Ok(rkey)
+    }
+
+    /// Invalidates the window (or region) with `rkey` (`LOCAL_INV`): once this work
+    /// request completes, the key no longer grants the peer anything. Safe: it only
+    /// revokes access.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] from `ibv_post_send`.
+    pub(crate) fn post_local_inv(&self, wr_id: WrId, rkey: u32, signaled: bool) -> Result<()> {
+        // SAFETY: `ibv_send_wr` is plain C data: all-zero is a valid value.
+        let mut wr: ibv_send_wr = unsafe { mem::zeroed() };
+        wr.wr_id = wr_id.0;
+        wr.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+        if signaled {
+            wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+        self.post(&mut wr, "ibv_post_send(LOCAL_INV)")
+    }
+
     /// # Safety
     ///
     /// `sge` must describe memory valid for the NIC to read until the completion (or, with
@@ -396,7 +478,7 @@ fn check_sge(mr: &MemoryRegion, offset: usize, len: usize) -> Result<()> {
 /// The SGE for an already checked range of `mr`.
 fn sge(mr: &MemoryRegion, offset: usize, len: usize) -> ibv_sge {
     ibv_sge {
-        addr: mr.addr() + offset as u64,
+        addr: mr.nic_addr() + offset as u64,
         length: len as u32,
         lkey: mr.lkey(),
     }

@@ -81,6 +81,13 @@ pub(crate) enum Error {
     /// was used with a queue pair.
     #[error("memory region belongs to another protection domain")]
     ForeignRegion,
+    /// An operation the object does not allow (e.g. binding a window over a region
+    /// registered without `MW_BIND`).
+    #[error("unsupported: {what}")]
+    Unsupported {
+        /// What was attempted.
+        what: &'static str,
+    },
 }
 
 impl Error {

@@ -9,6 +9,7 @@
 //! | `pd.rs`       | [`ProtectionDomain`]                                           |
 //! | `cq.rs`       | [`CompChannel`], [`CompletionQueue`] set-up and events         |
 //! | `mr.rs`       | [`MemoryRegion`]: an owned, page-aligned, registered buffer    |
+//! | `mw.rs`       | [`MemoryWindow`]: a type-2 window, lent per transfer           |
 //! | `qp.rs`       | [`QueuePair`] set-up: RC, typed `Reset -> Init -> Rtr -> Rts`  |
 //! | `qp_state.rs` | the typed QP states and the queried [`QpState`]                |
 //! | `datapath.rs` | the hot path: posting work requests and polling completions    |
@@ -58,10 +59,12 @@ mod datapath;
 mod device;
 mod error;
 mod mr;
+mod mw;
 mod pd;
 mod qp;
 mod qp_state;
 mod sendbuf;
+pub(crate) mod test_peer;
 mod tracker;
 mod wc;
 
@@ -75,6 +78,7 @@ pub use device::rdma_available;
 pub(crate) use device::{Context, Mtu, PortInfo, PORT_NUM};
 pub(crate) use error::{Error, Result};
 pub(crate) use mr::{Access, MemoryRegion};
+pub(crate) use mw::MemoryWindow;
 pub(crate) use pd::ProtectionDomain;
 pub(crate) use qp::{QpConfig, QpEndpoint, QueuePair};
 pub(crate) use qp_state::{Init, QpStage, QpState, RecvReady, Reset, Rtr, Rts};

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::slice;
 use std::sync::Arc;
 
-use rdma_sys::{ibv_access_flags, ibv_dereg_mr, ibv_mr, ibv_reg_mr};
+use rdma_sys::{ibv_access_flags, ibv_dereg_mr, ibv_mr, ibv_reg_mr, ibv_reg_mr_iova2};
 
 use super::error::{check_ret, Error, Result};
 use super::pd::ProtectionDomain;
@@ -24,8 +24,19 @@ const _: () = assert!(MR_ALIGN.is_power_of_two());
 pub(crate) enum Access {
     /// Local access only: send and receive rings, READ targets.
     Local,
-    /// Also readable by the peer with RDMA READ given the rkey: rendezvous source buffers.
+    /// Also readable by the peer with RDMA READ given the MR's rkey (whole region, any
+    /// QP of the protection domain): for tests and probes only; the transport lends
+    /// through memory windows ([`Access::Lendable`]).
     RemoteRead,
+    /// Readable by the peer with RDMA READ given the rkey, addressed from 0 (registered
+    /// with IOVA 0: a peer is told offsets, never heap addresses). Rendezvous source
+    /// buffers, registered in their connection's own protection domain, so only that
+    /// connection's QP can use the key.
+    Lendable,
+    /// No remote access of its own (its rkey is useless to a peer), but memory windows
+    /// may be bound over it (`IBV_ACCESS_MW_BIND`); addressed from 0 like
+    /// [`Access::Lendable`]. For lending per transfer through windows (`mw.rs`).
+    Windowed,
 }
 
 /// An owned, zero-initialised, page-aligned allocation of `len` bytes, registered with
@@ -100,13 +111,28 @@ impl MemoryRegion {
             return Err(Error::Alloc { len });
         };
         let mut flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
-        if access == Access::RemoteRead {
-            flags |= ibv_access_flags::IBV_ACCESS_REMOTE_READ;
-        }
-        // SAFETY: `pd` is a live PD (kept alive by the `Arc` stored below) and `buf[..len]`
-        // is a live allocation that is freed only after ibv_dereg_mr (see Drop);
-        // ibv_reg_mr(3) returns NULL + errno on failure. The flag bits fit in an i32.
-        let mr = unsafe { ibv_reg_mr(pd.as_ptr(), buf.as_ptr().cast(), len, flags.0 as i32) };
+        let mr = match access {
+            Access::Local | Access::RemoteRead => {
+                if access == Access::RemoteRead {
+                    flags |= ibv_access_flags::IBV_ACCESS_REMOTE_READ;
+                }
+                // SAFETY: `pd` is a live PD (kept alive by the `Arc` stored below) and
+                // `buf[..len]` is a live allocation that is freed only after ibv_dereg_mr
+                // (see Drop); ibv_reg_mr(3) returns NULL + errno on failure. The flag bits
+                // fit in an i32.
+                unsafe { ibv_reg_mr(pd.as_ptr(), buf.as_ptr().cast(), len, flags.0 as i32) }
+            }
+            Access::Lendable | Access::Windowed => {
+                flags |= if access == Access::Lendable {
+                    ibv_access_flags::IBV_ACCESS_REMOTE_READ
+                } else {
+                    ibv_access_flags::IBV_ACCESS_MW_BIND
+                };
+                // SAFETY: as above; ibv_reg_mr_iova2(3) registers the same memory with the
+                // NIC-visible base address 0 (every SGE and window then uses offsets).
+                unsafe { ibv_reg_mr_iova2(pd.as_ptr(), buf.as_ptr().cast(), len, 0, flags.0) }
+            }
+        };
         let Some(mr) = NonNull::new(mr) else {
             let err = Error::last_os("ibv_reg_mr");
             // SAFETY: `buf` was allocated above with `layout` and is not registered.
@@ -129,6 +155,21 @@ impl MemoryRegion {
         self.buf.as_ptr() as u64
     }
 
+    /// The address of byte 0 as the NIC knows it: what SGEs and window binds use. The
+    /// CPU address ([`MemoryRegion::addr`]), except for [`Access::Lendable`] and
+    /// [`Access::Windowed`] regions, registered with IOVA 0.
+    pub(crate) fn nic_addr(&self) -> u64 {
+        match self.access {
+            Access::Lendable | Access::Windowed => 0,
+            Access::Local | Access::RemoteRead => self.addr(),
+        }
+    }
+
+    /// The raw registration, for the sibling wrappers' verbs calls (window binds).
+    pub(super) fn as_ptr(&self) -> *mut ibv_mr {
+        self.mr.as_ptr()
+    }
+
     /// Length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -145,8 +186,8 @@ impl MemoryRegion {
         unsafe { (*self.mr.as_ptr()).lkey }
     }
 
-    /// The remote key: give it to a peer only for a buffer it may read, only while it
-    /// needs to, and only for [`Access::RemoteRead`] regions (others refuse remote access).
+    /// The remote key: it grants remote reads only for [`Access::RemoteRead`] and
+    /// [`Access::Lendable`] regions, to QPs of the region's protection domain.
     pub(crate) fn rkey(&self) -> u32 {
         // SAFETY: as in `lkey`.
         unsafe { (*self.mr.as_ptr()).rkey }

@@ -318,3 +318,225 @@ fn a_region_that_cannot_be_allocated_is_an_error_not_an_abort() {
     // The PD is still usable.
     MemoryRegion::new(&pd, 4096, Access::Local).expect("a small region");
 }
+
+/// The lender's half of a window test: one PD and CQ on rxe0 with a lendable region; the
+/// reader's half on rxe1. Connections are made on demand, each a fresh pair of QPs.
+struct WindowRig {
+    lender_pd: Arc<ProtectionDomain>,
+    lender_cq: Arc<CompletionQueue>,
+    lender_seen: Vec<Completion>,
+    reader_pd: Arc<ProtectionDomain>,
+    reader_cq: Arc<CompletionQueue>,
+    reader_seen: Vec<Completion>,
+    reader_ring: MemoryRegion,
+    target: MemoryRegion,
+}
+
+impl WindowRig {
+    fn new(ctx_a: &Arc<Context>, ctx_b: &Arc<Context>) -> WindowRig {
+        let lender_pd = Arc::new(ProtectionDomain::new(ctx_a).expect("pd"));
+        let reader_pd = Arc::new(ProtectionDomain::new(ctx_b).expect("pd"));
+        let reader_ring = MemoryRegion::new(&reader_pd, RING, Access::Local).expect("ring");
+        let target = MemoryRegion::new(&reader_pd, 256 * 1024, Access::Local).expect("target");
+        WindowRig {
+            lender_cq: Arc::new(CompletionQueue::new(ctx_a, DEFAULT_CQ_DEPTH, None).expect("cq")),
+            reader_cq: Arc::new(CompletionQueue::new(ctx_b, DEFAULT_CQ_DEPTH, None).expect("cq")),
+            lender_pd,
+            reader_pd,
+            lender_seen: Vec::new(),
+            reader_seen: Vec::new(),
+            reader_ring,
+            target,
+        }
+    }
+
+    /// A connected pair: (lender's QP, reader's QP), with the reader's ring posted
+    /// (work-request ids `base + slot`: flushed RECVs of failed pairs land on the same CQ).
+    fn connect(&self, base: u64) -> (QueuePair<Rts>, QueuePair<Rts>) {
+        let lender = QueuePair::new(
+            &self.lender_pd,
+            &self.lender_cq,
+            &self.lender_cq,
+            &QpConfig::default(),
+        )
+        .expect("qp")
+        .into_init()
+        .expect("INIT");
+        let reader = QueuePair::new(
+            &self.reader_pd,
+            &self.reader_cq,
+            &self.reader_cq,
+            &QpConfig::default(),
+        )
+        .expect("qp")
+        .into_init()
+        .expect("INIT");
+        let recvs: Vec<_> = (0..RING / SLOT)
+            .map(|s| (WrId(base + s as u64), s * SLOT, SLOT))
+            .collect();
+        // SAFETY: the ring outlives the QPs (the rig is dropped after them in each test),
+        // and a slot is read only after its RECV completion was reaped.
+        unsafe { reader.post_recv_batch(&self.reader_ring, &recvs) }.expect("recvs");
+        let (ep_l, ep_r) = (lender.endpoint(), reader.endpoint());
+        let lender = lender
+            .into_rtr(&ep_r)
+            .expect("RTR")
+            .into_rts()
+            .expect("RTS");
+        let reader = reader
+            .into_rtr(&ep_l)
+            .expect("RTR")
+            .into_rts()
+            .expect("RTS");
+        (lender, reader)
+    }
+
+    /// READs `len` bytes at `remote` into the target; the completion's status.
+    fn read(
+        &mut self,
+        qp: &QueuePair<Rts>,
+        wr_id: u64,
+        remote: RemoteBuf,
+        len: usize,
+    ) -> std::result::Result<(), WcStatus> {
+        self.target.as_mut_slice().fill(0);
+        // SAFETY: the target is not touched until the completion is reaped below.
+        unsafe { qp.post_read(WrId(wr_id), &self.target, 0, len, remote) }.expect("post read");
+        wait_for(&self.reader_cq, &mut self.reader_seen, WrId(wr_id)).status
+    }
+}
+
+#[test]
+fn a_memory_window_lends_one_region_to_one_peer_until_invalidated() {
+    let Some((ctx_a, ctx_b)) = open_pair_or_skip() else {
+        return;
+    };
+    let mut rig = WindowRig::new(&ctx_a, &ctx_b);
+    const LEN: usize = 128 * 1024;
+    let secret = pattern(0x3c, LEN);
+    let mut lent = MemoryRegion::new(&rig.lender_pd, LEN, Access::Windowed).expect("windowed");
+    lent.as_mut_slice().copy_from_slice(&secret);
+    assert_eq!(lent.nic_addr(), 0, "lendable regions are addressed from 0");
+    let mut window = MemoryWindow::new(&rig.lender_pd).expect("type-2 window");
+    let unbound_key = window.rkey();
+
+    // Bind (unsignaled) and SEND the descriptor at once, without waiting for the bind:
+    // the reader READs as soon as the SEND arrives, so the bind must take effect first.
+    let (lender, reader) = rig.connect(1000);
+    // SAFETY: `lent` is neither written nor dropped until after the invalidation below
+    // completed (and the QPs are dropped at the end of the test, before it).
+    let rkey =
+        unsafe { lender.post_bind_mw(WrId(1), &mut window, &lent, 0, LEN, false) }.expect("bind");
+    assert_ne!(rkey, unbound_key);
+    assert_eq!(
+        rkey >> 8,
+        unbound_key >> 8,
+        "a bind changes only the key byte"
+    );
+    let descriptor = [rkey.to_le_bytes(), (LEN as u32).to_le_bytes()].concat();
+    lender
+        .post_send_inline(WrId(2), &descriptor, true, None)
+        .expect("descriptor");
+    let c = wait_for(&rig.reader_cq, &mut rig.reader_seen, WrId(1000));
+    assert_eq!(c.status, Ok(()));
+    let got = rig.reader_ring.slice(0, 8).expect("slot");
+    let remote = RemoteBuf {
+        addr: 0,
+        rkey: u32::from_le_bytes(got[..4].try_into().unwrap()),
+    };
+    assert_eq!(
+        rig.read(&reader, 10, remote, LEN),
+        Ok(()),
+        "READ through the window"
+    );
+    assert!(
+        rig.target.slice(0, LEN).unwrap() == &secret[..],
+        "window content"
+    );
+    // An offset inside the window.
+    let inside = RemoteBuf { addr: 4096, rkey };
+    assert_eq!(rig.read(&reader, 11, inside, 4096), Ok(()));
+    assert_eq!(rig.target.slice(0, 4096).unwrap(), &secret[4096..8192]);
+    eprintln!("window bound without waiting, read by its peer: {LEN} bytes match");
+
+    // Another connection (same PDs, other QPs) cannot use the window.
+    let (_other_lender, other_reader) = rig.connect(2000);
+    assert_eq!(
+        rig.read(&other_reader, 20, remote, 64),
+        Err(WcStatus::RemAccess),
+        "a type-2 window is bound to one QP"
+    );
+    // The region's own rkey grants nothing.
+    let (_third_lender, third_reader) = rig.connect(3000);
+    let own = RemoteBuf {
+        addr: 0,
+        rkey: lent.rkey(),
+    };
+    assert_eq!(
+        rig.read(&third_reader, 30, own, 64),
+        Err(WcStatus::RemAccess)
+    );
+    eprintln!("other connection's READ with the window key, and the region's key: RemAccess");
+
+    // After LOCAL_INV the key is stale.
+    lender
+        .post_local_inv(WrId(3), rkey, true)
+        .expect("local inv");
+    let c = wait_for(&rig.lender_cq, &mut rig.lender_seen, WrId(3));
+    assert_eq!(c.status, Ok(()), "{c:?}");
+    assert_eq!(rig.read(&reader, 12, remote, 64), Err(WcStatus::RemAccess));
+    eprintln!("stale key after invalidation: RemAccess");
+
+    // The transport keeps a connection's windows for its next loans: bind, invalidate and
+    // bind again on one QP; each bind has a new key and the old one stays dead.
+    let (lender2, reader2) = rig.connect(4000);
+    let mut window2 = MemoryWindow::new(&rig.lender_pd).expect("window");
+    let mut keys = Vec::new();
+    for round in 0..3u64 {
+        // SAFETY: as for the first bind; `lent` outlives both QPs.
+        let key =
+            unsafe { lender2.post_bind_mw(WrId(100 + round), &mut window2, &lent, 0, LEN, false) }
+                .expect("bind");
+        lender2
+            .post_send_inline(WrId(200 + round), &[0; 8], true, None)
+            .expect("send");
+        let c = wait_for(&rig.reader_cq, &mut rig.reader_seen, WrId(4000 + round));
+        assert_eq!(
+            c.status,
+            Ok(()),
+            "round {round}: {c:?} (lender: {:?})",
+            rig.lender_seen
+        );
+        let at = RemoteBuf { addr: 0, rkey: key };
+        assert_eq!(
+            rig.read(&reader2, 300 + round, at, 256),
+            Ok(()),
+            "round {round}"
+        );
+        assert_eq!(rig.target.slice(0, 256).unwrap(), &secret[..256]);
+        lender2
+            .post_local_inv(WrId(400 + round), key, true)
+            .expect("local inv");
+        let c = wait_for(&rig.lender_cq, &mut rig.lender_seen, WrId(400 + round));
+        assert_eq!(c.status, Ok(()), "{c:?}");
+        keys.push(key);
+    }
+    keys.dedup();
+    assert_eq!(keys.len(), 3, "every bind has its own key: {keys:x?}");
+    let stale = RemoteBuf {
+        addr: 0,
+        rkey: keys[1],
+    };
+    assert_eq!(rig.read(&reader2, 41, stale, 64), Err(WcStatus::RemAccess));
+    eprintln!("one window bound, read, invalidated 3 times on one QP; a stale key fails");
+    // Binding over a region without MW_BIND is refused before posting.
+    let plain = MemoryRegion::new(&rig.lender_pd, 4096, Access::Local).expect("plain");
+    let mut w2 = MemoryWindow::new(&rig.lender_pd).expect("window");
+    // SAFETY: refused before anything is posted.
+    let refused = unsafe { lender2.post_bind_mw(WrId(6), &mut w2, &plain, 0, 4096, false) };
+    assert!(
+        matches!(refused, Err(Error::Unsupported { .. })),
+        "{refused:?}"
+    );
+    drop((lender, reader, lender2, reader2));
+}

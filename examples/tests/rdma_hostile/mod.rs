@@ -1,0 +1,430 @@
+//! Hostile RDMA peers (issue 7, items 10 and 11) against a real `echo-server` process on
+//! rxe1, built on the transport's own verbs layer (`rpc_transport_rdma::test_peer`): forged
+//! descriptors, reads with other connections' and stale keys, loans never read. Each case
+//! asserts that the forger's connection is closed, that a well-behaved client is served
+//! meanwhile, that the server's pinned memory stays bounded, and that no peer obtains
+//! bytes lent to another connection (on content). Isolation comes from a protection
+//! domain per connection (docs/limits.md, "Memory isolation").
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use examples::echo::echo_client::EchoClient;
+use examples::echo::{EchoReply, EchoRequest};
+use prost::Message as _;
+use rpc_core::wire::{Flags, Frame, FrameKind, Header};
+use rpc_core::Metadata;
+use rpc_transport_rdma::test_peer::{Descriptor, HelloLimits, Message, RawPeer};
+
+use super::{rdma_channel, settings, wait_for_port, BIG, NETWORK, SERVER_IP};
+
+const ECHO: u32 = rpc_core::codegen::method_id("/echo.Echo/Echo");
+/// The raw peers never answer pings: the servers here do not ping within a test.
+const NO_PINGS: [(&str, &str); 2] = [
+    ("RPC_RDMA_PING_INTERVAL_MS", "60000"),
+    ("RPC_RDMA_PING_TIMEOUT_MS", "120000"),
+];
+
+/// An echo-server process serving rdma:// on rxe1, killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(port: u16, env: &[(&str, &str)]) -> Server {
+        let addr = format!("{SERVER_IP}:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_echo-server"))
+            .args(["--addr", &format!("rdma://{addr}")])
+            .envs(NO_PINGS.iter().chain(env).copied())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start echo-server");
+        Server { child, addr }
+    }
+
+    fn socket(&self) -> SocketAddr {
+        self.addr.parse().unwrap()
+    }
+
+    /// A field of /proc/PID/status in KiB (VmPin: memory pinned by registrations).
+    fn status_kib(&self, field: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A request frame of the echo method.
+fn echo_frame(call_id: u64, request: &EchoRequest) -> Vec<u8> {
+    let mut header = Header::new(FrameKind::Request, call_id);
+    header.flags = Flags::END_STREAM;
+    header.method_id = ECHO;
+    header.payload_len = request.encoded_len() as u32;
+    let mut buf = Vec::new();
+    rpc_core::wire::encode_head(&mut header, &Metadata::new(), &mut buf);
+    request.encode_raw(&mut buf);
+    buf
+}
+
+fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i ^ seed).wrapping_mul(2_654_435_761).rotate_right(11) as u8)
+        .collect()
+}
+
+/// A fresh well-behaved rdma:// client makes one echo call, content checked, within 10 s.
+async fn good_call(addr: &str) {
+    let call = async {
+        let client = EchoClient::new(rdma_channel(addr, BIG, &settings(BIG)).await);
+        let payload = pattern(7, 1000);
+        let reply = client
+            .echo(EchoRequest {
+                payload: payload.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("a good client is served");
+        assert_eq!(reply.into_inner().payload, payload);
+    };
+    tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("good client served within 10 s");
+}
+
+/// Runs raw-peer work on a blocking thread.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+fn connect(addr: SocketAddr) -> RawPeer {
+    RawPeer::connect(addr, HelloLimits::default()).expect("raw peer connects")
+}
+
+/// Receives until a rendezvous descriptor arrives (read-done tokens are collected).
+fn next_descriptor(peer: &mut RawPeer, tokens: &mut Vec<u64>) -> Descriptor {
+    loop {
+        match peer.recv(Duration::from_secs(20)).expect("a message") {
+            Message::Rendezvous(d) => return d,
+            Message::Control { tokens: t, .. } => tokens.extend(t),
+            Message::Data(frame) => panic!("unexpected frame {:?}", Header::decode(&frame)),
+        }
+    }
+}
+
+macro_rules! guest_test {
+    ($name:ident, $body:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            if super::skip() {
+                return;
+            }
+            let _net = NETWORK.read().await;
+            $body.await;
+        }
+    };
+}
+
+guest_test!(
+    forged_descriptors_close_the_forgers_connection_only,
+    forged_descriptors()
+);
+guest_test!(
+    a_peer_reads_only_what_its_own_connection_was_lent,
+    reads_only_its_own_loans()
+);
+guest_test!(
+    loans_never_read_keep_the_server_memory_bounded,
+    loans_never_read()
+);
+
+async fn forged_descriptors() {
+    let mut server = Server::start(47101, &[("RPC_RDMA_MAX_LOANS", "8")]);
+    wait_for_port(&server.addr).await;
+    good_call(&server.addr).await;
+    let addr = server.socket();
+    let small = echo_frame(
+        1,
+        &EchoRequest {
+            payload: pattern(1, 20_000),
+            ..Default::default()
+        },
+    );
+
+    // Each case: a fresh forger, one lie, its connection closed, others served.
+    type Case = fn(&mut RawPeer, SocketAddr, &[u8]);
+    let cases: [(&str, Case); 5] = [
+        ("a length far beyond its frame header", |peer, _, frame| {
+            let mut d = peer.lend(frame, 1).unwrap();
+            d.len = 1 << 40;
+            peer.send_descriptor(d).unwrap();
+        }),
+        ("a bogus key and address", |peer, _, frame| {
+            let mut d = peer.lend(frame, 1).unwrap();
+            d.rkey ^= 0x005a_5a00;
+            d.offset = 0x7fff_dead_0000;
+            peer.send_descriptor(d).unwrap();
+        }),
+        (
+            "another connection's key and address",
+            |peer, addr, frame| {
+                let mut other = connect(addr);
+                let theirs = other.lend(frame, 1).unwrap();
+                peer.send_descriptor(theirs).unwrap();
+                // Kept open until the forger is judged.
+                std::thread::sleep(Duration::from_millis(500));
+                drop(other);
+            },
+        ),
+        ("a read-done for a token never lent", |peer, _, _| {
+            peer.send_read_done(&[0xdead_beef]).unwrap();
+        }),
+        ("more loans at once than the 8 agreed", |peer, _, _| {
+            assert_eq!(
+                peer.peer_limits.max_loans, 8,
+                "the server announced its limit"
+            );
+            let big = echo_frame(
+                1,
+                &EchoRequest {
+                    payload: pattern(2, 1 << 20),
+                    ..Default::default()
+                },
+            );
+            // Registered first, then sent back to back: the server is still reading the
+            // first ones (1 MiB each) when the ninth arrives.
+            let loans: Vec<_> = (1..=16u64)
+                .map(|token| {
+                    let mut frame = big.clone();
+                    frame[8..16].copy_from_slice(&token.to_le_bytes()); // call id
+                    peer.lend(&frame, token).unwrap()
+                })
+                .collect();
+            for d in loans {
+                if peer.send_descriptor(d).is_err() {
+                    break; // closed already
+                }
+            }
+        }),
+    ];
+    for (what, case) in cases {
+        let frame = small.clone();
+        let started = Instant::now();
+        let closed = blocking(move || {
+            let mut peer = connect(addr);
+            case(&mut peer, addr, &frame);
+            peer.closed_by_peer(Duration::from_secs(15))
+        })
+        .await;
+        eprintln!(
+            "forged descriptor, {what}: closed = {closed} after {:?}",
+            started.elapsed()
+        );
+        assert!(closed, "{what}: the forger's connection stays open");
+        assert!(server.alive(), "{what}: the server died");
+        good_call(&server.addr).await;
+    }
+
+    // An honest descriptor of a frame over the size limit is refused unread: the call
+    // fails with a status and the loan is released at once; the connection lives on.
+    let released = blocking(move || {
+        let mut peer = connect(addr);
+        let mut frame = echo_frame(9, &EchoRequest::default());
+        let mut header = Header::decode(&frame).unwrap().unwrap();
+        header.payload_len = 64 << 20;
+        frame[..40].copy_from_slice(&header.encode());
+        let mut d = peer.lend(&frame, 77).unwrap();
+        d.len = header.frame_len() as u64;
+        peer.send_descriptor(d).unwrap();
+        let mut tokens = Vec::new();
+        let mut answered = false;
+        while !(answered && tokens.contains(&77)) {
+            match peer.recv(Duration::from_secs(10)).expect("answered") {
+                Message::Control { tokens: t, .. } => tokens.extend(t),
+                Message::Data(frame) => {
+                    let header = Header::decode(&frame).unwrap().unwrap();
+                    assert_eq!(header.call_id, 9);
+                    answered = true;
+                }
+                Message::Rendezvous(_) => panic!("unexpected loan"),
+            }
+        }
+        !peer.closed_by_peer(Duration::from_millis(500))
+    })
+    .await;
+    assert!(
+        released,
+        "an oversized honest frame does not close the connection"
+    );
+    good_call(&server.addr).await;
+}
+
+async fn reads_only_its_own_loans() {
+    let server = Server::start(47102, &[]);
+    wait_for_port(&server.addr).await;
+    let addr = server.socket();
+    let secret = pattern(0x5ec7e7, 64 * 1024);
+    let expected = secret.clone();
+    let outcome = blocking(move || {
+        // The victim lends its request (64 KiB: rendezvous); the server reads it and
+        // lends the echoed reply back through a window bound on the victim's QP.
+        let mut victim = connect(addr);
+        let frame = echo_frame(
+            1,
+            &EchoRequest {
+                payload: secret,
+                ..Default::default()
+            },
+        );
+        let d = victim.lend(&frame, 1).unwrap();
+        victim.send_descriptor(d).unwrap();
+        let mut tokens = Vec::new();
+        let reply = next_descriptor(&mut victim, &mut tokens);
+        assert_eq!(reply.offset, 0, "descriptors carry offsets, not addresses");
+        eprintln!(
+            "victim's reply lent: {} bytes, rkey {:#x}",
+            reply.len, reply.rkey
+        );
+
+        // Another connection READs with the victim's key: refused, and closed.
+        let mut thief = connect(addr);
+        let stolen = thief.read(reply.offset, reply.rkey, reply.len as usize);
+        assert!(stolen.is_err(), "another connection read the victim's loan");
+        let thief_closed = thief.closed_by_peer(Duration::from_secs(15));
+        // Guesses at neighbouring windows (next key byte, next window index).
+        let mut guesses = Vec::new();
+        for rkey in [reply.rkey.wrapping_add(1), reply.rkey.wrapping_add(0x100)] {
+            let mut guesser = connect(addr);
+            guesses.push(
+                guesser
+                    .read(0, rkey, 4096)
+                    .map(|b| b.iter().any(|&x| x != 0)),
+            );
+        }
+
+        // The victim reads its own loan: the secret.
+        let bytes = victim
+            .read(reply.offset, reply.rkey, reply.len as usize)
+            .expect("the victim reads its loan");
+        let frame = Frame::parse(&bytes).expect("a frame");
+        let echoed = EchoReply::decode(frame.payload).expect("a reply").payload;
+        // After its read-done the victim may still read the buffer with the key (a
+        // protection domain per connection, not a window per transfer): it holds only
+        // this connection's own frames (here, still its own reply), never another's.
+        victim.send_read_done(&[reply.token]).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let stale = victim
+            .read(reply.offset, reply.rkey, 64)
+            .map(|b| b == bytes[..64]);
+        (stolen, thief_closed, guesses, echoed, stale)
+    })
+    .await;
+    let (stolen, thief_closed, guesses, echoed, stale) = outcome;
+    eprintln!("thief: {stolen:?}; guesses: {guesses:?}; stale key read own bytes: {stale:?}");
+    assert!(echoed == expected, "the victim's reply is its secret");
+    assert!(thief_closed, "the thief's connection is closed");
+    for guess in &guesses {
+        assert!(guess.is_err(), "a guessed key read something: {guesses:?}");
+    }
+    assert!(
+        stale.unwrap_or(true),
+        "a stale key read something other than the connection's own frame"
+    );
+    good_call(&server.addr).await;
+}
+
+async fn loans_never_read() {
+    let mut server = Server::start(
+        47103,
+        &[
+            ("RPC_RDMA_LEND_BUDGET", "2097152"),
+            ("RPC_RDMA_MAX_LOANS", "16"),
+            ("RPC_RDMA_LOAN_TIMEOUT_MS", "4000"),
+        ],
+    );
+    wait_for_port(&server.addr).await;
+    good_call(&server.addr).await;
+    let pinned_before = server.status_kib("VmPin:");
+    let addr = server.socket();
+    const CALLS: u64 = 160;
+    const REPLY: u32 = 256 * 1024;
+    // Up to 160 calls asking for 256 KiB replies (40 MiB), never read. The server lends
+    // what its budget allows; the calls whose replies wait keep their receive slots, so
+    // the peer runs out of credits: backpressure, not memory.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let flood = tokio::task::spawn_blocking(move || {
+        let mut peer = connect(addr);
+        let (mut sent, mut lent) = (0, 0);
+        let mut quiet_since = Instant::now();
+        while sent < CALLS && quiet_since.elapsed() < Duration::from_secs(3) {
+            if peer.credits() > 0 {
+                let frame = echo_frame(
+                    sent + 1,
+                    &EchoRequest {
+                        reply_size: REPLY,
+                        ..Default::default()
+                    },
+                );
+                peer.send_frame(&frame).unwrap();
+                sent += 1;
+                quiet_since = Instant::now();
+            } else if let Ok(message) = peer.recv(Duration::from_millis(200)) {
+                if matches!(message, Message::Rendezvous(_)) {
+                    lent += 1;
+                }
+                quiet_since = Instant::now();
+            }
+        }
+        while let Ok(message) = peer.recv(Duration::from_millis(500)) {
+            if matches!(message, Message::Rendezvous(_)) {
+                lent += 1;
+            }
+        }
+        tx.send((sent, lent)).unwrap();
+        let closed_at = Instant::now();
+        let closed = peer.closed_by_peer(Duration::from_secs(20));
+        (closed, closed_at.elapsed())
+    });
+    let (sent, lent) = tokio::task::spawn_blocking(move || rx.recv().unwrap())
+        .await
+        .unwrap();
+    let pinned_during = server.status_kib("VmPin:");
+    good_call(&server.addr).await;
+    let (closed, after) = flood.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pinned_after = server.status_kib("VmPin:");
+    eprintln!(
+        "{sent} calls (of {CALLS} tried) for {REPLY}-byte replies never read: {lent} lent (budget 2 MiB, 16 loans); \
+         server VmPin {pinned_before} KiB before, {pinned_during} KiB during, {pinned_after} KiB after; \
+         closed by the loan timeout (4 s): {closed}, {after:?} after the last loan was seen"
+    );
+    assert!(
+        (1..=8).contains(&lent),
+        "{lent} replies lent beyond a 2 MiB budget"
+    );
+    assert!(pinned_during > 0, "VmPin is not measured on this kernel");
+    assert!(
+        pinned_during < pinned_before + 8 * 1024,
+        "the server pinned {} KiB more for loans never read",
+        pinned_during - pinned_before
+    );
+    assert!(closed, "the loan timeout did not close the connection");
+    assert!(server.alive());
+    good_call(&server.addr).await;
+}

@@ -1,0 +1,418 @@
+//! [`RawPeer`]: a hostile RDMA peer for the tests of this project only (`#[doc(hidden)]`).
+//!
+//! It speaks the side-channel handshake and the slot protocol by hand, on the crate's
+//! verbs layer, so that a test can do what no well-behaved connection does: lie in its
+//! hello, send any descriptor or read-done, withhold credits, never read what it was
+//! lent, and READ the other side's memory with any key and offset. Each call is
+//! synchronous and busy-polls its own completion queue (run it on a blocking thread).
+//!
+//! It lives in the verbs layer because it posts work requests itself (the crate's only
+//! `unsafe` code stays in `verbs/`); `rpc_transport_rdma::test_peer` re-exports it.
+//!
+//! Not a transport: one send slot, waited for after each send; no flow control beyond
+//! not exceeding the credits the other side granted.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rpc_core::wire::HEADER_LEN;
+
+use super::{
+    wc_buffer, Access, Completion, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
+    QpConfig, QueuePair, RecvReady, RemoteBuf, Rts, SendOptions, WrId,
+};
+use crate::handshake::{Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
+use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN, RENDEZVOUS_LEN};
+
+const RECV_SLOTS: u32 = 64;
+const SLOT: u32 = 8192;
+const TAG_RECV: u64 = 1 << 40;
+const WR_SEND: u64 = 1;
+const WR_READ: u64 = 2;
+/// Largest READ the peer can do.
+const TARGET: usize = 4 << 20;
+
+/// What the raw peer announces in its hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelloLimits {
+    /// Bytes of rendezvous frames it accepts to be lent at once.
+    pub rdv_budget: usize,
+    /// Descriptors it accepts to be lent at once.
+    pub max_loans: u16,
+}
+
+impl Default for HelloLimits {
+    fn default() -> Self {
+        HelloLimits {
+            rdv_budget: 16 << 20,
+            max_loans: 128,
+        }
+    }
+}
+
+/// A rendezvous descriptor as it travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Descriptor {
+    /// Where the frame starts in the lent memory (a window offset, from this crate).
+    pub offset: u64,
+    /// Frame length.
+    pub len: u64,
+    /// The key to READ it with.
+    pub rkey: u32,
+    /// Names the loan in the read-done.
+    pub token: u64,
+    /// The frame's rpc header.
+    pub header: [u8; HEADER_LEN],
+}
+
+/// A message received from the other side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// A whole frame.
+    Data(Vec<u8>),
+    /// A frame lent for RDMA READ.
+    Rendezvous(Descriptor),
+    /// Read-done tokens and ping/pong flags.
+    Control {
+        /// `1` = PING, `2` = PONG.
+        flags: u8,
+        /// Tokens of loans the other side finished reading.
+        tokens: Vec<u64>,
+    },
+}
+
+/// A connected raw peer. See the module docs.
+#[derive(Debug)]
+pub struct RawPeer {
+    /// Dropped first: destroying the QP retires every posted work request.
+    qp: QueuePair<Rts>,
+    cq: Arc<CompletionQueue>,
+    send_ring: MemoryRegion,
+    recv_ring: MemoryRegion,
+    target: MemoryRegion,
+    /// Regions lent to the other side (remote-readable by the whole PD: the raw peer's
+    /// own memory, nothing to protect).
+    lent: Vec<MemoryRegion>,
+    side: TcpStream,
+    seen: Vec<Completion>,
+    /// The other side's receive slots (our credits) and its rendezvous limits.
+    peer_slots: u64,
+    /// What the other side announced it accepts to be lent.
+    pub peer_limits: HelloLimits,
+    sent: u64,
+    peer_reposted: u64,
+    reposted: u64,
+    /// Advertise no more re-posted slots: the other side runs out of credits.
+    pub withhold_credits: bool,
+    frozen: u64,
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+impl RawPeer {
+    /// Connects to an RDMA server at `addr`, announcing `limits`.
+    ///
+    /// # Errors
+    /// The server's refusal or any verbs or socket failure, as text.
+    pub fn connect(addr: SocketAddr, limits: HelloLimits) -> Result<RawPeer, String> {
+        let mut side = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(err)?;
+        side.set_read_timeout(Some(Duration::from_secs(20)))
+            .map_err(err)?;
+        let local = match side.local_addr().map_err(err)?.ip() {
+            IpAddr::V4(ip) => ip,
+            IpAddr::V6(ip) => ip.to_ipv4_mapped().ok_or("IPv6 side channel")?,
+        };
+        let ctx = Arc::new(Context::open(None, Some(local)).map_err(err)?);
+        let pd = Arc::new(ProtectionDomain::new(&ctx).map_err(err)?);
+        let cq = Arc::new(CompletionQueue::new(&ctx, 1024, None).map_err(err)?);
+        let qp = QueuePair::new(&pd, &cq, &cq, &QpConfig::default())
+            .map_err(err)?
+            .into_init()
+            .map_err(err)?;
+        let send_ring = MemoryRegion::new(&pd, SLOT as usize, Access::Local).map_err(err)?;
+        let recv_ring =
+            MemoryRegion::new(&pd, (SLOT * RECV_SLOTS) as usize, Access::Local).map_err(err)?;
+        let target = MemoryRegion::new(&pd, TARGET, Access::Local).map_err(err)?;
+        let recvs: Vec<_> = (0..RECV_SLOTS as usize)
+            .map(|i| (WrId(TAG_RECV | i as u64), i * SLOT as usize, SLOT as usize))
+            .collect();
+        post_recvs(&qp, &recv_ring, &recvs)?;
+        let offer = Offer {
+            mode: Mode::Rdma,
+            endpoint: qp.endpoint(),
+            recv_slots: RECV_SLOTS,
+            slot_size: SLOT,
+            rdv_budget: limits.rdv_budget,
+            max_loans: limits.max_loans,
+        };
+        side.write_all(&offer.encode(HELLO)).map_err(err)?;
+        let mut block = [0u8; BLOCK];
+        side.read_exact(&mut block).map_err(err)?;
+        if &block[..8] == NONE {
+            return Err("the server refused RDMA".into());
+        }
+        if &block[..8] != OKAY {
+            return Err("not an RDMA server".into());
+        }
+        let remote = Offer::decode(&block)?;
+        let qp = qp
+            .into_rtr(&remote.endpoint)
+            .map_err(err)?
+            .into_rts()
+            .map_err(err)?;
+        side.write_all(READY).map_err(err)?;
+        Ok(RawPeer {
+            qp,
+            cq,
+            send_ring,
+            recv_ring,
+            target,
+            lent: Vec::new(),
+            side,
+            seen: Vec::new(),
+            peer_slots: u64::from(remote.recv_slots),
+            peer_limits: HelloLimits {
+                rdv_budget: remote.rdv_budget,
+                max_loans: remote.max_loans,
+            },
+            sent: 0,
+            peer_reposted: 0,
+            reposted: 0,
+            withhold_credits: false,
+            frozen: 0,
+        })
+    }
+
+    /// Credits left: messages the other side has a posted receive for.
+    pub fn credits(&self) -> u64 {
+        self.peer_slots - (self.sent - self.peer_reposted).min(self.peer_slots)
+    }
+
+    fn advertised(&mut self) -> u64 {
+        if !self.withhold_credits {
+            self.frozen = self.reposted;
+        }
+        self.frozen
+    }
+
+    fn send_slot(
+        &mut self,
+        kind: Kind,
+        flags: u8,
+        n_tokens: u16,
+        body: &[u8],
+    ) -> Result<(), String> {
+        if self.credits() == 0 {
+            return Err("no credit left".into());
+        }
+        let reposted = self.advertised();
+        let len = PREFIX_LEN + body.len();
+        let slot = self.send_ring.slice_mut(0, len).map_err(err)?;
+        Prefix {
+            kind,
+            flags,
+            n_tokens,
+            reposted,
+        }
+        .encode(slot);
+        slot[PREFIX_LEN..].copy_from_slice(body);
+        let opts = SendOptions {
+            signaled: true,
+            inline: false,
+            imm: None,
+        };
+        // The raw peer waits for this SEND's completion before touching the slot again.
+        post_send(&self.qp, &self.send_ring, len, opts)?;
+        self.sent += 1;
+        let c = self.wait(WrId(WR_SEND), Duration::from_secs(20))?;
+        c.status.map_err(|s| format!("send failed: {s}"))
+    }
+
+    /// Sends a whole frame (DATA).
+    ///
+    /// # Errors
+    /// No credit, or the send failed.
+    pub fn send_frame(&mut self, frame: &[u8]) -> Result<(), String> {
+        self.send_slot(Kind::Data, 0, 0, frame)
+    }
+
+    /// Sends a descriptor (RENDEZVOUS), true or not.
+    ///
+    /// # Errors
+    /// No credit, or the send failed.
+    pub fn send_descriptor(&mut self, d: Descriptor) -> Result<(), String> {
+        let mut body = [0u8; RENDEZVOUS_LEN];
+        Rendezvous {
+            offset: d.offset,
+            len: d.len,
+            rkey: d.rkey,
+            token: d.token,
+            header: d.header,
+        }
+        .encode(&mut body);
+        self.send_slot(Kind::Rendezvous, 0, 0, &body)
+    }
+
+    /// Sends read-done `tokens` (CONTROL), known to the other side or not.
+    ///
+    /// # Errors
+    /// No credit, or the send failed.
+    pub fn send_read_done(&mut self, tokens: &[u64]) -> Result<(), String> {
+        let body: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+        self.send_slot(Kind::Control, 0, tokens.len() as u16, &body)
+    }
+
+    /// Places `frame` in memory the other side may READ; returns the descriptor to send
+    /// (with `token`).
+    ///
+    /// # Errors
+    /// Registration failure.
+    pub fn lend(&mut self, frame: &[u8], token: u64) -> Result<Descriptor, String> {
+        let mut region =
+            MemoryRegion::new(self.qp.pd(), frame.len().max(1), Access::RemoteRead).map_err(err)?;
+        region.as_mut_slice()[..frame.len()].copy_from_slice(frame);
+        let d = Descriptor {
+            offset: region.addr(),
+            len: frame.len() as u64,
+            rkey: region.rkey(),
+            token,
+            header: frame[..HEADER_LEN].try_into().map_err(err)?,
+        };
+        self.lent.push(region);
+        Ok(d)
+    }
+
+    /// The next message from the other side, its receive slot re-posted at once.
+    ///
+    /// # Errors
+    /// Nothing within `within`, a failed receive (the connection is dead), or a message
+    /// this peer cannot decode.
+    pub fn recv(&mut self, within: Duration) -> Result<Message, String> {
+        let deadline = Instant::now() + within;
+        loop {
+            self.poll()?;
+            if let Some(i) = self.seen.iter().position(|c| c.wr_id.0 & TAG_RECV != 0) {
+                let c = self.seen.swap_remove(i);
+                c.status.map_err(|s| format!("receive failed: {s}"))?;
+                let index = (c.wr_id.0 & !TAG_RECV) as usize;
+                let at = index * SLOT as usize;
+                let bytes = self
+                    .recv_ring
+                    .slice(at, c.byte_len as usize)
+                    .map_err(err)?
+                    .to_vec();
+                post_recvs(&self.qp, &self.recv_ring, &[(c.wr_id, at, SLOT as usize)])?;
+                self.reposted += 1;
+                let prefix = Prefix::decode(&bytes)?;
+                self.peer_reposted = self.peer_reposted.max(prefix.reposted);
+                let body = &bytes[PREFIX_LEN..];
+                return Ok(match prefix.kind {
+                    Kind::Data => Message::Data(body.to_vec()),
+                    Kind::Rendezvous => {
+                        let r = Rendezvous::decode(body);
+                        Message::Rendezvous(Descriptor {
+                            offset: r.offset,
+                            len: r.len,
+                            rkey: r.rkey,
+                            token: r.token,
+                            header: r.header,
+                        })
+                    }
+                    Kind::Control => Message::Control {
+                        flags: prefix.flags,
+                        tokens: body
+                            .chunks_exact(8)
+                            .map(|t| u64::from_le_bytes(t.try_into().expect("8 bytes")))
+                            .collect(),
+                    },
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("nothing received within {within:?}"));
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// READs `len` bytes at `offset` with `rkey` from the other side's memory.
+    ///
+    /// # Errors
+    /// The READ's completion status (the connection is then dead), or a timeout.
+    pub fn read(&mut self, offset: u64, rkey: u32, len: usize) -> Result<Vec<u8>, String> {
+        let len = len.min(TARGET);
+        self.target.as_mut_slice().fill(0);
+        let remote = RemoteBuf { addr: offset, rkey };
+        post_read(&self.qp, &self.target, len, remote)?;
+        let c = self.wait(WrId(WR_READ), Duration::from_secs(30))?;
+        c.status.map_err(|s| format!("READ failed: {s}"))?;
+        Ok(self.target.slice(0, len).map_err(err)?.to_vec())
+    }
+
+    /// Whether the other side closed the side channel (it ended the connection) within
+    /// `within`.
+    pub fn closed_by_peer(&mut self, within: Duration) -> bool {
+        let _ = self.side.set_read_timeout(Some(within));
+        let mut byte = [0u8; 1];
+        match self.side.read(&mut byte) {
+            Ok(0) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            Ok(_) => false,
+        }
+    }
+
+    fn poll(&mut self) -> Result<(), String> {
+        let mut wcs = wc_buffer(16);
+        self.cq.poll_into(&mut wcs, &mut self.seen).map_err(err)?;
+        Ok(())
+    }
+
+    fn wait(&mut self, wr_id: WrId, within: Duration) -> Result<Completion, String> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(i) = self.seen.iter().position(|c| c.wr_id == wr_id) {
+                return Ok(self.seen.swap_remove(i));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("no completion within {within:?}"));
+            }
+            self.poll()?;
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn post_recvs(
+    qp: &QueuePair<impl RecvReady>,
+    ring: &MemoryRegion,
+    recvs: &[(WrId, usize, usize)],
+) -> Result<(), String> {
+    // SAFETY: the ring lives in the same `RawPeer` as the QP and is dropped after it
+    // (field order); a slot is read only after its RECV completion was reaped (`recv`).
+    unsafe { qp.post_recv_batch(ring, recvs) }.map_err(err)
+}
+
+fn post_send(
+    qp: &QueuePair<Rts>,
+    ring: &MemoryRegion,
+    len: usize,
+    opts: SendOptions,
+) -> Result<(), String> {
+    // SAFETY: the slot is written again only after this SEND's completion is reaped
+    // (`send_slot` waits for it); the ring outlives the QP (field order).
+    unsafe { qp.post_send(WrId(WR_SEND), ring, 0, len, opts) }.map_err(err)
+}
+
+fn post_read(
+    qp: &QueuePair<Rts>,
+    target: &MemoryRegion,
+    len: usize,
+    remote: RemoteBuf,
+) -> Result<(), String> {
+    // SAFETY: the target is read only after this READ's completion is reaped (`read`
+    // waits for it); it outlives the QP (field order).
+    unsafe { qp.post_read(WrId(WR_READ), target, 0, len, remote) }.map_err(err)
+}
