@@ -454,7 +454,9 @@ pub(crate) async fn keepalive(
     loan_timeout: Duration,
 ) {
     // Often enough for both the ping interval and the loan timeout.
-    let period = (interval / 2).min(loan_timeout / 2).max(Duration::from_millis(10));
+    let period = (interval / 2)
+        .min(loan_timeout / 2)
+        .max(Duration::from_millis(10));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
