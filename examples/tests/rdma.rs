@@ -663,3 +663,64 @@ async fn graceful_shutdown_delivers_in_flight_responses() {
         .unwrap()
         .unwrap();
 }
+
+/// Frames go up in the order the peer sent them: a small frame sent right after a large
+/// one (which the receiver must first pull with RDMA READ) does not overtake it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_arrive_in_the_order_sent_across_eager_and_rendezvous() {
+    use prost::bytes::BufMut;
+    use rpc_core::wire::{FrameKind, Header};
+    use rpc_core::{Connection, Listener, Metadata};
+    if skip() {
+        return;
+    }
+    let _net = NETWORK.read().await;
+    let endpoint: Endpoint = format!("rdma://{SERVER_IP}:0").parse().unwrap();
+    let mut listener = AnyListener::bind(&endpoint, &settings(BIG)).await.unwrap();
+    let addr: Endpoint = format!("rdma://{SERVER_IP}:{}", listener.port())
+        .parse()
+        .unwrap();
+    let client_settings = settings(BIG);
+    let (client, server) = tokio::join!(connect(&addr, &client_settings), listener.accept());
+    let (client, server) = (client.unwrap(), server.unwrap());
+    assert_eq!(client.transport(), TransportKind::Rdma);
+    // Sizes alternate between rendezvous (READ) and eager; 2 MiB ones take a while.
+    let sizes: Vec<usize> = (0..24)
+        .map(|i| match i % 3 {
+            0 => 2 << 20,
+            1 => 100,
+            _ => 300_000,
+        })
+        .collect();
+    let send = async {
+        for (id, &size) in sizes.iter().enumerate() {
+            let mut header = Header::new(FrameKind::Request, id as u64 + 1);
+            header.payload_len = size as u32;
+            let metadata = Metadata::new();
+            let mut frame = client
+                .alloc(rpc_core::wire::HEADER_LEN + metadata.encoded_len() + size)
+                .await
+                .unwrap();
+            rpc_core::wire::encode_head(&mut header, &metadata, &mut frame);
+            frame.put_bytes(id as u8, size);
+            client.send(frame).await.unwrap();
+        }
+    };
+    let receive = async {
+        let mut order = Vec::new();
+        for _ in 0..sizes.len() {
+            let frame = server.recv().await.unwrap().expect("a frame");
+            let header = Header::decode(&frame).unwrap().unwrap();
+            let id = header.call_id as usize - 1;
+            assert_eq!(frame.len(), rpc_core::wire::HEADER_LEN + sizes[id]);
+            assert!(frame[rpc_core::wire::HEADER_LEN..]
+                .iter()
+                .all(|&b| b == id as u8));
+            order.push(id);
+            drop(frame);
+        }
+        order
+    };
+    let ((), order) = tokio::join!(send, receive);
+    assert_eq!(order, (0..sizes.len()).collect::<Vec<_>>(), "arrival order");
+}

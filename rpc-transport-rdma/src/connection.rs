@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch, Notify};
 
 use crate::counters::{Counters, RdmaCounters};
 use crate::pool::{LargeBuf, LargePool};
-use crate::protocol::{Credits, Kind, Prefix, Rendezvous, PREFIX_LEN};
+use crate::protocol::{Borrower, Credits, Kind, Lender, Prefix, Rendezvous, PREFIX_LEN};
 use crate::verbs::{CompletionQueue, RecvSlot, RegisteredTarget, Rings, SendBuf, SendSlot, Target};
 use crate::RdmaConfig;
 
@@ -55,30 +55,9 @@ pub(crate) struct Inner {
     pub(crate) rx_pool: LargePool,
     pub(crate) config: RdmaConfig,
     pub(crate) peer: String,
-    /// What this side lends at once at most: the smaller of its own and the peer's
-    /// figures from the handshake.
-    pub(crate) lend_limit: LoanLimit,
-    /// What this side accepts to be lent at once (announced in the handshake); a peer
-    /// that lends more is closed.
-    pub(crate) read_limit: LoanLimit,
     /// Largest frame accepted or sent.
     pub(crate) max_frame: usize,
     pub(crate) eager_limit: usize,
-}
-
-/// Bytes and descriptors of rendezvous frames outstanding at once (lent and not yet
-/// acknowledged by read-done). A frame larger than `bytes` goes alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LoanLimit {
-    pub(crate) bytes: usize,
-    pub(crate) loans: usize,
-}
-
-impl LoanLimit {
-    /// Whether one more frame of `len` bytes fits beside `bytes` in `loans` frames.
-    pub(crate) fn admits(&self, bytes: usize, loans: usize, len: usize) -> bool {
-        loans < self.loans && (loans == 0 || bytes + len <= self.bytes)
-    }
 }
 
 /// Mutable protocol state, under one short lock.
@@ -89,21 +68,23 @@ pub(crate) struct State {
     /// Frames lent to the peer, by token, until its read-done: the loan's key in the
     /// tracker (which owns the buffer and its memory window) and when it was lent.
     pub(crate) lent: HashMap<u64, (u32, Instant)>,
-    /// Bytes of the lending budget in use: lent (until the loan's window is invalidated),
-    /// or reserved by frames being built.
-    pub(crate) lending: usize,
-    /// Frames counted in `lending`.
-    pub(crate) loans: usize,
-    /// Bytes of the descriptors the peer lent that have no read-done queued yet (being
-    /// read or waiting to be), checked against [`Inner::read_limit`].
-    pub(crate) borrowed: usize,
+    /// What this side has lent (until the loan ends), or reserved for frames being built,
+    /// within the smaller of its own and the peer's limits from the handshake.
+    pub(crate) lender: Lender,
+    /// What the peer has lent us and we have not acknowledged, within the limits we
+    /// announced; a peer that lends more is closed.
+    pub(crate) borrower: Borrower,
     pub(crate) next_token: u64,
-    /// Tokens of READs finished here, to acknowledge to the peer.
-    pub(crate) done_tokens: Vec<u64>,
+    /// Tokens of loans finished here (read, or refused unread), to acknowledge to the
+    /// peer, with the bytes the borrower counted for each.
+    pub(crate) done_tokens: Vec<(u64, usize)>,
     /// READs being pulled: tag -> (peer's token, frame length).
     pub(crate) reading: HashMap<u64, (u64, usize)>,
     /// Descriptors waiting for READ work-request budget.
     pub(crate) pending_reads: VecDeque<Rendezvous>,
+    /// Frames received after one still being READ, held back so that frames go up in the
+    /// order the peer sent them (bounded: each holds a receive slot or a loan).
+    pub(crate) in_order: VecDeque<InOrder>,
     /// READ work requests posted and not completed.
     pub(crate) read_wrs: usize,
     pub(crate) ping_due: bool,
@@ -112,6 +93,15 @@ pub(crate) struct State {
     /// A graceful close started: no new frames, but what is under way finishes.
     pub(crate) closing: bool,
     pub(crate) closed: bool,
+}
+
+/// A place in the arrival order of received frames.
+#[derive(Debug)]
+pub(crate) enum InOrder {
+    /// Received, waiting for an earlier frame's READ.
+    Ready(RecvBuf),
+    /// The frame lent with this token, being READ.
+    Reading(u64),
 }
 
 /// A send in progress on registered memory: the token(s) it owns.
@@ -152,8 +142,7 @@ impl Drop for RegisteredSend {
             state.credits.untake();
         }
         if reserved > 0 {
-            state.lending -= reserved;
-            state.loans -= 1;
+            state.lender.release(reserved);
         }
         drop(state);
         self.inner.space.notify_waiters();
@@ -209,18 +198,8 @@ impl Inner {
     /// [`RdmaConfig::max_loans`](crate::RdmaConfig::max_loans) and the peer's figures; a
     /// frame larger than the budget goes alone), and reserves it.
     async fn reserve_lending(&self, len: usize) -> Result<usize, TransportError> {
-        let limit = self.lend_limit;
-        self.wait_for(
-            |state| {
-                limit.admits(state.lending, state.loans, len).then(|| {
-                    state.lending += len;
-                    state.loans += 1;
-                    len
-                })
-            },
-            || {},
-        )
-        .await
+        self.wait_for(|state| state.lender.try_reserve(len).then_some(len), || {})
+            .await
     }
 
     /// Waits for a free send slot and a data credit.
@@ -346,8 +325,7 @@ impl Inner {
                 let lent = match self.rings.lend(buf, send.len, charge) {
                     Ok(lent) => lent,
                     Err((_buf, e)) => {
-                        state.lending -= charge;
-                        state.loans -= 1;
+                        state.lender.release(charge);
                         state.free_send.push(slot);
                         drop(state);
                         let reason = format!("lending a rendezvous buffer failed: {e}");
@@ -480,9 +458,7 @@ struct Lending<'a> {
 impl Drop for Lending<'_> {
     fn drop(&mut self) {
         {
-            let mut state = self.inner.state.lock();
-            state.lending -= self.bytes;
-            state.loans -= 1;
+            self.inner.state.lock().lender.release(self.bytes);
         }
         self.inner.space.notify_waiters();
     }

@@ -36,7 +36,7 @@ impl Inner {
             loop {
                 let settled = {
                     let state = inner.state.lock();
-                    state.closed || (state.free_send.len() == slots && state.loans == 0)
+                    state.closed || (state.free_send.len() == slots && state.lender.loans() == 0)
                 };
                 if settled || Instant::now() >= deadline {
                     break;
@@ -85,7 +85,13 @@ impl Inner {
             }
             let mut slot = state.free_send.pop().expect("checked non-empty");
             let n = state.done_tokens.len().min(max_tokens);
-            let tokens: Vec<u64> = state.done_tokens.drain(..n).collect();
+            let drained: Vec<(u64, usize)> = state.done_tokens.drain(..n).collect();
+            // From here the loans are the peer's to end: it counts them until it receives
+            // this message (see protocol/loans.rs).
+            for &(_, counted) in &drained {
+                state.borrower.acknowledged(counted);
+            }
+            let tokens: Vec<u64> = drained.iter().map(|&(token, _)| token).collect();
             let mut flags = 0;
             if std::mem::take(&mut state.pong_due) {
                 flags |= Prefix::PONG;
@@ -122,13 +128,17 @@ impl Inner {
     /// Ends the connection: every call on it fails, the QP goes to the error state (so
     /// the NIC retires every posted work request), the driver stops.
     pub(crate) fn fail(&self, reason: &str) {
-        {
+        let held = {
             let mut state = self.state.lock();
             if state.closed {
                 return;
             }
             state.closed = true;
-        }
+            std::mem::take(&mut state.in_order)
+        };
+        // Frames held back for ordering (they hold this connection: dropped outside the
+        // lock, which their drop takes).
+        drop(held);
         if reason == "closed" || reason == PEER_CLOSED {
             tracing::debug!(peer = %self.peer, "RDMA connection closing: {reason}");
         } else {

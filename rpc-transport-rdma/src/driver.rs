@@ -16,7 +16,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::connection::{Inner, Received, RecvBuf, PEER_CLOSED};
+use crate::connection::{InOrder, Inner, Received, RecvBuf, PEER_CLOSED};
 use crate::counters::Counters;
 use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN};
 use crate::verbs::{register_channel, wc_buffer, CompChannel, Event, RecvSlot, WcStatus};
@@ -168,7 +168,6 @@ fn handle(inner: &Arc<Inner>, event: Event, incoming: &mpsc::UnboundedSender<Rec
                 let entry = state.reading.remove(&tag);
                 if let Some((_, len)) = entry {
                     state.read_wrs -= chunks_of(inner, len).min(state.read_wrs);
-                    state.borrowed -= len;
                 }
                 entry
             };
@@ -180,16 +179,17 @@ fn handle(inner: &Arc<Inner>, event: Event, incoming: &mpsc::UnboundedSender<Rec
             };
             Counters::bump(&inner.counters.rendezvous_reads, 1);
             Counters::bump(&inner.counters.bytes_read, len as u64);
-            inner.state.lock().done_tokens.push(token);
-            let _ = incoming.send(RecvBuf(Received::Large { buf, len }));
+            inner.state.lock().done_tokens.push((token, len));
+            read_in_order(
+                inner,
+                token,
+                RecvBuf(Received::Large { buf, len }),
+                incoming,
+            );
             start_pending_reads(inner);
         }
         Event::Reclaimed { charge, status } => {
-            {
-                let mut state = inner.state.lock();
-                state.lending -= charge;
-                state.loans -= 1;
-            }
+            inner.state.lock().lender.release(charge);
             inner.space.notify_waiters();
             if let Err(status) = status {
                 fail_on(inner, "invalidating a memory window", status);
@@ -270,15 +270,16 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
             let frame = &bytes[PREFIX_LEN..];
             match Header::decode(frame) {
                 Ok(Some(header)) if header.payload_len as usize > inner.config.max_message_size => {
-                    let _ = incoming.send(discarded(header));
+                    deliver(inner, discarded(header), incoming);
                     inner.repost(slot);
                 }
                 Ok(_) => {
                     Counters::bump(&inner.counters.eager_receives, 1);
-                    let _ = incoming.send(RecvBuf(Received::Slot {
+                    let frame = RecvBuf(Received::Slot {
                         inner: inner.clone(),
                         slot: Some(slot),
-                    }));
+                    });
+                    deliver(inner, frame, incoming);
                 }
                 Err(e) => inner.fail(&format!("malformed frame from the peer: {e}")),
             }
@@ -286,21 +287,7 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
         Kind::Rendezvous => {
             let descriptor = Rendezvous::decode(&bytes[PREFIX_LEN..]);
             inner.repost(slot);
-            // Lent and not yet acknowledged by a read-done we sent: waiting, being read,
-            // or read with the read-done queued. An honest lender counts each until it
-            // receives the read-done, so it never exceeds what it counts.
-            let (outstanding, borrowed) = {
-                let state = inner.state.lock();
-                let n = state.pending_reads.len() + state.reading.len() + state.done_tokens.len();
-                (n, state.borrowed)
-            };
-            let (limit, len) = (inner.read_limit, descriptor.len as usize);
-            if outstanding >= limit.loans {
-                return inner.fail(&format!(
-                    "the peer lent more than the {} frames agreed at once",
-                    limit.loans
-                ));
-            }
+            let len = descriptor.len as usize;
             match Header::decode(&descriptor.header) {
                 // A length other than its own header's is a lie: nothing to refuse politely.
                 Ok(Some(header)) if header.frame_len() != len => inner.fail(&format!(
@@ -312,18 +299,22 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
                         || len > inner.max_frame =>
                 {
                     // Refused unread; the peer may release its buffer at once.
-                    inner.state.lock().done_tokens.push(descriptor.token);
-                    let _ = incoming.send(discarded(header));
+                    let mut state = inner.state.lock();
+                    if let Err(e) = state.borrower.accept(len, false) {
+                        drop(state);
+                        return inner.fail(&e);
+                    }
+                    state.done_tokens.push((descriptor.token, 0));
+                    drop(state);
+                    deliver(inner, discarded(header), incoming);
                 }
                 Ok(Some(_)) => {
-                    if !limit.admits(borrowed, outstanding, len) {
-                        return inner.fail(&format!(
-                            "the peer lent more than agreed: a frame of {len} bytes beside {borrowed} bytes not yet read (limit {} bytes)",
-                            limit.bytes
-                        ));
-                    }
                     let mut state = inner.state.lock();
-                    state.borrowed += len;
+                    if let Err(e) = state.borrower.accept(len, true) {
+                        drop(state);
+                        return inner.fail(&e);
+                    }
+                    state.in_order.push_back(InOrder::Reading(descriptor.token));
                     state.pending_reads.push_back(descriptor);
                     drop(state);
                     start_pending_reads(inner);
@@ -356,24 +347,80 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
             // Each loan ends: its buffer returns to the pool and its budget to waiting
             // senders, at once, or (windows) when the invalidation completes
             // (Event::Reclaimed).
-            let mut freed = (0, 0);
+            let mut freed = Vec::new();
             for key in released {
                 match inner.rings.reclaim(key) {
-                    Ok(Some(charge)) => freed = (freed.0 + charge, freed.1 + 1),
+                    Ok(Some(charge)) => freed.push(charge),
                     Ok(None) => {}
                     Err(e) => return inner.fail(&format!("ending a loan failed: {e}")),
                 }
             }
-            if freed.1 > 0 {
-                {
-                    let mut state = inner.state.lock();
-                    state.lending -= freed.0;
-                    state.loans -= freed.1;
+            if !freed.is_empty() {
+                let mut state = inner.state.lock();
+                for charge in freed {
+                    state.lender.release(charge);
                 }
+                drop(state);
                 inner.space.notify_waiters();
             }
             inner.repost(slot);
         }
+    }
+}
+
+/// Hands `frame` up in arrival order: at once, or after the frames before it that are
+/// still being READ.
+///
+/// Held frames are bounded: each holds a receive slot or a loan, except the headers of
+/// frames refused for their size, which a peer could send without end while one READ is
+/// slow; beyond twice the slots and loans together the connection is closed.
+fn deliver(inner: &Inner, frame: RecvBuf, incoming: &mpsc::UnboundedSender<RecvBuf>) {
+    let mut state = inner.state.lock();
+    if state.in_order.is_empty() {
+        drop(state);
+        let _ = incoming.send(frame);
+        return;
+    }
+    let max =
+        2 * (inner.rings.geometry().recv_slots as usize + usize::from(inner.config.max_loans));
+    if state.in_order.len() >= max {
+        drop(state);
+        drop(frame);
+        return inner.fail(&format!(
+            "more than {max} frames from the peer wait behind one being read"
+        ));
+    }
+    state.in_order.push_back(InOrder::Ready(frame));
+}
+
+/// The READ of the frame lent with `token` finished: it takes its place in the arrival
+/// order, and every frame now at the front goes up.
+fn read_in_order(
+    inner: &Inner,
+    token: u64,
+    frame: RecvBuf,
+    incoming: &mpsc::UnboundedSender<RecvBuf>,
+) {
+    let ready: Vec<RecvBuf> = {
+        let mut state = inner.state.lock();
+        let place = state
+            .in_order
+            .iter_mut()
+            .find(|d| matches!(d, InOrder::Reading(t) if *t == token));
+        match place {
+            Some(place) => *place = InOrder::Ready(frame),
+            None => state.in_order.push_back(InOrder::Ready(frame)),
+        }
+        let mut ready = Vec::new();
+        while let Some(InOrder::Ready(_)) = state.in_order.front() {
+            if let Some(InOrder::Ready(frame)) = state.in_order.pop_front() {
+                ready.push(frame);
+            }
+        }
+        ready
+    };
+    for frame in ready {
+        let _ = incoming.send(frame);
     }
 }
 

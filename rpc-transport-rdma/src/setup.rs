@@ -10,13 +10,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::connection::{max_frame, Inner, LoanLimit, RdmaConnection, State};
+use crate::connection::{max_frame, Inner, RdmaConnection, State};
 use crate::counters::Counters;
 use crate::device::Device;
 use crate::driver::{self, READ_WR_BUDGET};
 use crate::handshake::{self, Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
 use crate::pool::LargePool;
-use crate::protocol::{Credits, PREFIX_LEN};
+use crate::protocol::{Borrower, Credits, Lender, LoanLimit, PREFIX_LEN};
 use crate::verbs::{
     Access, CompChannel, CompletionQueue, PreparedRings, ProtectionDomain, QpConfig, RingGeometry,
     Rings, SendSlot,
@@ -150,13 +150,19 @@ impl Connected {
                 ),
                 free_send: slots,
                 lent: Default::default(),
-                lending: 0,
-                loans: 0,
-                borrowed: 0,
+                lender: Lender::new(LoanLimit {
+                    bytes: config.lend_budget().min(remote.rdv_budget),
+                    loans: usize::from(config.max_loans.min(remote.max_loans)),
+                }),
+                borrower: Borrower::new(LoanLimit {
+                    bytes: config.lend_budget(),
+                    loans: usize::from(config.max_loans),
+                }),
                 next_token: 1,
                 done_tokens: Vec::new(),
                 reading: Default::default(),
                 pending_reads: Default::default(),
+                in_order: Default::default(),
                 read_wrs: 0,
                 ping_due: false,
                 pong_due: false,
@@ -171,14 +177,6 @@ impl Connected {
             rx_pool: LargePool::new(self.pd.clone(), Access::Local, config.pool_keep_bytes),
             config: config.clone(),
             peer,
-            lend_limit: LoanLimit {
-                bytes: config.lend_budget().min(remote.rdv_budget),
-                loans: usize::from(config.max_loans.min(remote.max_loans)),
-            },
-            read_limit: LoanLimit {
-                bytes: config.lend_budget(),
-                loans: usize::from(config.max_loans),
-            },
             max_frame: max_frame(config.max_message_size),
             eager_limit,
         });

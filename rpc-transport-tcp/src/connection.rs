@@ -1,11 +1,14 @@
 //! [`TcpConnection`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use rpc_core::wire::HEADER_LEN;
 use rpc_core::{Connection, TransportError, MAX_METADATA_LEN};
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
@@ -254,5 +257,32 @@ impl Connection for TcpConnection {
 impl Drop for TcpConnection {
     fn drop(&mut self) {
         self.closing.close();
+        // Lingering close: the socket closes once the writer has sent everything (then
+        // FIN) *and* the peer's input is drained. Closing a socket with unread input makes
+        // the kernel reset the connection, which discards what is still unsent or unread,
+        // e.g. the last responses and refusals of a server that drains for a restart.
+        if let (Some(socket), Ok(runtime)) = (
+            self.reader.get_mut().take_socket(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            runtime.spawn(linger(socket));
+        }
     }
+}
+
+/// How long a dropped connection keeps reading (and discarding) the peer's input while
+/// waiting for its end of stream, at most.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Reads and discards until the peer's end of stream, an error, or [`LINGER`].
+async fn linger(mut socket: OwnedReadHalf) {
+    let mut sink = [0u8; 4096];
+    let drain = async {
+        while let Ok(n) = socket.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
 }

@@ -22,7 +22,8 @@ const READ_CHUNK: usize = 64 * 1024;
 /// here, which is what makes `recv` cancel-safe.
 #[derive(Debug)]
 pub(crate) struct Reader {
-    socket: OwnedReadHalf,
+    /// `None` once taken for the lingering close (the connection is being dropped).
+    socket: Option<OwnedReadHalf>,
     buf: BytesMut,
     max_message_size: usize,
     /// Body bytes of an oversized frame still to skip.
@@ -51,7 +52,7 @@ impl Reader {
         buf.extend_from_slice(already_read);
         let now = Instant::now();
         Reader {
-            socket,
+            socket: Some(socket),
             buf,
             max_message_size: config.max_message_size,
             discard: 0,
@@ -61,6 +62,11 @@ impl Reader {
             first_frame_deadline: first_frame_timeout.map(|t| now + t),
             frame_waited: Duration::ZERO,
         }
+    }
+
+    /// The read half, for the lingering close; the reader reads nothing more.
+    pub(crate) fn take_socket(&mut self) -> Option<OwnedReadHalf> {
+        self.socket.take()
     }
 
     /// The next frame; `None` on a clean end of stream or after `close`.
@@ -91,8 +97,11 @@ impl Reader {
                 (Some(first), Some(frame)) => Some(first.min(frame)),
                 (first, frame) => first.or(frame),
             };
+            let Some(socket) = self.socket.as_mut() else {
+                return Ok(None);
+            };
             let read = tokio::select! {
-                read = self.socket.read_buf(&mut self.buf) => Some(read),
+                read = socket.read_buf(&mut self.buf) => Some(read),
                 _ = self.closed.changed() => None, // checked at the top
                 () = sleep_until(deadline) => return Err(self.timed_out()),
             };

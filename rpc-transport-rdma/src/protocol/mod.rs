@@ -1,8 +1,11 @@
-//! The RDMA transport's own protocol, sans-IO: what a slot carries and the credit
-//! accounting that keeps every SEND matched by a posted RECV.
+//! The RDMA transport's own protocol, sans-IO: what a slot carries, the credit
+//! accounting that keeps every SEND matched by a posted RECV, and the loan accounting
+//! of rendezvous transfers.
 
 mod credits;
+mod loans;
 mod message;
 
 pub(crate) use credits::Credits;
+pub(crate) use loans::{Borrower, Lender, LoanLimit};
 pub(crate) use message::{Kind, Prefix, Rendezvous, PREFIX_LEN, RENDEZVOUS_LEN};
