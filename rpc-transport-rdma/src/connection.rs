@@ -160,9 +160,14 @@ pub(crate) enum Received {
         inner: Arc<Inner>,
         slot: Option<RecvSlot>,
     },
+    /// A frame pulled by READ; its read-done is sent when it is dropped, so the peer's
+    /// loan (and the borrower's count) lasts until the runtime is done with the frame:
+    /// frames read but not consumed stay within what this side announced.
     Large {
+        inner: Arc<Inner>,
         buf: LargeBuf,
         len: usize,
+        token: u64,
     },
     Header([u8; HEADER_LEN]),
     Bytes(bytes::Bytes),
@@ -175,7 +180,7 @@ impl std::ops::Deref for RecvBuf {
             Received::Slot { inner, slot } => &inner
                 .rings
                 .received(slot.as_ref().expect("present until drop"))[PREFIX_LEN..],
-            Received::Large { buf, len } => &buf.region().as_slice()[..*len],
+            Received::Large { buf, len, .. } => &buf.region().as_slice()[..*len],
             Received::Header(h) => h,
             Received::Bytes(b) => b,
         }
@@ -184,10 +189,25 @@ impl std::ops::Deref for RecvBuf {
 
 impl Drop for RecvBuf {
     fn drop(&mut self) {
-        if let Received::Slot { inner, slot } = &mut self.0 {
-            if let Some(slot) = slot.take() {
-                inner.repost(slot);
+        match &mut self.0 {
+            Received::Slot { inner, slot } => {
+                if let Some(slot) = slot.take() {
+                    inner.repost(slot);
+                }
             }
+            Received::Large {
+                inner, token, len, ..
+            } => {
+                {
+                    let mut state = inner.state.lock();
+                    if state.closed {
+                        return;
+                    }
+                    state.done_tokens.push((*token, *len));
+                }
+                inner.flush_control();
+            }
+            Received::Header(_) | Received::Bytes(_) => {}
         }
     }
 }

@@ -139,6 +139,9 @@ pub(crate) async fn run(
     // Tell the peer at once (its side channel ends), rather than after its ping timeout.
     drop(side);
     drop(incoming);
+    // Frames held for ordering hold the connection: release them (outside the lock).
+    let held = std::mem::take(&mut inner.state.lock().in_order);
+    drop(held);
     // Completions still arriving may tell why the QP failed (the send and receive sides
     // of a software provider report independently): log the first real error.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -179,13 +182,14 @@ fn handle(inner: &Arc<Inner>, event: Event, incoming: &mpsc::UnboundedSender<Rec
             };
             Counters::bump(&inner.counters.rendezvous_reads, 1);
             Counters::bump(&inner.counters.bytes_read, len as u64);
-            inner.state.lock().done_tokens.push((token, len));
-            read_in_order(
-                inner,
+            // The read-done goes out when the frame is dropped (`RecvBuf`'s drop).
+            let frame = RecvBuf(Received::Large {
+                inner: inner.clone(),
+                buf,
+                len,
                 token,
-                RecvBuf(Received::Large { buf, len }),
-                incoming,
-            );
+            });
+            read_in_order(inner, token, frame, incoming);
             start_pending_reads(inner);
         }
         Event::Reclaimed { charge, status } => {
@@ -310,6 +314,9 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
                 }
                 Ok(Some(_)) => {
                     let mut state = inner.state.lock();
+                    if state.closed {
+                        return;
+                    }
                     if let Err(e) = state.borrower.accept(len, true) {
                         drop(state);
                         return inner.fail(&e);
@@ -376,6 +383,12 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender
 /// slow; beyond twice the slots and loans together the connection is closed.
 fn deliver(inner: &Inner, frame: RecvBuf, incoming: &mpsc::UnboundedSender<RecvBuf>) {
     let mut state = inner.state.lock();
+    if state.closed {
+        // Nothing is held once the connection failed (held frames keep it alive).
+        drop(state);
+        drop(frame);
+        return;
+    }
     if state.in_order.is_empty() {
         drop(state);
         let _ = incoming.send(frame);
@@ -403,6 +416,11 @@ fn read_in_order(
 ) {
     let ready: Vec<RecvBuf> = {
         let mut state = inner.state.lock();
+        if state.closed {
+            drop(state);
+            drop(frame);
+            return;
+        }
         let place = state
             .in_order
             .iter_mut()

@@ -21,7 +21,9 @@
 //! - [`RdmaConfig`], [`TransportSettings`], [`FileConfig`]: settings.
 //!
 //! # Feature Flags
-//! None. Building needs libibverbs and librdmacm headers and libclang (rdma-sys runs
+//! `test-peer` (off): a raw, hostile RDMA peer for this project's own tests.
+//!
+//! Building needs libibverbs and librdmacm headers and libclang (rdma-sys runs
 //! bindgen); running needs libibverbs and a provider, and works without any RDMA device
 //! (RDMA is then reported unavailable).
 #![deny(unsafe_code)]
@@ -39,7 +41,9 @@ mod events;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
-/// A hostile raw peer for the project's own tests: see its module docs.
+/// A hostile raw peer for the project's own tests (feature `test-peer`): see its
+/// module docs.
+#[cfg(feature = "test-peer")]
 #[doc(hidden)]
 pub mod test_peer {
     pub use crate::verbs::test_peer::{Descriptor, HelloLimits, Message, RawPeer};

@@ -41,6 +41,8 @@ pub struct TcpConnection {
     budget: usize,
     reader: tokio::sync::Mutex<Reader>,
     closing: Arc<Closing>,
+    /// The writer task, awaited by the lingering close.
+    writer: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// How a connection ends: shared by the connection, its reader and its writer.
@@ -149,7 +151,7 @@ impl TcpConnection {
             failure: Mutex::new(None),
             queued_bytes: queued_bytes.clone(),
         });
-        tokio::spawn(writer_task(
+        let writer = tokio::spawn(writer_task(
             write,
             queue,
             closing.clone(),
@@ -172,6 +174,7 @@ impl TcpConnection {
                 already_read,
             )),
             closing,
+            writer: Some(writer),
         })
     }
 }
@@ -261,22 +264,40 @@ impl Drop for TcpConnection {
         // FIN) *and* the peer's input is drained. Closing a socket with unread input makes
         // the kernel reset the connection, which discards what is still unsent or unread,
         // e.g. the last responses and refusals of a server that drains for a restart.
-        if let (Some(socket), Ok(runtime)) = (
+        if let (Some(socket), Some(writer), Ok(runtime)) = (
             self.reader.get_mut().take_socket(),
+            self.writer.take(),
             tokio::runtime::Handle::try_current(),
         ) {
-            runtime.spawn(linger(socket));
+            runtime.spawn(linger(socket, writer));
         }
     }
 }
 
 /// How long a dropped connection keeps reading (and discarding) the peer's input while
-/// waiting for its end of stream, at most.
+/// waiting for its end of stream, at most, once everything was written.
 const LINGER: Duration = Duration::from_secs(2);
 
-/// Reads and discards until the peer's end of stream, an error, or [`LINGER`].
-async fn linger(mut socket: OwnedReadHalf) {
+/// Reads and discards the peer's input while the writer finishes (it ends within its
+/// write timeout: every write makes progress or fails), then until the peer's end of
+/// stream, an error, or [`LINGER`] more.
+async fn linger(mut socket: OwnedReadHalf, writer: tokio::task::JoinHandle<()>) {
     let mut sink = [0u8; 4096];
+    let mut writer = std::pin::pin!(writer);
+    let mut eof = false;
+    loop {
+        tokio::select! {
+            _ = &mut writer => break,
+            read = socket.read(&mut sink), if !eof => {
+                if !matches!(read, Ok(n) if n > 0) {
+                    eof = true;
+                }
+            }
+        }
+    }
+    if eof {
+        return;
+    }
     let drain = async {
         while let Ok(n) = socket.read(&mut sink).await {
             if n == 0 {

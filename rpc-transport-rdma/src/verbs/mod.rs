@@ -64,6 +64,7 @@ mod pd;
 mod qp;
 mod qp_state;
 mod sendbuf;
+#[cfg(feature = "test-peer")]
 pub(crate) mod test_peer;
 mod tracker;
 mod wc;

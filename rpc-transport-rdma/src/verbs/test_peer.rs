@@ -107,6 +107,9 @@ pub struct RawPeer {
     /// Advertise no more re-posted slots: the other side runs out of credits.
     pub withhold_credits: bool,
     frozen: u64,
+    /// Set when a wait timed out with a work request still posted: its buffer may still
+    /// be the NIC's, so the QP is moved to the error state and nothing more is posted.
+    dead: bool,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -184,6 +187,7 @@ impl RawPeer {
             reposted: 0,
             withhold_credits: false,
             frozen: 0,
+            dead: false,
         })
     }
 
@@ -343,6 +347,7 @@ impl RawPeer {
     /// # Errors
     /// The READ's completion status (the connection is then dead), or a timeout.
     pub fn read(&mut self, offset: u64, rkey: u32, len: usize) -> Result<Vec<u8>, String> {
+        self.alive()?;
         let len = len.min(TARGET);
         self.target.as_mut_slice().fill(0);
         let remote = RemoteBuf { addr: offset, rkey };
@@ -364,6 +369,14 @@ impl RawPeer {
         }
     }
 
+    fn alive(&self) -> Result<(), String> {
+        if self.dead {
+            Err("the raw peer timed out waiting for a completion earlier".into())
+        } else {
+            Ok(())
+        }
+    }
+
     fn poll(&mut self) -> Result<(), String> {
         let mut wcs = wc_buffer(16);
         self.cq.poll_into(&mut wcs, &mut self.seen).map_err(err)?;
@@ -377,6 +390,10 @@ impl RawPeer {
                 return Ok(self.seen.swap_remove(i));
             }
             if Instant::now() >= deadline {
+                // The work request may still be posted: the QP goes to the error state
+                // (flushing it) and this peer posts nothing more.
+                self.dead = true;
+                let _ = self.qp.modify_to_error();
                 return Err(format!("no completion within {within:?}"));
             }
             self.poll()?;
