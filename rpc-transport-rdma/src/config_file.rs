@@ -17,6 +17,7 @@
 //! lend_budget = 33554432      # bytes lent to the peer at once; large sends wait beyond
 //! loan_timeout_ms = 60000     # a lent buffer unread this long closes the connection
 //! max_loans = 128             # rendezvous frames lent at once at most
+//! max_inline = 256            # bytes a SEND carries inline
 //!
 //! [tcp]
 //! send_queue_bytes = 8388608  # bytes queued for a peer before senders wait
@@ -189,6 +190,8 @@ pub struct RdmaSection {
     pub loan_timeout_ms: Option<u64>,
     /// See [`RdmaConfig::max_loans`](crate::RdmaConfig::max_loans).
     pub max_loans: Option<u16>,
+    /// See [`RdmaConfig::max_inline`](crate::RdmaConfig::max_inline).
+    pub max_inline: Option<u32>,
 }
 
 impl FileConfig {
@@ -248,6 +251,7 @@ impl FileConfig {
                 lend_budget: num(&get, "RPC_RDMA_LEND_BUDGET")?,
                 loan_timeout_ms: num(&get, "RPC_RDMA_LOAN_TIMEOUT_MS")?,
                 max_loans: num(&get, "RPC_RDMA_MAX_LOANS")?,
+                max_inline: num(&get, "RPC_RDMA_MAX_INLINE")?,
             },
         })
     }
@@ -309,6 +313,9 @@ impl FileConfig {
         }
         if let Some(v) = r.max_loans {
             c.max_loans = v;
+        }
+        if let Some(v) = r.max_inline {
+            c.max_inline = v;
         }
         if let Some(v) = r.loan_timeout_ms {
             c.loan_timeout = Duration::from_millis(v);

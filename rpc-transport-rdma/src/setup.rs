@@ -63,6 +63,7 @@ fn prepare_at(config: &RdmaConfig, local: Option<Ipv4Addr>) -> Result<Prepared, 
         max_send_wr,
         max_recv_wr: config.ring_slots,
         timeout: config.ack_timeout,
+        max_inline: config.max_inline,
         ..QpConfig::default()
     };
     let geometry = RingGeometry {
