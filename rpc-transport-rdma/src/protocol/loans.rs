@@ -30,26 +30,25 @@ impl LoanLimit {
     }
 }
 
-/// The lender's side: frames lent (or reserved for frames being built) until their
-/// read-done.
+/// Frames and bytes outstanding within a [`LoanLimit`]: what both sides count.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Lender {
+struct Outstanding {
     limit: LoanLimit,
     bytes: usize,
     loans: usize,
 }
 
-impl Lender {
-    pub(crate) fn new(limit: LoanLimit) -> Lender {
-        Lender {
+impl Outstanding {
+    fn new(limit: LoanLimit) -> Outstanding {
+        Outstanding {
             limit,
             bytes: 0,
             loans: 0,
         }
     }
 
-    /// Reserves a frame of `len` bytes if it fits (else the caller waits).
-    pub(crate) fn try_reserve(&mut self, len: usize) -> bool {
+    /// Counts one more frame of `len` bytes if the limit admits it.
+    fn try_add(&mut self, len: usize) -> bool {
         let fits = self.limit.admits(self.bytes, self.loans, len);
         if fits {
             self.bytes += len;
@@ -58,37 +57,50 @@ impl Lender {
         fits
     }
 
-    /// Gives back a reservation: its read-done arrived, or it was never sent.
-    pub(crate) fn release(&mut self, len: usize) {
+    /// Stops counting a frame of `len` bytes.
+    fn remove(&mut self, len: usize) {
         debug_assert!(
             self.loans > 0 && self.bytes >= len,
-            "release without reserve"
+            "removing a loan never counted"
         );
         self.bytes -= len.min(self.bytes);
         self.loans = self.loans.saturating_sub(1);
     }
+}
+
+/// The lender's side: frames lent (or reserved for frames being built) until their
+/// read-done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Lender(Outstanding);
+
+impl Lender {
+    pub(crate) fn new(limit: LoanLimit) -> Lender {
+        Lender(Outstanding::new(limit))
+    }
+
+    /// Reserves a frame of `len` bytes if it fits (else the caller waits).
+    pub(crate) fn try_reserve(&mut self, len: usize) -> bool {
+        self.0.try_add(len)
+    }
+
+    /// Gives back a reservation: its read-done arrived, or it was never sent.
+    pub(crate) fn release(&mut self, len: usize) {
+        self.0.remove(len);
+    }
 
     /// Frames outstanding.
     pub(crate) fn loans(&self) -> usize {
-        self.loans
+        self.0.loans
     }
 }
 
 /// The borrower's side: descriptors received whose read-done has not been sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Borrower {
-    limit: LoanLimit,
-    bytes: usize,
-    loans: usize,
-}
+pub(crate) struct Borrower(Outstanding);
 
 impl Borrower {
     pub(crate) fn new(limit: LoanLimit) -> Borrower {
-        Borrower {
-            limit,
-            bytes: 0,
-            loans: 0,
-        }
+        Borrower(Outstanding::new(limit))
     }
 
     /// A descriptor of `len` bytes arrived; `read` is false for one refused unread (it
@@ -98,25 +110,23 @@ impl Borrower {
     /// The lender went beyond the agreement: close the connection with this reason.
     pub(crate) fn accept(&mut self, len: usize, read: bool) -> Result<(), String> {
         let counted = if read { len } else { 0 };
-        if !self.limit.admits(self.bytes, self.loans, counted) {
-            return Err(format!(
-                "the peer lent more than agreed: a frame of {len} bytes beside {} frames of {} bytes not yet acknowledged (limit {} frames, {} bytes)",
-                self.loans, self.bytes, self.limit.loans, self.limit.bytes
-            ));
+        if self.0.try_add(counted) {
+            return Ok(());
         }
-        self.bytes += counted;
-        self.loans += 1;
-        Ok(())
+        let Outstanding {
+            limit,
+            bytes,
+            loans,
+        } = &self.0;
+        Err(format!(
+            "the peer lent more than agreed: a frame of {len} bytes beside {loans} frames of {bytes} bytes not yet acknowledged (limit {} frames, {} bytes)",
+            limit.loans, limit.bytes
+        ))
     }
 
     /// The read-done of a loan of `len` counted bytes (0 if refused unread) was sent.
     pub(crate) fn acknowledged(&mut self, len: usize) {
-        debug_assert!(
-            self.loans > 0 && self.bytes >= len,
-            "acknowledged without accept"
-        );
-        self.bytes -= len.min(self.bytes);
-        self.loans = self.loans.saturating_sub(1);
+        self.0.remove(len);
     }
 }
 
@@ -231,10 +241,10 @@ mod tests {
                     }
                     _ => {}
                 }
-                assert!(borrower.loans <= lender.loans);
-                assert!(borrower.bytes <= lender.bytes);
-                assert!(lender.loans <= limit.loans);
-                assert!(lender.loans <= 1 || lender.bytes <= limit.bytes);
+                assert!(borrower.0.loans <= lender.0.loans);
+                assert!(borrower.0.bytes <= lender.0.bytes);
+                assert!(lender.0.loans <= limit.loans);
+                assert!(lender.0.loans <= 1 || lender.0.bytes <= limit.bytes);
             }
             // Drain: everything lent is read and acknowledged.
             while let Some((len, refused)) = to_borrower.pop_front() {
@@ -255,8 +265,8 @@ mod tests {
                 }
             }
             assert_eq!(lent, acked);
-            assert_eq!((lender.loans, lender.bytes), (0, 0));
-            assert_eq!((borrower.loans, borrower.bytes), (0, 0));
+            assert_eq!((lender.0.loans, lender.0.bytes), (0, 0));
+            assert_eq!((borrower.0.loans, borrower.0.bytes), (0, 0));
         }
     }
 
@@ -281,6 +291,6 @@ mod tests {
             }
         }
         assert!(caught);
-        assert_eq!(borrower.loans, 4);
+        assert_eq!(borrower.0.loans, 4);
     }
 }
