@@ -13,7 +13,6 @@
 //! slot (re-posted when the [`RecvBuf`] is dropped) and pulls rendezvous frames with RDMA
 //! READ into a buffer of the local pool.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,7 +23,8 @@ use tokio::sync::{mpsc, watch, Notify};
 
 use crate::counters::{Counters, RdmaCounters};
 use crate::pool::{LargeBuf, LargePool};
-use crate::protocol::{Borrower, Credits, Kind, Lender, Prefix, Rendezvous, PREFIX_LEN};
+use crate::protocol::session::{Close, Session};
+use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN};
 use crate::verbs::{CompletionQueue, RecvSlot, RegisteredTarget, Rings, SendBuf, SendSlot, Target};
 use crate::RdmaConfig;
 
@@ -49,7 +49,7 @@ pub(crate) struct Inner {
     /// Woken when a send slot or credits come back, or the connection fails.
     pub(crate) space: Notify,
     /// Set once with the reason the connection ended.
-    pub(crate) closed: watch::Sender<Option<String>>,
+    pub(crate) closed: watch::Sender<Option<Close>>,
     pub(crate) counters: Counters,
     pub(crate) tx_pool: LargePool,
     pub(crate) rx_pool: LargePool,
@@ -60,48 +60,11 @@ pub(crate) struct Inner {
     pub(crate) eager_limit: usize,
 }
 
-/// Mutable protocol state, under one short lock.
+/// Mutable state, under one short lock: the protocol session and the free send slots.
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) credits: Credits,
+    pub(crate) session: Session<RecvBuf>,
     pub(crate) free_send: Vec<SendSlot>,
-    /// Frames lent to the peer, by token, until its read-done: the loan's key in the
-    /// tracker (which owns the buffer and its memory window) and when it was lent.
-    pub(crate) lent: HashMap<u64, (u32, Instant)>,
-    /// What this side has lent (until the loan ends), or reserved for frames being built,
-    /// within the smaller of its own and the peer's limits from the handshake.
-    pub(crate) lender: Lender,
-    /// What the peer has lent us and we have not acknowledged, within the limits we
-    /// announced; a peer that lends more is closed.
-    pub(crate) borrower: Borrower,
-    pub(crate) next_token: u64,
-    /// Tokens of loans finished here (read, or refused unread), to acknowledge to the
-    /// peer, with the bytes the borrower counted for each.
-    pub(crate) done_tokens: Vec<(u64, usize)>,
-    /// READs being pulled: tag -> (peer's token, frame length).
-    pub(crate) reading: HashMap<u64, (u64, usize)>,
-    /// Descriptors waiting for READ work-request budget.
-    pub(crate) pending_reads: VecDeque<Rendezvous>,
-    /// Frames received after one still being READ, held back so that frames go up in the
-    /// order the peer sent them (bounded: each holds a receive slot or a loan).
-    pub(crate) in_order: VecDeque<InOrder>,
-    /// READ work requests posted and not completed.
-    pub(crate) read_wrs: usize,
-    pub(crate) ping_due: bool,
-    pub(crate) pong_due: bool,
-    pub(crate) last_heard: Instant,
-    /// A graceful close started: no new frames, but what is under way finishes.
-    pub(crate) closing: bool,
-    pub(crate) closed: bool,
-}
-
-/// A place in the arrival order of received frames.
-#[derive(Debug)]
-pub(crate) enum InOrder {
-    /// Received, waiting for an earlier frame's READ.
-    Ready(RecvBuf),
-    /// The frame lent with this token, being READ.
-    Reading(u64),
 }
 
 /// A send in progress on registered memory: the token(s) it owns.
@@ -139,10 +102,10 @@ impl Drop for RegisteredSend {
         let mut state = self.inner.state.lock();
         if let Some(slot) = slot {
             state.free_send.push(slot);
-            state.credits.untake();
+            state.session.untake();
         }
         if reserved > 0 {
-            state.lender.release(reserved);
+            state.session.release_lending(reserved);
         }
         drop(state);
         self.inner.space.notify_waiters();
@@ -198,13 +161,7 @@ impl Drop for RecvBuf {
             Received::Large {
                 inner, token, len, ..
             } => {
-                {
-                    let mut state = inner.state.lock();
-                    if state.closed {
-                        return;
-                    }
-                    state.done_tokens.push((*token, *len));
-                }
+                inner.state.lock().session.frame_consumed(*token, *len);
                 inner.flush_control();
             }
             Received::Header(_) | Received::Bytes(_) => {}
@@ -218,15 +175,18 @@ impl Inner {
     /// [`RdmaConfig::max_loans`](crate::RdmaConfig::max_loans) and the peer's figures; a
     /// frame larger than the budget goes alone), and reserves it.
     async fn reserve_lending(&self, len: usize) -> Result<usize, TransportError> {
-        self.wait_for(|state| state.lender.try_reserve(len).then_some(len), || {})
-            .await
+        self.wait_for(
+            |state| state.session.try_reserve_lending(len).then_some(len),
+            || {},
+        )
+        .await
     }
 
     /// Waits for a free send slot and a data credit.
     async fn take_slot(&self) -> Result<SendSlot, TransportError> {
         self.wait_for(
             |state| {
-                (!state.free_send.is_empty() && state.credits.try_take_data())
+                (!state.free_send.is_empty() && state.session.try_take_data())
                     .then(|| state.free_send.pop().expect("checked non-empty"))
             },
             || Counters::bump(&self.counters.credit_stalls, 1),
@@ -250,7 +210,7 @@ impl Inner {
             notified.as_mut().enable();
             {
                 let mut state = self.state.lock();
-                if state.closed || state.closing {
+                if !state.session.is_open() {
                     return Err(self.close_error());
                 }
                 if let Some(got) = take(&mut state) {
@@ -266,7 +226,7 @@ impl Inner {
 
     pub(crate) fn close_error(&self) -> TransportError {
         match &*self.closed.borrow() {
-            Some(reason) => TransportError::Other(reason.clone()),
+            Some(why) => TransportError::Other(why.to_string()),
             None => TransportError::Closed,
         }
     }
@@ -316,11 +276,11 @@ impl Inner {
         let mut slot = send.slot.take().expect("slot present until sent");
         let large = send.large.take();
         let mut state = self.state.lock();
-        if state.closed {
+        if state.session.is_closed() {
             state.free_send.push(slot);
             return Err(self.close_error());
         }
-        let reposted = state.credits.advertise();
+        let reposted = state.session.advertise();
         let posted_len = match large {
             None => {
                 let bytes = self.rings.slot_mut(&mut slot);
@@ -335,8 +295,6 @@ impl Inner {
                 PREFIX_LEN + send.len
             }
             Some(buf) => {
-                let token = state.next_token;
-                state.next_token += 1;
                 let mut header = [0u8; HEADER_LEN];
                 header.copy_from_slice(&buf.region().as_slice()[..HEADER_LEN]);
                 // Lent before the descriptor's SEND (a window, if any, is bound first on
@@ -345,14 +303,15 @@ impl Inner {
                 let lent = match self.rings.lend(buf, send.len, charge) {
                     Ok(lent) => lent,
                     Err((_buf, e)) => {
-                        state.lender.release(charge);
+                        state.session.release_lending(charge);
                         state.free_send.push(slot);
                         drop(state);
                         let reason = format!("lending a rendezvous buffer failed: {e}");
-                        self.fail(&reason);
+                        self.fail(Close::Failed(reason.clone()));
                         return Err(TransportError::Other(reason));
                     }
                 };
+                let token = state.session.lend(lent.key, Instant::now());
                 let descriptor = Rendezvous {
                     offset: lent.remote.addr,
                     len: send.len as u64,
@@ -366,7 +325,6 @@ impl Inner {
                     rkey = lent.remote.rkey,
                     "lending a rendezvous frame"
                 );
-                state.lent.insert(token, (lent.key, Instant::now()));
                 let bytes = self.rings.slot_mut(&mut slot);
                 Prefix {
                     kind: Kind::Rendezvous,
@@ -387,7 +345,7 @@ impl Inner {
         if let Err((slot, e)) = posted {
             self.state.lock().free_send.push(slot);
             let reason = format!("posting a send failed: {e}");
-            self.fail(&reason);
+            self.fail(Close::Failed(reason.clone()));
             return Err(TransportError::Other(reason));
         }
         Ok(())
@@ -439,9 +397,9 @@ impl Connection for RdmaConnection {
     async fn recv(&self) -> Result<Option<RecvBuf>, TransportError> {
         match self.incoming.lock().await.recv().await {
             Some(buf) => Ok(Some(buf)),
-            None => match self.inner.closed.borrow().as_deref() {
-                None | Some("closed") | Some(PEER_CLOSED) => Ok(None),
-                Some(reason) => Err(TransportError::Other(reason.to_owned())),
+            None => match self.inner.closed.borrow().as_ref() {
+                Some(why) if !why.is_clean() => Err(TransportError::Other(why.to_string())),
+                _ => Ok(None),
             },
         }
     }
@@ -461,9 +419,6 @@ impl Drop for RdmaConnection {
     }
 }
 
-/// Why a connection ends when the peer closed its side channel (a clean close).
-pub(crate) const PEER_CLOSED: &str = "peer closed the connection";
-
 /// Frame-size limit for a payload limit.
 pub(crate) fn max_frame(max_message_size: usize) -> usize {
     HEADER_LEN + MAX_METADATA_LEN + max_message_size
@@ -478,7 +433,7 @@ struct Lending<'a> {
 impl Drop for Lending<'_> {
     fn drop(&mut self) {
         {
-            self.inner.state.lock().lender.release(self.bytes);
+            self.inner.state.lock().session.release_lending(self.bytes);
         }
         self.inner.space.notify_waiters();
     }

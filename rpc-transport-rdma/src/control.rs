@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::connection::{Inner, PEER_CLOSED};
+use crate::connection::Inner;
 use crate::counters::Counters;
+use crate::protocol::session::Close;
 use crate::protocol::{Kind, Prefix, PREFIX_LEN};
 use crate::verbs::RecvSlot;
 
@@ -18,16 +19,12 @@ impl Inner {
     /// where moving the QP to the error state at once would flush them. New frames are
     /// refused meanwhile; control traffic (read-done, credits) goes on.
     pub(crate) fn close_gracefully(self: &Arc<Self>) {
-        {
-            let mut state = self.state.lock();
-            if state.closed || state.closing {
-                return;
-            }
-            state.closing = true;
+        if !self.state.lock().session.start_closing() {
+            return;
         }
         self.space.notify_waiters();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return self.fail("closed");
+            return self.fail(Close::Local);
         };
         let inner = self.clone();
         let slots = self.rings.geometry().send_slots as usize;
@@ -36,79 +33,61 @@ impl Inner {
             loop {
                 let settled = {
                     let state = inner.state.lock();
-                    state.closed || (state.free_send.len() == slots && state.lender.loans() == 0)
+                    state.session.is_closed()
+                        || (state.free_send.len() == slots && state.session.loans() == 0)
                 };
                 if settled || Instant::now() >= deadline {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            inner.fail("closed");
+            inner.fail(Close::Local);
         });
     }
 
-    /// Re-posts a receive slot and returns credits when enough are owed.
+    /// Re-posts a receive slot and sends control traffic when it is due.
     pub(crate) fn repost(&self, slot: RecvSlot) {
-        if self.state.lock().closed {
+        if self.state.lock().session.is_closed() {
             return;
         }
         if let Err(e) = self.rings.post_recv(slot) {
-            self.fail(&format!("re-posting a receive failed: {e}"));
+            self.fail(Close::Failed(format!("re-posting a receive failed: {e}")));
             return;
         }
-        let owed = {
+        let due = {
             let mut state = self.state.lock();
-            state.credits.handle_reposted();
-            state.credits.should_return()
+            state.session.handle_reposted();
+            state.session.control_due()
         };
-        if owed {
+        if due {
             self.flush_control();
         }
     }
 
-    /// Sends whatever control traffic is due (credits, read-done tokens, ping, pong) while
-    /// a slot and a control credit are available. Called after every completion batch and
-    /// whenever a re-post makes credits owed; never waits.
+    /// Sends whatever control traffic the session has due (credits, read-done tokens,
+    /// ping, pong) while a slot and a control credit are available. Called after every
+    /// completion batch and whenever a re-post or a consumed frame makes one due; never
+    /// waits.
     pub(crate) fn flush_control(&self) {
-        let max_tokens = (self.rings.geometry().slot_size as usize - PREFIX_LEN) / 8;
         loop {
             let mut state = self.state.lock();
-            let due = !state.done_tokens.is_empty()
-                || state.pong_due
-                || state.ping_due
-                || state.credits.should_return();
-            if !due || state.closed || state.free_send.is_empty() {
+            if state.free_send.is_empty() {
                 return;
             }
-            if !state.credits.try_take_control() {
+            let Some(control) = state.session.poll_control() else {
                 return;
-            }
+            };
             let mut slot = state.free_send.pop().expect("checked non-empty");
-            let n = state.done_tokens.len().min(max_tokens);
-            let drained: Vec<(u64, usize)> = state.done_tokens.drain(..n).collect();
-            // From here the loans are the peer's to end: it counts them until it receives
-            // this message (see protocol/loans.rs).
-            for &(_, counted) in &drained {
-                state.borrower.acknowledged(counted);
-            }
-            let tokens: Vec<u64> = drained.iter().map(|&(token, _)| token).collect();
-            let mut flags = 0;
-            if std::mem::take(&mut state.pong_due) {
-                flags |= Prefix::PONG;
-            }
-            if std::mem::take(&mut state.ping_due) {
-                flags |= Prefix::PING;
-            }
-            let reposted = state.credits.advertise();
+            let n = control.tokens.len();
             let bytes = self.rings.slot_mut(&mut slot);
             Prefix {
                 kind: Kind::Control,
-                flags,
+                flags: control.flags,
                 n_tokens: n as u16,
-                reposted,
+                reposted: control.reposted,
             }
             .encode(bytes);
-            for (i, token) in tokens.iter().enumerate() {
+            for (i, token) in control.tokens.iter().enumerate() {
                 let at = PREFIX_LEN + 8 * i;
                 bytes[at..at + 8].copy_from_slice(&token.to_le_bytes());
             }
@@ -118,7 +97,9 @@ impl Inner {
                 Ok(()) => Counters::bump(&self.counters.control_sends, 1),
                 Err((slot, e)) => {
                     self.state.lock().free_send.push(slot);
-                    self.fail(&format!("posting a control message failed: {e}"));
+                    self.fail(Close::Failed(format!(
+                        "posting a control message failed: {e}"
+                    )));
                     return;
                 }
             }
@@ -127,25 +108,20 @@ impl Inner {
 
     /// Ends the connection: every call on it fails, the QP goes to the error state (so
     /// the NIC retires every posted work request), the driver stops.
-    pub(crate) fn fail(&self, reason: &str) {
-        let held = {
-            let mut state = self.state.lock();
-            if state.closed {
-                return;
-            }
-            state.closed = true;
-            std::mem::take(&mut state.in_order)
+    pub(crate) fn fail(&self, why: Close) {
+        let Some(held) = self.state.lock().session.close(why.clone()) else {
+            return;
         };
         // Frames held back for ordering (they hold this connection: dropped outside the
         // lock, which their drop takes).
         drop(held);
-        if reason == "closed" || reason == PEER_CLOSED {
-            tracing::debug!(peer = %self.peer, "RDMA connection closing: {reason}");
+        if why.is_clean() {
+            tracing::debug!(peer = %self.peer, "RDMA connection closing: {why}");
         } else {
             Counters::bump(&self.counters.errors, 1);
-            tracing::warn!(peer = %self.peer, "RDMA connection failed: {reason}");
+            tracing::warn!(peer = %self.peer, "RDMA connection failed: {why}");
         }
-        self.closed.send_replace(Some(reason.to_owned()));
+        self.closed.send_replace(Some(why));
         if let Err(e) = self.rings.fail() {
             tracing::debug!("moving the QP to the error state: {e}");
         }

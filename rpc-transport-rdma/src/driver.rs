@@ -11,13 +11,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpc_core::wire::{Flags, Header};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::connection::{InOrder, Inner, Received, RecvBuf, PEER_CLOSED};
+use crate::connection::{Inner, Received, RecvBuf};
 use crate::counters::Counters;
+use crate::protocol::session::{refused, Close};
 use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN};
 use crate::verbs::{register_channel, wc_buffer, CompChannel, Event, RecvSlot, WcStatus};
 
@@ -25,9 +25,7 @@ use crate::verbs::{register_channel, wc_buffer, CompChannel, Event, RecvSlot, Wc
 const POLL_BATCH: usize = 32;
 /// READ work requests in flight per connection at most (the send queue is sized for it).
 pub(crate) const READ_WR_BUDGET: usize = 32;
-/// Chunks one rendezvous frame is split into at most.
-const MAX_CHUNKS: usize = 8;
-const _: () = assert!(MAX_CHUNKS <= READ_WR_BUDGET);
+const _: () = assert!(crate::protocol::session::MAX_CHUNKS <= READ_WR_BUDGET);
 
 /// Runs the connection until it fails or is closed.
 pub(crate) async fn run(
@@ -38,7 +36,11 @@ pub(crate) async fn run(
 ) {
     let channel = match register_channel(channel) {
         Ok(fd) => fd,
-        Err(e) => return inner.fail(&format!("registering the completion channel: {e}")),
+        Err(e) => {
+            return inner.fail(Close::Failed(format!(
+                "registering the completion channel: {e}"
+            )))
+        }
     };
     let mut closed = inner.closed.subscribe();
     let mut wcs = wc_buffer(POLL_BATCH);
@@ -51,28 +53,18 @@ pub(crate) async fn run(
         if closed.borrow().is_some() {
             break;
         }
-        match inner
-            .rings
-            .poll(&inner.cq, &mut wcs, &mut scratch, &mut events)
-        {
+        match poll_and_handle(&inner, &mut wcs, &mut scratch, &mut events, &incoming) {
             Ok(0) => {}
             Ok(_) => {
                 idle_since = None;
-                // Completions of our own sends and READs prove only that the peer's NIC
-                // is alive (the kernel acknowledges for a stopped process): liveness
-                // counts messages received, which the peer's driver sent.
-                for event in events.drain(..) {
-                    handle(&inner, event, &incoming);
-                }
-                inner.flush_control();
                 batches = batches.wrapping_add(1);
                 if batches % 16 == 0 {
                     tokio::task::yield_now().await;
                 }
                 continue;
             }
-            Err(e) => {
-                inner.fail(&format!("polling the completion queue: {e}"));
+            Err(why) => {
+                inner.fail(why);
                 break;
             }
         }
@@ -82,25 +74,18 @@ pub(crate) async fn run(
             continue;
         }
         if let Err(e) = inner.cq.req_notify(false) {
-            inner.fail(&format!("arming the completion queue: {e}"));
+            inner.fail(Close::Failed(format!("arming the completion queue: {e}")));
             break;
         }
         // A completion that arrived before arming raised no event: poll once more.
-        match inner
-            .rings
-            .poll(&inner.cq, &mut wcs, &mut scratch, &mut events)
-        {
+        match poll_and_handle(&inner, &mut wcs, &mut scratch, &mut events, &incoming) {
             Ok(0) => {}
             Ok(_) => {
-                for event in events.drain(..) {
-                    handle(&inner, event, &incoming);
-                }
-                inner.flush_control();
                 idle_since = None;
                 continue;
             }
-            Err(e) => {
-                inner.fail(&format!("polling the completion queue: {e}"));
+            Err(why) => {
+                inner.fail(why);
                 break;
             }
         }
@@ -113,7 +98,7 @@ pub(crate) async fn run(
                             Ok(true) => continue,
                             Ok(false) => break,
                             Err(e) => {
-                                inner.fail(&format!("reading the completion channel: {e}"));
+                                inner.fail(Close::Failed(format!("reading the completion channel: {e}")));
                                 break;
                             }
                         }
@@ -121,16 +106,16 @@ pub(crate) async fn run(
                     idle_since = None;
                 }
                 Err(e) => {
-                    inner.fail(&format!("waiting on the completion channel: {e}"));
+                    inner.fail(Close::Failed(format!("waiting on the completion channel: {e}")));
                     break;
                 }
             },
             read = side.read(&mut side_buf) => {
-                match read {
-                    Ok(0) => inner.fail(PEER_CLOSED),
-                    Ok(_) => inner.fail("unexpected bytes on the side channel"),
-                    Err(e) => inner.fail(&format!("side channel: {e}")),
-                }
+                inner.fail(match read {
+                    Ok(0) => Close::PeerClosed,
+                    Ok(_) => Close::Violation("unexpected bytes on the side channel".into()),
+                    Err(e) => Close::Failed(format!("side channel: {e}")),
+                });
                 break;
             }
             _ = closed.changed() => break,
@@ -139,8 +124,8 @@ pub(crate) async fn run(
     // Tell the peer at once (its side channel ends), rather than after its ping timeout.
     drop(side);
     drop(incoming);
-    // Frames held for ordering hold the connection: release them (outside the lock).
-    let held = std::mem::take(&mut inner.state.lock().in_order);
+    // Frames held by the session hold the connection: release them (outside the lock).
+    let held = inner.state.lock().session.close(Close::Local);
     drop(held);
     // Completions still arriving may tell why the QP failed (the send and receive sides
     // of a software provider report independently): log the first real error.
@@ -150,75 +135,112 @@ pub(crate) async fn run(
     }
 }
 
+/// Polls one batch of completions and handles it: events into the session, then the
+/// READs, frames and control messages the session has due. Returns the completions
+/// reaped.
+fn poll_and_handle(
+    inner: &Arc<Inner>,
+    wcs: &mut [rdma_sys::ibv_wc],
+    scratch: &mut Vec<crate::verbs::Completion>,
+    events: &mut Vec<Event>,
+    incoming: &mpsc::UnboundedSender<RecvBuf>,
+) -> Result<usize, Close> {
+    let n = inner
+        .rings
+        .poll(&inner.cq, wcs, scratch, events)
+        .map_err(|e| Close::Failed(format!("polling the completion queue: {e}")))?;
+    if n == 0 {
+        return Ok(0);
+    }
+    // Completions of our own sends and READs prove only that the peer's NIC is alive
+    // (the kernel acknowledges for a stopped process): liveness counts messages
+    // received, which the peer's driver sent.
+    let mut result = Ok(n);
+    for event in events.drain(..) {
+        if result.is_ok() {
+            if let Err(why) = handle(inner, event) {
+                result = Err(why);
+            }
+        }
+    }
+    start_reads(inner)?;
+    hand_up(inner, incoming);
+    inner.flush_control();
+    result
+}
+
+/// Hands up the frames the session has ready, in order, and drops those it discarded
+/// (outside the lock: dropping a frame re-enters the connection).
+fn hand_up(inner: &Inner, incoming: &mpsc::UnboundedSender<RecvBuf>) {
+    let (ready, discarded) = {
+        let mut state = inner.state.lock();
+        let mut ready = Vec::new();
+        while let Some(frame) = state.session.poll_deliver() {
+            ready.push(frame);
+        }
+        (ready, state.session.take_discarded())
+    };
+    drop(discarded);
+    for frame in ready {
+        let _ = incoming.send(frame);
+    }
+}
+
 /// Handles one completion.
-fn handle(inner: &Arc<Inner>, event: Event, incoming: &mpsc::UnboundedSender<RecvBuf>) {
+fn handle(inner: &Arc<Inner>, event: Event) -> Result<(), Close> {
     match event {
         Event::Sent { slot, status } => {
             inner.state.lock().free_send.push(slot);
             inner.space.notify_waiters();
-            if let Err(status) = status {
-                fail_on(inner, "send", status);
-            }
+            status.map_err(|s| failure(inner, "send", s))
         }
         Event::Received { slot, status } => match (slot, status) {
-            (Some(slot), Ok(())) => received(inner, slot, incoming),
-            (_, Err(status)) => fail_on(inner, "receive", status),
-            (None, Ok(())) => {}
+            (Some(slot), Ok(())) => received(inner, slot),
+            (_, Err(s)) => Err(failure(inner, "receive", s)),
+            (None, Ok(())) => Ok(()),
         },
         Event::Read { buf, tag, status } => {
-            let entry = {
-                let mut state = inner.state.lock();
-                let entry = state.reading.remove(&tag);
-                if let Some((_, len)) = entry {
-                    state.read_wrs -= chunks_of(inner, len).min(state.read_wrs);
-                }
-                entry
-            };
-            if let Err(status) = status {
-                return fail_on(inner, "RDMA READ", status);
+            if let Err(s) = status {
+                return Err(failure(inner, "RDMA READ", s));
             }
-            let Some((token, len)) = entry else {
-                return inner.fail("completion of an unknown rendezvous read");
-            };
-            Counters::bump(&inner.counters.rendezvous_reads, 1);
-            Counters::bump(&inner.counters.bytes_read, len as u64);
-            // The read-done goes out when the frame is dropped (`RecvBuf`'s drop).
-            let frame = RecvBuf(Received::Large {
-                inner: inner.clone(),
-                buf,
-                len,
-                token,
-            });
-            read_in_order(inner, token, frame, incoming);
-            start_pending_reads(inner);
+            inner
+                .state
+                .lock()
+                .session
+                .handle_read_complete(tag, |token, len| {
+                    Counters::bump(&inner.counters.rendezvous_reads, 1);
+                    Counters::bump(&inner.counters.bytes_read, len as u64);
+                    // The read-done goes out when the frame is dropped (`RecvBuf`'s drop).
+                    RecvBuf(Received::Large {
+                        inner: inner.clone(),
+                        buf,
+                        len,
+                        token,
+                    })
+                })
         }
         Event::Reclaimed { charge, status } => {
-            inner.state.lock().lender.release(charge);
+            inner.state.lock().session.release_lending(charge);
             inner.space.notify_waiters();
-            if let Err(status) = status {
-                fail_on(inner, "invalidating a memory window", status);
-            }
+            status.map_err(|s| failure(inner, "invalidating a memory window", s))
         }
-        Event::BindFailed { status } => fail_on(inner, "binding a memory window", status),
+        Event::BindFailed { status } => Err(failure(inner, "binding a memory window", status)),
     }
 }
 
-fn fail_on(inner: &Inner, what: &str, status: WcStatus) {
-    if inner.state.lock().closed {
-        // Flushes and late errors after a failure that was already reported.
-        return;
-    }
-    if status == WcStatus::WrFlush {
+/// Why the connection ends after a completion with `status`.
+fn failure(inner: &Inner, what: &str, status: WcStatus) -> Close {
+    if status == WcStatus::WrFlush && !inner.state.lock().session.is_closed() {
         // The QP entered the error state without (yet) telling us why: completions of the
         // send and the receive side may be reported in either order. Look for the cause
         // among the completions still queued before reporting.
         let cause = drain_for_cause(inner);
-        inner.fail(&format!(
+        Close::Failed(format!(
             "the queue pair entered the error state ({what} flushed{})",
             cause.map(|c| format!("; cause: {c}")).unwrap_or_default()
-        ));
+        ))
     } else {
-        inner.fail(&format!("{what} completed with error: {status}"));
+        Close::Failed(format!("{what} completed with error: {status}"))
     }
 }
 
@@ -254,311 +276,126 @@ fn drain_for_cause(inner: &Inner) -> Option<String> {
 }
 
 /// A message arrived in `slot`.
-fn received(inner: &Arc<Inner>, slot: RecvSlot, incoming: &mpsc::UnboundedSender<RecvBuf>) {
+fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
     let bytes = inner.rings.received(&slot);
-    let prefix = match Prefix::decode(bytes) {
-        Ok(p) => p,
-        Err(e) => return inner.fail(&format!("malformed message from the peer: {e}")),
-    };
-    {
-        let mut state = inner.state.lock();
-        state.last_heard = Instant::now();
-        if let Err(e) = state.credits.handle_peer_reposted(prefix.reposted) {
-            drop(state);
-            return inner.fail(&e);
-        }
-    }
-    inner.space.notify_waiters();
+    let prefix =
+        Prefix::decode(bytes).map_err(|e| Close::Violation(format!("malformed message: {e}")))?;
+    let mut state = inner.state.lock();
+    state.session.handle_message(&prefix, Instant::now())?;
     match prefix.kind {
-        Kind::Data => {
-            let frame = &bytes[PREFIX_LEN..];
-            match Header::decode(frame) {
-                Ok(Some(header)) if header.payload_len as usize > inner.config.max_message_size => {
-                    deliver(inner, discarded(header), incoming);
-                    inner.repost(slot);
-                }
-                Ok(_) => {
-                    Counters::bump(&inner.counters.eager_receives, 1);
-                    let frame = RecvBuf(Received::Slot {
-                        inner: inner.clone(),
-                        slot: Some(slot),
-                    });
-                    deliver(inner, frame, incoming);
-                }
-                Err(e) => inner.fail(&format!("malformed frame from the peer: {e}")),
+        Kind::Data => match state.session.classify_eager(&bytes[PREFIX_LEN..])? {
+            Some(header) => {
+                state
+                    .session
+                    .deliver(RecvBuf(Received::Header(refused(header))))?;
+                drop(state);
+                inner.space.notify_waiters();
+                inner.repost(slot);
             }
-        }
+            None => {
+                Counters::bump(&inner.counters.eager_receives, 1);
+                state.session.deliver(RecvBuf(Received::Slot {
+                    inner: inner.clone(),
+                    slot: Some(slot),
+                }))?;
+                drop(state);
+                inner.space.notify_waiters();
+            }
+        },
         Kind::Rendezvous => {
             let descriptor = Rendezvous::decode(&bytes[PREFIX_LEN..]);
+            let refused_header = state.session.handle_descriptor(descriptor);
+            let result = match refused_header {
+                Ok(Some(header)) => state
+                    .session
+                    .deliver(RecvBuf(Received::Header(refused(header)))),
+                Ok(None) => Ok(()),
+                Err(why) => Err(why),
+            };
+            drop(state);
+            inner.space.notify_waiters();
             inner.repost(slot);
-            let len = descriptor.len as usize;
-            match Header::decode(&descriptor.header) {
-                // A length other than its own header's is a lie: nothing to refuse politely.
-                Ok(Some(header)) if header.frame_len() != len => inner.fail(&format!(
-                    "rendezvous descriptor of {len} bytes for a frame of {}",
-                    header.frame_len()
-                )),
-                Ok(Some(header))
-                    if header.payload_len as usize > inner.config.max_message_size
-                        || len > inner.max_frame =>
-                {
-                    // Refused unread; the peer may release its buffer at once.
-                    let mut state = inner.state.lock();
-                    if let Err(e) = state.borrower.accept(len, false) {
-                        drop(state);
-                        return inner.fail(&e);
-                    }
-                    state.done_tokens.push((descriptor.token, 0));
-                    drop(state);
-                    deliver(inner, discarded(header), incoming);
-                }
-                Ok(Some(_)) => {
-                    let mut state = inner.state.lock();
-                    if state.closed {
-                        return;
-                    }
-                    if let Err(e) = state.borrower.accept(len, true) {
-                        drop(state);
-                        return inner.fail(&e);
-                    }
-                    state.in_order.push_back(InOrder::Reading(descriptor.token));
-                    state.pending_reads.push_back(descriptor);
-                    drop(state);
-                    start_pending_reads(inner);
-                }
-                Ok(None) => inner.fail("rendezvous descriptor without a frame header"),
-                Err(e) => inner.fail(&format!("malformed frame from the peer: {e}")),
-            }
+            result?;
         }
         Kind::Control => {
-            let body = &bytes[PREFIX_LEN..];
-            let released: Vec<_> = {
-                let mut state = inner.state.lock();
-                if prefix.flags & Prefix::PING != 0 {
-                    state.pong_due = true;
-                }
-                let mut released = Vec::with_capacity(body.len() / 8);
-                for t in body.chunks_exact(8) {
-                    let token = u64::from_le_bytes(t.try_into().expect("8 bytes"));
-                    match state.lent.remove(&token) {
-                        Some((key, _)) => released.push(key),
-                        None => {
-                            drop(state);
-                            return inner
-                                .fail(&format!("read-done for token {token}, which is not lent"));
-                        }
-                    }
-                }
-                released
-            };
+            let tokens = bytes[PREFIX_LEN..]
+                .chunks_exact(8)
+                .map(|t| u64::from_le_bytes(t.try_into().expect("8 bytes")));
+            let keys = state.session.handle_read_dones(tokens)?;
+            drop(state);
             // Each loan ends: its buffer returns to the pool and its budget to waiting
             // senders, at once, or (windows) when the invalidation completes
             // (Event::Reclaimed).
             let mut freed = Vec::new();
-            for key in released {
+            for key in keys {
                 match inner.rings.reclaim(key) {
                     Ok(Some(charge)) => freed.push(charge),
                     Ok(None) => {}
-                    Err(e) => return inner.fail(&format!("ending a loan failed: {e}")),
+                    Err(e) => return Err(Close::Failed(format!("ending a loan failed: {e}"))),
                 }
             }
             if !freed.is_empty() {
                 let mut state = inner.state.lock();
                 for charge in freed {
-                    state.lender.release(charge);
+                    state.session.release_lending(charge);
                 }
-                drop(state);
-                inner.space.notify_waiters();
             }
+            inner.space.notify_waiters();
             inner.repost(slot);
         }
     }
+    Ok(())
 }
 
-/// Hands `frame` up in arrival order: at once, or after the frames before it that are
-/// still being READ.
-///
-/// Held frames are bounded: each holds a receive slot or a loan, except the headers of
-/// frames refused for their size, which a peer could send without end while one READ is
-/// slow; beyond twice the slots and loans together the connection is closed.
-fn deliver(inner: &Inner, frame: RecvBuf, incoming: &mpsc::UnboundedSender<RecvBuf>) {
-    let mut state = inner.state.lock();
-    if state.closed {
-        // Nothing is held once the connection failed (held frames keep it alive).
-        drop(state);
-        drop(frame);
-        return;
-    }
-    if state.in_order.is_empty() {
-        drop(state);
-        let _ = incoming.send(frame);
-        return;
-    }
-    let max =
-        2 * (inner.rings.geometry().recv_slots as usize + usize::from(inner.config.max_loans));
-    if state.in_order.len() >= max {
-        drop(state);
-        drop(frame);
-        return inner.fail(&format!(
-            "more than {max} frames from the peer wait behind one being read"
-        ));
-    }
-    state.in_order.push_back(InOrder::Ready(frame));
-}
-
-/// The READ of the frame lent with `token` finished: it takes its place in the arrival
-/// order, and every frame now at the front goes up.
-fn read_in_order(
-    inner: &Inner,
-    token: u64,
-    frame: RecvBuf,
-    incoming: &mpsc::UnboundedSender<RecvBuf>,
-) {
-    let ready: Vec<RecvBuf> = {
-        let mut state = inner.state.lock();
-        if state.closed {
-            drop(state);
-            drop(frame);
-            return;
-        }
-        let place = state
-            .in_order
-            .iter_mut()
-            .find(|d| matches!(d, InOrder::Reading(t) if *t == token));
-        match place {
-            Some(place) => *place = InOrder::Ready(frame),
-            None => state.in_order.push_back(InOrder::Ready(frame)),
-        }
-        let mut ready = Vec::new();
-        while let Some(InOrder::Ready(_)) = state.in_order.front() {
-            if let Some(InOrder::Ready(frame)) = state.in_order.pop_front() {
-                ready.push(frame);
-            }
-        }
-        ready
-    };
-    for frame in ready {
-        let _ = incoming.send(frame);
-    }
-}
-
-/// READ work requests a frame of `len` bytes needs.
-fn chunks_of(inner: &Inner, len: usize) -> usize {
-    len.div_ceil(read_chunk(inner, len)).max(1)
-}
-
-fn read_chunk(inner: &Inner, len: usize) -> usize {
-    inner.config.read_chunk.max(len.div_ceil(MAX_CHUNKS))
-}
-
-/// Starts queued rendezvous reads while the READ budget allows.
-fn start_pending_reads(inner: &Arc<Inner>) {
+/// Posts the READs the session has due, within its READ budget.
+fn start_reads(inner: &Inner) -> Result<(), Close> {
     loop {
-        let descriptor = {
-            let mut state = inner.state.lock();
-            let Some(next) = state.pending_reads.front() else {
-                return;
-            };
-            let need = chunks_of(inner, next.len as usize);
-            if state.read_wrs + need > READ_WR_BUDGET {
-                return;
-            }
-            state.read_wrs += need;
-            let d = state.pending_reads.pop_front().expect("checked");
-            if state.reading.contains_key(&d.token) {
-                drop(state);
-                return inner.fail(&format!(
-                    "the peer lent two buffers with token {} at once",
-                    d.token
-                ));
-            }
-            state.reading.insert(d.token, (d.token, d.len as usize));
-            tracing::trace!(
-                token = d.token,
-                offset = d.offset,
-                len = d.len,
-                rkey = d.rkey,
-                "pulling a rendezvous frame"
-            );
-            d
+        let Some(read) = inner.state.lock().session.poll_read() else {
+            return Ok(());
         };
-        let len = descriptor.len as usize;
-        let buf = match inner.rx_pool.take(len) {
-            Ok(buf) => buf,
-            Err(e) => return inner.fail(&format!("rendezvous buffer: {e}")),
-        };
+        tracing::trace!(
+            tag = read.tag,
+            offset = read.offset,
+            len = read.len,
+            rkey = read.rkey,
+            "pulling a rendezvous frame"
+        );
+        let buf = inner
+            .rx_pool
+            .take(read.len)
+            .map_err(|e| Close::Failed(format!("rendezvous buffer: {e}")))?;
         let remote = crate::verbs::RemoteBuf {
-            addr: descriptor.offset,
-            rkey: descriptor.rkey,
+            addr: read.offset,
+            rkey: read.rkey,
         };
-        if let Err((_buf, e)) =
-            inner
-                .rings
-                .post_read(buf, len, remote, read_chunk(inner, len), descriptor.token)
+        if let Err((_buf, e)) = inner
+            .rings
+            .post_read(buf, read.len, remote, read.chunk, read.tag)
         {
-            return inner.fail(&format!("posting an RDMA READ failed: {e}"));
+            return Err(Close::Failed(format!("posting an RDMA READ failed: {e}")));
         }
     }
 }
 
-fn discarded(header: Header) -> RecvBuf {
-    let mut h = header;
-    h.flags = h.flags | Flags::DISCARDED;
-    h.meta_len = 0;
-    RecvBuf(Received::Header(h.encode()))
-}
-
-/// Sends pings after silence and fails the connection after too much of it. Silence is
-/// time without a message *received* from the peer (any kind: its driver sent it, so the
-/// peer process runs); a peer that is stopped or whose runtime is blocked stops answering
-/// pings even though its NIC still acknowledges ours.
-pub(crate) async fn keepalive(
-    inner: std::sync::Weak<Inner>,
-    interval: Duration,
-    timeout: Duration,
-    loan_timeout: Duration,
-) {
-    // Often enough for both the ping interval and the loan timeout.
-    let period = (interval / 2)
-        .min(loan_timeout / 2)
-        .max(Duration::from_millis(10));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// Runs the session's timers (pings after silence, the ping timeout, the loan timeout)
+/// when they are due, and at least every `period` (a loan made while this sleeps may be
+/// due before the deadline it slept for). Holds the connection only while it works.
+pub(crate) async fn keepalive(inner: std::sync::Weak<Inner>, period: Duration) {
+    let period = period.max(Duration::from_millis(10));
     loop {
-        tick.tick().await;
-        let Some(inner) = inner.upgrade() else { return };
-        let silence = {
-            let mut state = inner.state.lock();
-            if state.closed {
+        let next = {
+            let Some(inner) = inner.upgrade() else { return };
+            let state = inner.state.lock();
+            if state.session.is_closed() {
                 return;
             }
-            let loan_timeout = inner.config.loan_timeout;
-            if let Some(since) = state.lent.values().map(|(_, at)| *at).min() {
-                if since.elapsed() > loan_timeout {
-                    drop(state);
-                    inner.fail(&format!(
-                        "the peer held a rendezvous buffer for more than {loan_timeout:?} without reading it (loan timeout)"
-                    ));
-                    return;
-                }
-            }
-            if state.ping_due && !state.credits.can_ping() {
-                // The peer holds every credit but the reserve, which a ping may not spend:
-                // we cannot ask, so its silence proves nothing (the runtime's own
-                // keepalive, whose PING waits for credit under its own timeout, covers a
-                // peer that is really gone).
-                state.last_heard = Instant::now();
-            }
-            let silence = state.last_heard.elapsed();
-            if silence >= interval {
-                state.ping_due = true;
-            }
-            silence
+            state.session.poll_timeout().min(Instant::now() + period)
         };
-        if silence >= timeout {
-            inner.fail(&format!(
-                "peer silent for {silence:?} (ping timeout {timeout:?})"
-            ));
+        tokio::time::sleep_until(next.into()).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let due = inner.state.lock().session.handle_timeout(Instant::now());
+        if let Err(why) = due {
+            inner.fail(why);
             return;
         }
         inner.flush_control();

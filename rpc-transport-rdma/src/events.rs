@@ -13,6 +13,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::connection::Inner;
+use crate::protocol::session::Close;
 use crate::verbs::{AsyncEvent, Context};
 
 /// Live connections by (device name, QP number).
@@ -99,6 +100,6 @@ fn dispatch(device: &str, event: AsyncEvent) {
     };
     tracing::warn!(device, connections = affected.len(), "{reason}");
     for inner in affected {
-        inner.fail(&reason);
+        inner.fail(Close::Failed(reason.clone()));
     }
 }

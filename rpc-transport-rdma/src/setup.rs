@@ -16,7 +16,8 @@ use crate::device::Device;
 use crate::driver::{self, READ_WR_BUDGET};
 use crate::handshake::{self, Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
 use crate::pool::LargePool;
-use crate::protocol::{Borrower, Credits, Lender, LoanLimit, PREFIX_LEN};
+use crate::protocol::session::{Session, SessionConfig};
+use crate::protocol::{LoanLimit, PREFIX_LEN};
 use crate::verbs::{
     Access, CompChannel, CompletionQueue, PreparedRings, ProtectionDomain, QpConfig, RingGeometry,
     Rings, SendSlot,
@@ -139,37 +140,35 @@ impl Connected {
         let eager_limit = config
             .eager_limit()
             .min(remote.slot_size as usize - PREFIX_LEN);
+        let max_frame = max_frame(config.max_message_size);
+        let session_config = SessionConfig {
+            peer_slots: remote.recv_slots,
+            own_slots: config.ring_slots,
+            credit_threshold: (config.ring_slots / 8).max(2),
+            lend: LoanLimit {
+                bytes: config.lend_budget().min(remote.rdv_budget),
+                loans: usize::from(config.max_loans.min(remote.max_loans)),
+            },
+            borrow: LoanLimit {
+                bytes: config.lend_budget(),
+                loans: usize::from(config.max_loans),
+            },
+            max_frame,
+            max_message_size: config.max_message_size,
+            read_chunk: config.read_chunk,
+            read_wr_budget: READ_WR_BUDGET,
+            max_tokens: (rings.geometry().slot_size as usize - PREFIX_LEN) / 8,
+            ping_interval: config.ping_interval,
+            ping_timeout: config.ping_timeout,
+            loan_timeout: config.loan_timeout,
+        };
         let (closed, _) = watch::channel(None);
         let inner = Arc::new(Inner {
             rings,
             cq: self.cq,
             state: Mutex::new(State {
-                credits: Credits::new(
-                    remote.recv_slots,
-                    config.ring_slots,
-                    (config.ring_slots / 8).max(2),
-                ),
+                session: Session::new(session_config, Instant::now()),
                 free_send: slots,
-                lent: Default::default(),
-                lender: Lender::new(LoanLimit {
-                    bytes: config.lend_budget().min(remote.rdv_budget),
-                    loans: usize::from(config.max_loans.min(remote.max_loans)),
-                }),
-                borrower: Borrower::new(LoanLimit {
-                    bytes: config.lend_budget(),
-                    loans: usize::from(config.max_loans),
-                }),
-                next_token: 1,
-                done_tokens: Vec::new(),
-                reading: Default::default(),
-                pending_reads: Default::default(),
-                in_order: Default::default(),
-                read_wrs: 0,
-                ping_due: false,
-                pong_due: false,
-                last_heard: Instant::now(),
-                closing: false,
-                closed: false,
             }),
             space: Notify::new(),
             closed,
@@ -178,7 +177,7 @@ impl Connected {
             rx_pool: LargePool::new(self.pd.clone(), Access::Local, config.pool_keep_bytes),
             config: config.clone(),
             peer,
-            max_frame: max_frame(config.max_message_size),
+            max_frame,
             eager_limit,
         });
         crate::events::register(self.device.context.name(), qp_num, &inner);
@@ -186,9 +185,7 @@ impl Connected {
         tokio::spawn(driver::run(inner.clone(), self.channel, side, tx));
         tokio::spawn(driver::keepalive(
             Arc::downgrade(&inner),
-            config.ping_interval,
-            config.ping_timeout,
-            config.loan_timeout,
+            (config.ping_interval / 2).min(config.loan_timeout / 2),
         ));
         tracing::debug!(peer = %inner.peer, device = self.device.context.name(), eager_limit, "RDMA connection established");
         RdmaConnection {

@@ -5,6 +5,7 @@
 mod credits;
 mod loans;
 mod message;
+pub(crate) mod session;
 
 pub(crate) use credits::Credits;
 pub(crate) use loans::{Borrower, Lender, LoanLimit};
