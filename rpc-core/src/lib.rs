@@ -40,7 +40,7 @@ pub use metadata::{Metadata, MAX_METADATA_LEN};
 pub use request::{IntoRequest, Request, Response};
 pub use server::{Server, ServerBuilder};
 pub use status::{Code, Status};
-pub use transport::{Connection, Listener, TransportError};
+pub use transport::{Connection, FrameSink, Listener, TransportError};
 
 /// The crate's result type: errors are [`Status`].
 pub type Result<T, E = Status> = std::result::Result<T, E>;

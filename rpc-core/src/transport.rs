@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::io;
 use std::ops::Deref;
+use std::sync::Arc;
 
 use bytes::BufMut;
 
@@ -53,8 +54,30 @@ pub trait Connection: Send + Sync + 'static {
     /// return `None` soon after.
     fn close(&self);
 
+    /// Asks the transport to hand every received frame to `sink` from its own completion
+    /// path instead of queueing it for [`Connection::recv`]: run to completion, one task
+    /// hop less per frame. Returns `false` if the transport does not do this (the
+    /// default); the caller then receives with `recv`. Once it returned `true`, `recv` is
+    /// not called again, and `sink` gets every frame not yet received, then the end.
+    fn push_to(&self, sink: Arc<dyn FrameSink<Self::RecvBuf>>) -> bool {
+        let _ = sink;
+        false
+    }
+
     /// A short description of the peer for logs, e.g. `tcp://127.0.0.1:4000`.
     fn peer(&self) -> String;
+}
+
+/// Where a transport that runs to completion hands received frames (see
+/// [`Connection::push_to`]).
+pub trait FrameSink<B>: Send + Sync + 'static {
+    /// A received frame. Called in arrival order, never concurrently, on the transport's
+    /// completion path: it must not block or wait.
+    fn frame(&self, frame: B);
+
+    /// The connection ended, after the last frame: `Ok(())` when it closed cleanly, else
+    /// why it failed. Called once.
+    fn closed(&self, result: Result<(), TransportError>);
 }
 
 /// Accepts connections for a server.

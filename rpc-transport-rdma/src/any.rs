@@ -130,6 +130,13 @@ impl Connection for AnyConnection {
         }
     }
 
+    fn push_to(&self, sink: std::sync::Arc<dyn rpc_core::FrameSink<RecvBuf>>) -> bool {
+        match self {
+            AnyConnection::Tcp(_) => false,
+            AnyConnection::Rdma(c) => c.push_to(sink),
+        }
+    }
+
     fn peer(&self) -> String {
         match self {
             AnyConnection::Tcp(c) => c.peer(),

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 use rpc_core::wire::HEADER_LEN;
-use rpc_core::{Connection, TransportError, MAX_METADATA_LEN};
+use rpc_core::{Connection, FrameSink, TransportError, MAX_METADATA_LEN};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::counters::{Counters, RdmaCounters};
@@ -51,6 +51,9 @@ pub(crate) struct Inner {
     /// Set once with the reason the connection ended.
     pub(crate) closed: watch::Sender<Option<Close>>,
     pub(crate) counters: Counters,
+    /// Where received frames go once the runtime asked for them to be pushed
+    /// ([`Connection::push_to`]); until then, the `incoming` queue.
+    pub(crate) upward: Mutex<Upward>,
     pub(crate) tx_pool: LargePool,
     pub(crate) rx_pool: LargePool,
     pub(crate) config: RdmaConfig,
@@ -65,6 +68,23 @@ pub(crate) struct Inner {
 pub(crate) struct State {
     pub(crate) session: Session<RecvBuf>,
     pub(crate) free_send: Vec<SendSlot>,
+}
+
+/// The runtime's receive path, when it takes frames from the completion path.
+#[derive(Default)]
+pub(crate) struct Upward {
+    pub(crate) sink: Option<Arc<dyn FrameSink<RecvBuf>>>,
+    /// The driver finished: the sink, set now or later, has (or gets) the end.
+    pub(crate) ended: bool,
+}
+
+impl std::fmt::Debug for Upward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upward")
+            .field("sink", &self.sink.is_some())
+            .field("ended", &self.ended)
+            .finish()
+    }
 }
 
 /// A send in progress on registered memory: the token(s) it owns.
@@ -221,6 +241,14 @@ impl Inner {
                 stalled();
             }
             notified.await;
+        }
+    }
+
+    /// How the connection ended, for the runtime: `Ok` for a clean close.
+    pub(crate) fn end_result(&self) -> Result<(), TransportError> {
+        match &*self.closed.borrow() {
+            Some(why) if !why.is_clean() => Err(TransportError::Other(why.to_string())),
+            _ => Ok(()),
         }
     }
 
@@ -406,6 +434,26 @@ impl Connection for RdmaConnection {
 
     fn close(&self) {
         self.inner.close_gracefully();
+    }
+
+    fn push_to(&self, sink: Arc<dyn FrameSink<RecvBuf>>) -> bool {
+        let mut upward = self.inner.upward.lock();
+        if upward.sink.is_some() {
+            return false;
+        }
+        // Someone is receiving: stay with the queue.
+        let Ok(mut queue) = self.incoming.try_lock() else {
+            return false;
+        };
+        // Frames queued before now go first (the driver waits on `upward` meanwhile).
+        while let Ok(frame) = queue.try_recv() {
+            sink.frame(frame);
+        }
+        if upward.ended {
+            sink.closed(self.inner.end_result());
+        }
+        upward.sink = Some(sink);
+        true
     }
 
     fn peer(&self) -> String {

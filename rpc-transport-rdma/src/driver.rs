@@ -127,6 +127,13 @@ pub(crate) async fn run(
     // Frames held by the session hold the connection: release them (outside the lock).
     let held = inner.state.lock().session.close(Close::Local);
     drop(held);
+    {
+        let mut upward = inner.upward.lock();
+        upward.ended = true;
+        if let Some(sink) = &upward.sink {
+            sink.closed(inner.end_result());
+        }
+    }
     // Completions still arriving may tell why the QP failed (the send and receive sides
     // of a software provider report independently): log the first real error.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -181,8 +188,22 @@ fn hand_up(inner: &Inner, incoming: &mpsc::UnboundedSender<RecvBuf>) {
         (ready, state.session.take_discarded())
     };
     drop(discarded);
-    for frame in ready {
-        let _ = incoming.send(frame);
+    if ready.is_empty() {
+        return;
+    }
+    let upward = inner.upward.lock();
+    match &upward.sink {
+        // Run to completion: the runtime completes each call from here.
+        Some(sink) => {
+            for frame in ready {
+                sink.frame(frame);
+            }
+        }
+        None => {
+            for frame in ready {
+                let _ = incoming.send(frame);
+            }
+        }
     }
 }
 

@@ -173,6 +173,7 @@ impl Connected {
             space: Notify::new(),
             closed,
             counters: Counters::default(),
+            upward: Default::default(),
             tx_pool: LargePool::new(self.pd.clone(), Access::Lendable, config.pool_keep_bytes),
             rx_pool: LargePool::new(self.pd.clone(), Access::Local, config.pool_keep_bytes),
             config: config.clone(),

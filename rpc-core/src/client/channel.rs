@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use std::sync::Weak;
@@ -15,7 +16,7 @@ use super::calls::{CallTable, NotAdmitted};
 use super::control::ControlQueue;
 use crate::outbound::{send_control, send_frame};
 use crate::service::MethodDescriptor;
-use crate::transport::{Connection, TransportError};
+use crate::transport::{Connection, FrameSink, TransportError};
 use crate::wire::{Flags, Frame, FrameKind, Header};
 use crate::{ClientConfig, Code, Metadata, Request, Response, Status};
 
@@ -137,7 +138,15 @@ fn start<C: Connection>(conn: C, config: &ClientConfig) -> Arc<Shared<C>> {
     // silent past their first-frame timeout, and a channel may make its first call late.
     control.ping(0);
     let weak = Arc::downgrade(&shared);
-    tokio::spawn(receive_loop(conn, weak.clone()).instrument(tracing::debug_span!("channel-recv")));
+    let sink = Arc::new(Dispatch {
+        shared: weak.clone(),
+        ended: AtomicBool::new(false),
+    });
+    if !conn.push_to(sink) {
+        tokio::spawn(
+            receive_loop(conn, weak.clone()).instrument(tracing::debug_span!("channel-recv")),
+        );
+    }
     tokio::spawn(control_loop(weak.clone(), control));
     if let Some(interval) = config.keepalive_interval {
         tokio::spawn(keepalive_loop(weak, interval, config.keepalive_timeout));
@@ -519,7 +528,8 @@ fn decode_response<Resp>(
     Ok(Response::from_parts(metadata, message))
 }
 
-/// Receives frames and hands responses to their callers until the connection ends.
+/// Receives frames and hands responses to their callers until the connection ends
+/// (transports that do not run to completion; see [`Dispatch`] for those that do).
 ///
 /// It holds the connection but only a weak reference to the channel's state, so dropping
 /// the last [`Channel`] closes the connection, which ends this loop.
@@ -529,42 +539,96 @@ async fn receive_loop<C: Connection>(conn: Arc<C>, shared: std::sync::Weak<Share
         let Some(strong) = shared.upgrade() else {
             return;
         };
-        if received.is_ok() {
-            *strong.last_received.lock() = Instant::now();
-        }
         match received {
-            Ok(Some(buf)) => match Frame::parse(&buf).map(|f| f.header) {
-                Ok(header) => match header.kind {
-                    FrameKind::Response => {
-                        let call_id = header.call_id;
-                        if !strong.calls.lock().complete(call_id, Ok(buf)) {
-                            tracing::trace!(call_id, "response to a call no longer waiting");
-                        }
-                    }
-                    FrameKind::Ping => strong.control.pong(header.call_id),
-                    FrameKind::GoAway => {
-                        tracing::debug!(peer = %strong.conn.peer(), "server is going away (GOAWAY)");
-                        if strong.calls.lock().drain() {
-                            strong.control.goaway();
-                        }
-                    }
-                    kind => tracing::trace!(?kind, "ignoring frame"),
-                },
-                Err(e) => {
-                    tracing::warn!(peer = %strong.conn.peer(), "closing connection: malformed frame: {e}");
-                    strong.conn.close();
-                    break Status::unavailable(format!("malformed frame from server: {e}"));
+            Ok(Some(buf)) => {
+                if let Err(reason) = dispatch(&strong, buf) {
+                    break reason;
                 }
-            },
+            }
             Ok(None) => break Status::unavailable("connection closed by peer"),
             Err(e) => break Status::unavailable(e.to_string()),
         }
     };
     if let Some(strong) = shared.upgrade() {
-        tracing::debug!(peer = %strong.conn.peer(), "channel closed: {}", reason.message());
-        strong.calls.lock().close(reason);
+        ended(&strong, reason);
     }
     conn.close();
+}
+
+/// Hands one received frame to its caller, or to the control queue. An error ends the
+/// connection (a malformed frame).
+fn dispatch<C: Connection>(shared: &Shared<C>, buf: C::RecvBuf) -> Result<(), Status> {
+    *shared.last_received.lock() = Instant::now();
+    let header = match Frame::parse(&buf) {
+        Ok(frame) => frame.header,
+        Err(e) => {
+            tracing::warn!(peer = %shared.conn.peer(), "closing connection: malformed frame: {e}");
+            return Err(Status::unavailable(format!(
+                "malformed frame from server: {e}"
+            )));
+        }
+    };
+    match header.kind {
+        FrameKind::Response => {
+            let call_id = header.call_id;
+            if !shared.calls.lock().complete(call_id, Ok(buf)) {
+                tracing::trace!(call_id, "response to a call no longer waiting");
+            }
+        }
+        FrameKind::Ping => shared.control.pong(header.call_id),
+        FrameKind::GoAway => {
+            tracing::debug!(peer = %shared.conn.peer(), "server is going away (GOAWAY)");
+            if shared.calls.lock().drain() {
+                shared.control.goaway();
+            }
+        }
+        kind => tracing::trace!(?kind, "ignoring frame"),
+    }
+    Ok(())
+}
+
+/// The connection is gone: every call on it fails with `reason`.
+fn ended<C: Connection>(shared: &Shared<C>, reason: Status) {
+    tracing::debug!(peer = %shared.conn.peer(), "channel closed: {}", reason.message());
+    shared.calls.lock().close(reason);
+    shared.conn.close();
+}
+
+/// The receive path for a transport that runs to completion ([`Connection::push_to`]):
+/// the transport's completion path hands each response straight to its caller, with no
+/// receive task in between.
+struct Dispatch<C: Connection> {
+    shared: std::sync::Weak<Shared<C>>,
+    /// Set once the connection ended (frames after that are dropped).
+    ended: AtomicBool,
+}
+
+impl<C: Connection> FrameSink<C::RecvBuf> for Dispatch<C> {
+    fn frame(&self, buf: C::RecvBuf) {
+        if self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        if let Err(reason) = dispatch(&shared, buf) {
+            self.ended.store(true, Ordering::Release);
+            ended(&shared, reason);
+        }
+    }
+
+    fn closed(&self, result: Result<(), TransportError>) {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(shared) = self.shared.upgrade() {
+            let reason = match result {
+                Ok(()) => Status::unavailable("connection closed by peer"),
+                Err(e) => Status::unavailable(e.to_string()),
+            };
+            ended(&shared, reason);
+        }
+    }
 }
 
 /// Sends control frames queued from synchronous contexts, until the channel's state is
