@@ -33,6 +33,10 @@ pub struct RdmaConfig {
     /// sleeps on the completion channel. Default 50 µs: low latency under load at the
     /// price of some CPU while idle-but-busy.
     pub poll_spin: Duration,
+    /// How long the driver keeps busy-polling, instead of `poll_spin`, while this side
+    /// has sent more frames than it received (a client awaiting replies): the reply is
+    /// then reaped without the completion channel's wake-up. Default 1 ms.
+    pub await_spin: Duration,
     /// A ping is sent after this much silence from the peer. Default 1 s.
     pub ping_interval: Duration,
     /// The peer is declared dead after this much silence (pings unanswered); its calls
@@ -80,6 +84,7 @@ impl Default for RdmaConfig {
             eager_threshold: None,
             max_message_size: rpc_core::DEFAULT_MAX_MESSAGE_SIZE,
             poll_spin: Duration::from_micros(50),
+            await_spin: Duration::from_millis(1),
             ping_interval: Duration::from_secs(1),
             ping_timeout: Duration::from_secs(5),
             read_chunk: 1 << 20,

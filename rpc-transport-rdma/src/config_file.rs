@@ -11,6 +11,7 @@
 //! slot_size = 8192
 //! eager_threshold = 4096      # frames above go by RDMA READ
 //! poll_spin_us = 50
+//! await_spin_us = 1000
 //! ping_interval_ms = 1000
 //! ping_timeout_ms = 5000
 //! read_chunk = 1048576
@@ -178,6 +179,8 @@ pub struct RdmaSection {
     pub eager_threshold: Option<usize>,
     /// [`RdmaConfig::poll_spin`](crate::RdmaConfig::poll_spin) in microseconds.
     pub poll_spin_us: Option<u64>,
+    /// [`RdmaConfig::await_spin`](crate::RdmaConfig::await_spin) in microseconds.
+    pub await_spin_us: Option<u64>,
     /// [`RdmaConfig::ping_interval`](crate::RdmaConfig::ping_interval) in milliseconds.
     pub ping_interval_ms: Option<u64>,
     /// [`RdmaConfig::ping_timeout`](crate::RdmaConfig::ping_timeout) in milliseconds.
@@ -245,6 +248,7 @@ impl FileConfig {
                 slot_size: num(&get, "RPC_RDMA_SLOT_SIZE")?,
                 eager_threshold: num(&get, "RPC_RDMA_EAGER_THRESHOLD")?,
                 poll_spin_us: num(&get, "RPC_RDMA_POLL_SPIN_US")?,
+                await_spin_us: num(&get, "RPC_RDMA_AWAIT_SPIN_US")?,
                 ping_interval_ms: num(&get, "RPC_RDMA_PING_INTERVAL_MS")?,
                 ping_timeout_ms: num(&get, "RPC_RDMA_PING_TIMEOUT_MS")?,
                 read_chunk: num(&get, "RPC_RDMA_READ_CHUNK")?,
@@ -298,6 +302,9 @@ impl FileConfig {
         }
         if let Some(v) = r.poll_spin_us {
             c.poll_spin = Duration::from_micros(v);
+        }
+        if let Some(v) = r.await_spin_us {
+            c.await_spin = Duration::from_micros(v);
         }
         if let Some(v) = r.ping_interval_ms {
             c.ping_interval = Duration::from_millis(v);

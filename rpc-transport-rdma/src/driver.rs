@@ -3,7 +3,8 @@
 //!
 //! Loop order: poll the CQ in batches; after each non-empty batch, handle every event,
 //! then send due control traffic. When the CQ is empty, keep polling for
-//! `RdmaConfig::poll_spin` (lowest latency under load), then arm the CQ notification,
+//! `RdmaConfig::poll_spin` (lowest latency under load), or `RdmaConfig::await_spin` while
+//! this side sent more frames than it received (replies are due), then arm the CQ notification,
 //! poll once more (a completion may have arrived between the last poll and the arming),
 //! and sleep on the completion channel's file descriptor through tokio, together with
 //! the side-channel socket (its end means the peer process is gone) and the close signal.
@@ -69,7 +70,12 @@ pub(crate) async fn run(
             }
         }
         let since = *idle_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < inner.config.poll_spin {
+        let spin = if inner.state.lock().session.awaiting() {
+            inner.config.await_spin.max(inner.config.poll_spin)
+        } else {
+            inner.config.poll_spin
+        };
+        if since.elapsed() < spin {
             tokio::task::yield_now().await;
             continue;
         }

@@ -14,8 +14,14 @@
 //! - [`connect`], [`AnyListener`], [`AnyConnection`]: choosing the transport from a URL
 //!   (`any.rs`).
 //! - [`RdmaConnection`]: one connection (`connection.rs`); its completion driver
-//!   (`driver.rs`); set-up and handshake (`setup.rs`, `handshake.rs`).
-//! - `protocol/`: slot layout and credits, sans-IO.
+//!   (`driver.rs`), which pumps the protocol session and, once the runtime asked for it
+//!   (`Connection::push_to`), hands each received frame straight to the runtime (a
+//!   client's call completes on the completion path); set-up and handshake (`setup.rs`,
+//!   `handshake.rs`).
+//! - `protocol/`: sans-IO. `session.rs` is the protocol state of one connection (credits,
+//!   loans lent and borrowed, READ scheduling, arrival order, pings, liveness, the loan
+//!   timeout; close reasons as an enum), tested as a pair over a simulated wire; slot
+//!   layout (`message.rs`), credit rules (`credits.rs`) and loan accounting (`loans.rs`).
 //! - `pool.rs`: registered rendezvous buffers.
 //! - `verbs/`: safe wrappers over libibverbs, the crate's only `unsafe` code.
 //! - [`RdmaConfig`], [`TransportSettings`], [`FileConfig`]: settings.

@@ -185,6 +185,10 @@ pub(crate) struct Session<F> {
     pinged: Option<Instant>,
     pong_due: bool,
     last_heard: Instant,
+    /// Data frames sent and received (eager, rendezvous, refused): more sent than
+    /// received means replies are likely on their way.
+    frames_sent: u64,
+    frames_received: u64,
     phase: Phase,
 }
 
@@ -209,6 +213,8 @@ impl<F> Session<F> {
             pinged: None,
             pong_due: false,
             last_heard: now,
+            frames_sent: 0,
+            frames_received: 0,
             phase: Phase::Open,
         }
     }
@@ -270,12 +276,21 @@ impl<F> Session<F> {
     /// Takes a credit for a data message (keeping the reserve for control).
     #[must_use]
     pub(crate) fn try_take_data(&mut self) -> bool {
-        self.credits.try_take_data()
+        let taken = self.credits.try_take_data();
+        self.frames_sent += u64::from(taken);
+        taken
     }
 
     /// Gives back a credit taken for a message that was never posted.
     pub(crate) fn untake(&mut self) {
         self.credits.untake();
+        self.frames_sent -= 1;
+    }
+
+    /// Whether this side sent more data frames than it received: a client awaiting
+    /// replies (the driver then keeps polling rather than sleeping).
+    pub(crate) fn awaiting(&self) -> bool {
+        self.frames_sent > self.frames_received
     }
 
     /// Reserves room in the lending limit for a frame of `len` bytes.
@@ -324,7 +339,8 @@ impl<F> Session<F> {
     ///
     /// # Errors
     /// A malformed frame header.
-    pub(crate) fn classify_eager(&self, frame: &[u8]) -> Result<Option<Header>, Close> {
+    pub(crate) fn classify_eager(&mut self, frame: &[u8]) -> Result<Option<Header>, Close> {
+        self.frames_received += 1;
         match Header::decode(frame) {
             Ok(Some(header)) if header.payload_len as usize > self.cfg.max_message_size => {
                 Ok(Some(header))
@@ -342,6 +358,7 @@ impl<F> Session<F> {
     /// A lie (a length other than its header's), a malformed header, or a loan beyond
     /// what this side announced.
     pub(crate) fn handle_descriptor(&mut self, d: Rendezvous) -> Result<Option<Header>, Close> {
+        self.frames_received += 1;
         let len = usize::try_from(d.len).unwrap_or(usize::MAX);
         let header = match Header::decode(&d.header) {
             Ok(Some(header)) => header,
