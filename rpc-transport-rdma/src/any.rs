@@ -58,6 +58,8 @@ impl TransportSettings {
 /// A connection over whichever transport was negotiated.
 #[derive(Debug)]
 #[non_exhaustive]
+// One per peer and long-lived: the size of the TCP variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum AnyConnection {
     /// TCP.
     Tcp(TcpConnection),

@@ -19,9 +19,10 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use rpc_core::wire::HEADER_LEN;
 use rpc_core::{Connection, FrameSink, TransportError, MAX_METADATA_LEN};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 
 use crate::counters::{Counters, RdmaCounters};
+use crate::driver::Poller;
 use crate::pool::{LargeBuf, LargePool};
 use crate::protocol::session::{Close, Session};
 use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN};
@@ -33,8 +34,6 @@ use crate::RdmaConfig;
 #[derive(Debug)]
 pub struct RdmaConnection {
     pub(crate) inner: Arc<Inner>,
-    /// Received frames, from the completion driver. `None` once the driver is gone.
-    pub(crate) incoming: tokio::sync::Mutex<mpsc::UnboundedReceiver<RecvBuf>>,
 }
 
 /// State shared by the connection, its driver and its buffers.
@@ -52,8 +51,12 @@ pub(crate) struct Inner {
     pub(crate) closed: watch::Sender<Option<Close>>,
     pub(crate) counters: Counters,
     /// Where received frames go once the runtime asked for them to be pushed
-    /// ([`Connection::push_to`]); until then, the `incoming` queue.
+    /// ([`Connection::push_to`]); until then they wait in the session for `recv`.
     pub(crate) upward: Mutex<Upward>,
+    /// Completion polling, by the driver or by a receiving task, whoever takes it.
+    pub(crate) poller: Mutex<Poller>,
+    /// Woken when frames wait for `recv`, or the connection ends.
+    pub(crate) arrived: Notify,
     pub(crate) tx_pool: LargePool,
     pub(crate) rx_pool: LargePool,
     pub(crate) config: RdmaConfig,
@@ -76,6 +79,9 @@ pub(crate) struct Upward {
     pub(crate) sink: Option<Arc<dyn FrameSink<RecvBuf>>>,
     /// The driver finished: the sink, set now or later, has (or gets) the end.
     pub(crate) ended: bool,
+    /// The connection handle is gone: nobody will receive (frames are dropped, not
+    /// kept: a kept frame holds the connection's state alive).
+    pub(crate) receiver_gone: bool,
 }
 
 impl std::fmt::Debug for Upward {
@@ -83,6 +89,7 @@ impl std::fmt::Debug for Upward {
         f.debug_struct("Upward")
             .field("sink", &self.sink.is_some())
             .field("ended", &self.ended)
+            .field("receiver_gone", &self.receiver_gone)
             .finish()
     }
 }
@@ -422,13 +429,31 @@ impl Connection for RdmaConnection {
         }
     }
 
+    /// Takes the next frame the session has in order; when there is none, polls the
+    /// completion queue itself (under load the next frame is usually there: no hop
+    /// through the driver), and only then waits for the driver.
     async fn recv(&self) -> Result<Option<RecvBuf>, TransportError> {
-        match self.incoming.lock().await.recv().await {
-            Some(buf) => Ok(Some(buf)),
-            None => match self.inner.closed.borrow().as_ref() {
-                Some(why) if !why.is_clean() => Err(TransportError::Other(why.to_string())),
-                _ => Ok(None),
-            },
+        let inner = &self.inner;
+        loop {
+            let notified = inner.arrived.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a wake-up in between is not lost.
+            notified.as_mut().enable();
+            {
+                let mut state = inner.state.lock();
+                if let Some(frame) = state.session.poll_deliver() {
+                    return Ok(Some(frame));
+                }
+                if state.session.is_closed() {
+                    drop(state);
+                    return inner.end_result().map(|()| None);
+                }
+            }
+            match crate::driver::progress(inner) {
+                Ok(0) => notified.await,
+                Ok(_) => {}
+                Err(why) => inner.fail(why),
+            }
         }
     }
 
@@ -437,22 +462,25 @@ impl Connection for RdmaConnection {
     }
 
     fn push_to(&self, sink: Arc<dyn FrameSink<RecvBuf>>) -> bool {
-        let mut upward = self.inner.upward.lock();
-        if upward.sink.is_some() {
-            return false;
-        }
-        // Someone is receiving: stay with the queue.
-        let Ok(mut queue) = self.incoming.try_lock() else {
-            return false;
+        // Nobody polls meanwhile, so the frames waiting now go up before any later ones.
+        let _polling = self.inner.poller.lock();
+        let ended = {
+            let mut upward = self.inner.upward.lock();
+            if upward.sink.is_some() {
+                return false;
+            }
+            upward.sink = Some(sink.clone());
+            upward.ended
         };
-        // Frames queued before now go first (the driver waits on `upward` meanwhile).
-        while let Ok(frame) = queue.try_recv() {
+        // Outside the `upward` lock: the sink's work may drop this handle, whose drop
+        // takes it.
+        let waiting = self.inner.state.lock().session.take_ready();
+        for frame in waiting {
             sink.frame(frame);
         }
-        if upward.ended {
+        if ended {
             sink.closed(self.inner.end_result());
         }
-        upward.sink = Some(sink);
         true
     }
 
@@ -464,6 +492,13 @@ impl Connection for RdmaConnection {
 impl Drop for RdmaConnection {
     fn drop(&mut self) {
         self.inner.close_gracefully();
+        // Frames nobody will receive hold the connection's state: let them go.
+        let waiting = {
+            let mut upward = self.inner.upward.lock();
+            upward.receiver_gone = true;
+            self.inner.state.lock().session.take_ready()
+        };
+        drop(waiting);
     }
 }
 

@@ -122,6 +122,7 @@ impl Inner {
             tracing::warn!(peer = %self.peer, "RDMA connection failed: {why}");
         }
         self.closed.send_replace(Some(why));
+        self.arrived.notify_one();
         if let Err(e) = self.rings.fail() {
             tracing::debug!("moving the QP to the error state: {e}");
         }

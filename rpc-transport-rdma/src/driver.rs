@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 
 use crate::connection::{Inner, Received, RecvBuf};
 use crate::counters::Counters;
@@ -28,13 +27,45 @@ const POLL_BATCH: usize = 32;
 pub(crate) const READ_WR_BUDGET: usize = 32;
 const _: () = assert!(crate::protocol::session::MAX_CHUNKS <= READ_WR_BUDGET);
 
+/// What polling the completion queue needs; one per connection, taken by whoever polls
+/// (the driver, or a task in `recv`).
+pub(crate) struct Poller {
+    wcs: Box<[rdma_sys::ibv_wc]>,
+    scratch: Vec<crate::verbs::Completion>,
+    events: Vec<Event>,
+}
+
+impl Poller {
+    pub(crate) fn new() -> Poller {
+        Poller {
+            wcs: wc_buffer(POLL_BATCH),
+            scratch: Vec::with_capacity(POLL_BATCH),
+            events: Vec::with_capacity(POLL_BATCH),
+        }
+    }
+
+    fn poll(&mut self, inner: &Arc<Inner>) -> Result<usize, Close> {
+        poll_and_handle(inner, &mut self.wcs, &mut self.scratch, &mut self.events)
+    }
+}
+
+impl std::fmt::Debug for Poller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poller").finish_non_exhaustive()
+    }
+}
+
+/// Polls the completion queue once, unless another task is polling it: returns the
+/// completions handled (0 also when another task polls).
+pub(crate) fn progress(inner: &Arc<Inner>) -> Result<usize, Close> {
+    match inner.poller.try_lock() {
+        Some(mut poller) => poller.poll(inner),
+        None => Ok(0),
+    }
+}
+
 /// Runs the connection until it fails or is closed.
-pub(crate) async fn run(
-    inner: Arc<Inner>,
-    channel: Arc<CompChannel>,
-    mut side: TcpStream,
-    incoming: mpsc::UnboundedSender<RecvBuf>,
-) {
+pub(crate) async fn run(inner: Arc<Inner>, channel: Arc<CompChannel>, mut side: TcpStream) {
     let channel = match register_channel(channel) {
         Ok(fd) => fd,
         Err(e) => {
@@ -44,17 +75,16 @@ pub(crate) async fn run(
         }
     };
     let mut closed = inner.closed.subscribe();
-    let mut wcs = wc_buffer(POLL_BATCH);
-    let mut scratch = Vec::with_capacity(POLL_BATCH);
-    let mut events = Vec::with_capacity(POLL_BATCH);
     let mut side_buf = [0u8; 64];
     let mut idle_since: Option<Instant> = None;
+    let mut spin = inner.config.poll_spin;
+    let mut turns = 0u32;
     let mut batches = 0u32;
     loop {
         if closed.borrow().is_some() {
             break;
         }
-        match poll_and_handle(&inner, &mut wcs, &mut scratch, &mut events, &incoming) {
+        match progress(&inner) {
             Ok(0) => {}
             Ok(_) => {
                 idle_since = None;
@@ -69,13 +99,21 @@ pub(crate) async fn run(
                 break;
             }
         }
-        let since = *idle_since.get_or_insert_with(Instant::now);
-        let spin = if inner.state.lock().session.awaiting() {
-            inner.config.await_spin.max(inner.config.poll_spin)
-        } else {
-            inner.config.poll_spin
+        // The clock is read every 8th turn only (a system call where the clock source is
+        // not the TSC, as in emulated guests).
+        turns = turns.wrapping_add(1);
+        let since = match idle_since {
+            Some(since) => since,
+            None => {
+                spin = if inner.state.lock().session.awaiting() {
+                    inner.config.await_spin.max(inner.config.poll_spin)
+                } else {
+                    inner.config.poll_spin
+                };
+                *idle_since.insert(Instant::now())
+            }
         };
-        if since.elapsed() < spin {
+        if turns % 8 != 0 || since.elapsed() < spin {
             tokio::task::yield_now().await;
             continue;
         }
@@ -83,8 +121,10 @@ pub(crate) async fn run(
             inner.fail(Close::Failed(format!("arming the completion queue: {e}")));
             break;
         }
-        // A completion that arrived before arming raised no event: poll once more.
-        match poll_and_handle(&inner, &mut wcs, &mut scratch, &mut events, &incoming) {
+        // A completion that arrived before arming raised no event: poll once more, and
+        // really (a receiving task that polls now may have looked before it arrived).
+        let polled = inner.poller.lock().poll(&inner);
+        match polled {
             Ok(0) => {}
             Ok(_) => {
                 idle_since = None;
@@ -129,17 +169,24 @@ pub(crate) async fn run(
     }
     // Tell the peer at once (its side channel ends), rather than after its ping timeout.
     drop(side);
-    drop(incoming);
     // Frames held by the session hold the connection: release them (outside the lock).
     let held = inner.state.lock().session.close(Close::Local);
     drop(held);
-    {
+    let (sink, waiting) = {
         let mut upward = inner.upward.lock();
         upward.ended = true;
-        if let Some(sink) = &upward.sink {
-            sink.closed(inner.end_result());
-        }
+        // Nobody will receive what is left: it holds the connection's state.
+        let waiting = upward
+            .receiver_gone
+            .then(|| inner.state.lock().session.take_ready());
+        (upward.sink.clone(), waiting)
+    };
+    drop(waiting);
+    // Outside the lock: the sink's work may drop the connection handle, whose drop takes it.
+    if let Some(sink) = sink {
+        sink.closed(inner.end_result());
     }
+    inner.arrived.notify_one();
     // Completions still arriving may tell why the QP failed (the send and receive sides
     // of a software provider report independently): log the first real error.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -156,7 +203,6 @@ fn poll_and_handle(
     wcs: &mut [rdma_sys::ibv_wc],
     scratch: &mut Vec<crate::verbs::Completion>,
     events: &mut Vec<Event>,
-    incoming: &mpsc::UnboundedSender<RecvBuf>,
 ) -> Result<usize, Close> {
     let n = inner
         .rings
@@ -177,39 +223,42 @@ fn poll_and_handle(
         }
     }
     start_reads(inner)?;
-    hand_up(inner, incoming);
+    hand_up(inner);
     inner.flush_control();
     result
 }
 
-/// Hands up the frames the session has ready, in order, and drops those it discarded
-/// (outside the lock: dropping a frame re-enters the connection).
-fn hand_up(inner: &Inner, incoming: &mpsc::UnboundedSender<RecvBuf>) {
-    let (ready, discarded) = {
+/// Hands up the frames the session has ready, in order: to the runtime's sink when it
+/// takes frames from here, else they stay in the session for `recv`, which is woken.
+/// Drops the frames the session discarded. Runs under the poller lock (so frames go up
+/// in order, one batch at a time) and outside every other lock: dropping a frame, or
+/// the sink's work, re-enters the connection.
+fn hand_up(inner: &Inner) {
+    let (sink, gone) = {
+        let upward = inner.upward.lock();
+        (upward.sink.clone(), upward.receiver_gone)
+    };
+    let (ready, discarded, waiting) = {
         let mut state = inner.state.lock();
-        let mut ready = Vec::new();
-        while let Some(frame) = state.session.poll_deliver() {
-            ready.push(frame);
+        let discarded = state.session.take_discarded();
+        if sink.is_some() || gone {
+            (state.session.take_ready(), discarded, false)
+        } else {
+            (Default::default(), discarded, state.session.has_ready())
         }
-        (ready, state.session.take_discarded())
     };
     drop(discarded);
-    if ready.is_empty() {
-        return;
-    }
-    let upward = inner.upward.lock();
-    match &upward.sink {
+    match sink {
         // Run to completion: the runtime completes each call from here.
         Some(sink) => {
             for frame in ready {
                 sink.frame(frame);
             }
         }
-        None => {
-            for frame in ready {
-                let _ = incoming.send(frame);
-            }
-        }
+        None => drop(ready),
+    }
+    if waiting {
+        inner.arrived.notify_one();
     }
 }
 
@@ -308,7 +357,7 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
     let prefix =
         Prefix::decode(bytes).map_err(|e| Close::Violation(format!("malformed message: {e}")))?;
     let mut state = inner.state.lock();
-    state.session.handle_message(&prefix, Instant::now())?;
+    state.session.handle_message(&prefix)?;
     match prefix.kind {
         Kind::Data => match state.session.classify_eager(&bytes[PREFIX_LEN..])? {
             Some(header) => {

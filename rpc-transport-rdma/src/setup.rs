@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use rpc_core::TransportError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 
 use crate::connection::{max_frame, Inner, RdmaConnection, State};
 use crate::counters::Counters;
@@ -174,6 +174,8 @@ impl Connected {
             closed,
             counters: Counters::default(),
             upward: Default::default(),
+            poller: Mutex::new(driver::Poller::new()),
+            arrived: Notify::new(),
             tx_pool: LargePool::new(self.pd.clone(), Access::Lendable, config.pool_keep_bytes),
             rx_pool: LargePool::new(self.pd.clone(), Access::Local, config.pool_keep_bytes),
             config: config.clone(),
@@ -182,17 +184,13 @@ impl Connected {
             eager_limit,
         });
         crate::events::register(self.device.context.name(), qp_num, &inner);
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(driver::run(inner.clone(), self.channel, side, tx));
+        tokio::spawn(driver::run(inner.clone(), self.channel, side));
         tokio::spawn(driver::keepalive(
             Arc::downgrade(&inner),
             (config.ping_interval / 2).min(config.loan_timeout / 2),
         ));
         tracing::debug!(peer = %inner.peer, device = self.device.context.name(), eager_limit, "RDMA connection established");
-        RdmaConnection {
-            inner,
-            incoming: tokio::sync::Mutex::new(rx),
-        }
+        RdmaConnection { inner }
     }
 }
 

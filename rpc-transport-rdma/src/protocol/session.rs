@@ -8,7 +8,7 @@
 //!
 //! ```text
 //!   inputs                                   outputs
-//!   handle_message(prefix, now)              poll_read()      -> READ to post
+//!   handle_message(prefix)                   poll_read()      -> READ to post
 //!   classify_eager(frame) / deliver(frame)   poll_control()   -> control message to send
 //!   handle_descriptor(rendezvous)            poll_deliver()   -> frame to hand up, in order
 //!   handle_read_complete(tag, ..)            poll_timeout()   -> when handle_timeout is due
@@ -184,7 +184,13 @@ pub(crate) struct Session<F> {
     /// When a ping was last asked for: at most one per ping interval.
     pinged: Option<Instant>,
     pong_due: bool,
+    /// When a message was last seen to have arrived, as of the last `handle_timeout`.
     last_heard: Instant,
+    /// Messages received in all, and as of the last `handle_timeout`: the receive path
+    /// only counts (no clock read per message; liveness is judged at timer resolution,
+    /// which only ever makes the measured silence shorter than the real one).
+    heard: u64,
+    heard_seen: u64,
     /// Data frames sent and received (eager, rendezvous, refused): more sent than
     /// received means replies are likely on their way.
     frames_sent: u64,
@@ -213,6 +219,8 @@ impl<F> Session<F> {
             pinged: None,
             pong_due: false,
             last_heard: now,
+            heard: 0,
+            heard_seen: 0,
             frames_sent: 0,
             frames_received: 0,
             phase: Phase::Open,
@@ -250,13 +258,18 @@ impl<F> Session<F> {
 
     /// Ends the session. Returns the frames it held (to drop outside the lock, since
     /// dropping a frame re-enters the connection), or `None` if it had already ended.
+    /// After a clean close, frames already in order stay for [`Session::poll_deliver`]
+    /// (what the peer sent before it closed is still received); after a failure they go.
     pub(crate) fn close(&mut self, why: Close) -> Option<Vec<F>> {
         if self.is_closed() {
             return None;
         }
+        let clean = why.is_clean();
         self.phase = Phase::Closed(why);
         let mut held = std::mem::take(&mut self.discarded);
-        held.extend(self.ready.drain(..));
+        if !clean {
+            held.extend(self.ready.drain(..));
+        }
         held.extend(self.in_order.drain(..).filter_map(|place| match place {
             InOrder::Ready(frame) => Some(frame),
             InOrder::Reading(_) => None,
@@ -323,8 +336,8 @@ impl<F> Session<F> {
     ///
     /// # Errors
     /// The peer acknowledged messages never sent.
-    pub(crate) fn handle_message(&mut self, prefix: &Prefix, now: Instant) -> Result<(), Close> {
-        self.last_heard = now;
+    pub(crate) fn handle_message(&mut self, prefix: &Prefix) -> Result<(), Close> {
+        self.heard += 1;
         self.credits
             .handle_peer_reposted(prefix.reposted)
             .map_err(Close::Violation)?;
@@ -493,6 +506,16 @@ impl<F> Session<F> {
         self.ready.pop_front()
     }
 
+    /// Whether frames wait for [`Session::poll_deliver`].
+    pub(crate) fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// Every frame waiting to go up, taken (the receiver is gone, or they go to a sink).
+    pub(crate) fn take_ready(&mut self) -> VecDeque<F> {
+        std::mem::take(&mut self.ready)
+    }
+
     /// Frames the session will not hand up, to drop outside the connection's lock.
     pub(crate) fn take_discarded(&mut self) -> Vec<F> {
         std::mem::take(&mut self.discarded)
@@ -583,6 +606,10 @@ impl<F> Session<F> {
             if now.saturating_duration_since(oldest) > self.cfg.loan_timeout {
                 return Err(Close::LoanTimeout(self.cfg.loan_timeout));
             }
+        }
+        if self.heard != self.heard_seen {
+            self.heard_seen = self.heard;
+            self.last_heard = now;
         }
         if self.ping_due && !self.credits.can_ping() {
             // The peer holds every credit but the reserve, which a ping may not spend:

@@ -288,8 +288,7 @@ impl World {
     }
 
     fn handle(&mut self, i: usize, m: Message) -> Result<(), Close> {
-        let now = self.now;
-        self.sides[i].s.handle_message(&m.prefix, now)?;
+        self.sides[i].s.handle_message(&m.prefix)?;
         match m.body {
             Body::Data(frame) => {
                 let mut bytes = vec![0u8; frame.len.min(self.eager_limit)];
@@ -604,7 +603,8 @@ fn a_close_in_the_middle_of_reads_gives_everything_back() {
         }
         closed_mid_read += 1;
         let now = w.now;
-        w.sides[1].close(Close::Local, now);
+        // A failure (a clean close keeps what is already in order for the receiver).
+        w.sides[1].close(Close::Failed("cancelled".into()), now);
         let got = w.sides[1].got.len();
         assert!(w.sides[1].s.in_order.is_empty() && w.sides[1].s.ready.is_empty());
         for _ in 0..200 {
@@ -645,7 +645,7 @@ fn a_lying_peer_is_caught() {
         reposted,
     };
     assert!(
-        matches!(s.handle_message(&prefix(1), now), Err(Close::Violation(_))),
+        matches!(s.handle_message(&prefix(1)), Err(Close::Violation(_))),
         "acks for nothing sent"
     );
     let frame = |id, len| AppFrame { id, len };
@@ -723,7 +723,7 @@ fn held_frames_are_bounded_and_given_back_on_close() {
         s.deliver(Up::Refused(0)),
         Err(Close::Violation(_))
     ));
-    let held = s.close(Close::Local).expect("first close");
+    let held = s.close(Close::Failed("test".into())).expect("first close");
     assert_eq!(
         held.len(),
         max,
@@ -738,4 +738,29 @@ fn held_frames_are_bounded_and_given_back_on_close() {
         1,
         "a READ finished after the close is dropped"
     );
+}
+
+#[test]
+fn a_clean_close_keeps_what_is_in_order_and_a_failure_drops_it() {
+    let now = Instant::now();
+    let mut rng = Rng(13);
+    let (cfg, _) = config(&mut rng);
+    for (why, kept) in [(Close::PeerClosed, 2), (Close::Violation("lie".into()), 0)] {
+        let mut s: Session<Up> = Session::new(cfg.clone(), now);
+        s.deliver(Up::Eager(1)).unwrap();
+        s.deliver(Up::Eager(2)).unwrap();
+        let held = s.close(why).unwrap();
+        assert_eq!(held.len(), 2 - kept);
+        let mut got = 0;
+        while s.poll_deliver().is_some() {
+            got += 1;
+        }
+        assert_eq!(
+            got, kept,
+            "what the peer sent before a clean close is still received"
+        );
+        s.deliver(Up::Eager(3)).unwrap();
+        assert!(s.poll_deliver().is_none(), "nothing new after the close");
+        assert_eq!(s.take_discarded().len(), 1);
+    }
 }
