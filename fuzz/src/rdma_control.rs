@@ -37,7 +37,6 @@ pub fn rdma_control(data: &[u8]) {
         "message shorter than the prefix accepted"
     );
     let mut expected = data.to_vec();
-    expected[4..8].fill(0);
     let body_len = data.len() - PREFIX_LEN;
     match &m.body {
         ControlBody::Data { frame, header } => {
@@ -69,6 +68,10 @@ pub fn rdma_control(data: &[u8]) {
         u64::from(m.n_tokens),
         read_le(data, 2, 2).expect("in the prefix")
     );
+    assert_eq!(
+        u64::from(m.granted),
+        read_le(data, 4, 4).expect("in the prefix")
+    );
     assert_eq!(m.reposted, read_le(data, 8, 8).expect("in the prefix"));
     assert_eq!(m.reencoded, expected, "message does not re-encode");
 }
@@ -84,6 +87,11 @@ pub fn fields(data: &[u8]) -> Vec<Field> {
         Field::new(0, 1, vec![0, 1, 2, 3, 4, 0xff]),
         Field::new(1, 1, vec![0, 1, 2, 3, 0xff]),
         Field::length(2, 2, n_tokens, body / 8),
+        Field::new(
+            4,
+            4,
+            vec![0, 1, 4, 64, 1 << 16, (1 << 16) + 1, u32::MAX.into()],
+        ),
         Field::new(
             8,
             8,

@@ -17,10 +17,14 @@ pub struct RdmaConfig {
     /// RDMA device to use, e.g. `"mlx5_0"` or `"rxe0"`. Default: the device that owns the
     /// local IP address of the side-channel socket (what rdma_cm would pick).
     pub device: Option<String>,
-    /// Slots of the send ring and of the receive ring. Default 64. More slots allow more
-    /// small messages in flight before a sender waits for credits; each costs
+    /// Slots the send ring and the receive ring may grow to. Default 64. More slots allow
+    /// more small messages in flight before a sender waits for credits; each costs
     /// `slot_size` of registered memory twice per connection.
     pub ring_slots: u32,
+    /// Slots each ring starts with (at least 4; at most `ring_slots`). Default 4: an idle
+    /// connection registers 2 x 4 x `slot_size` (64 KiB by default). A ring doubles when
+    /// the peer runs out of credit, up to `ring_slots`.
+    pub initial_ring_slots: u32,
     /// Bytes per slot, at least [`MIN_SLOT_SIZE`]. Default 8 KiB. Messages whose frame
     /// (plus the 16-byte slot prefix) fits travel eagerly by SEND.
     pub slot_size: u32,
@@ -80,6 +84,7 @@ impl Default for RdmaConfig {
         RdmaConfig {
             device: None,
             ring_slots: 64,
+            initial_ring_slots: 4,
             slot_size: 8 * 1024,
             eager_threshold: None,
             max_message_size: rpc_core::DEFAULT_MAX_MESSAGE_SIZE,
@@ -100,6 +105,11 @@ impl Default for RdmaConfig {
 }
 
 impl RdmaConfig {
+    /// Slots each ring starts with: `initial_ring_slots`, at most `ring_slots`.
+    pub(crate) fn initial_slots(&self) -> u32 {
+        self.initial_ring_slots.clamp(4, self.ring_slots.max(4))
+    }
+
     /// Sets [`RdmaConfig::max_message_size`].
     ///
     /// ```
@@ -138,6 +148,12 @@ impl RdmaConfig {
             return Err(format!(
                 "ring_slots {} is outside 4..=4096",
                 self.ring_slots
+            ));
+        }
+        if self.initial_ring_slots < 4 {
+            return Err(format!(
+                "initial_ring_slots {} is below 4",
+                self.initial_ring_slots
             ));
         }
         if self.ping_timeout <= self.ping_interval {

@@ -7,7 +7,8 @@
 //!
 //! [rdma]
 //! device = "rxe1"             # default: the device owning the socket's local address
-//! ring_slots = 64
+//! ring_slots = 64            # the most slots a ring grows to
+//! initial_ring_slots = 4      # slots a ring starts with
 //! slot_size = 8192
 //! eager_threshold = 4096      # frames above go by RDMA READ
 //! poll_spin_us = 50
@@ -173,6 +174,8 @@ pub struct RdmaSection {
     pub device: Option<String>,
     /// See [`RdmaConfig::ring_slots`](crate::RdmaConfig::ring_slots).
     pub ring_slots: Option<u32>,
+    /// See [`RdmaConfig::initial_ring_slots`](crate::RdmaConfig::initial_ring_slots).
+    pub initial_ring_slots: Option<u32>,
     /// See [`RdmaConfig::slot_size`](crate::RdmaConfig::slot_size).
     pub slot_size: Option<u32>,
     /// See [`RdmaConfig::eager_threshold`](crate::RdmaConfig::eager_threshold).
@@ -245,6 +248,7 @@ impl FileConfig {
             rdma: RdmaSection {
                 device: get("RPC_RDMA_DEVICE"),
                 ring_slots: num(&get, "RPC_RDMA_RING_SLOTS")?,
+                initial_ring_slots: num(&get, "RPC_RDMA_INITIAL_RING_SLOTS")?,
                 slot_size: num(&get, "RPC_RDMA_SLOT_SIZE")?,
                 eager_threshold: num(&get, "RPC_RDMA_EAGER_THRESHOLD")?,
                 poll_spin_us: num(&get, "RPC_RDMA_POLL_SPIN_US")?,
@@ -290,6 +294,9 @@ impl FileConfig {
         let (r, c) = (&self.rdma, &mut settings.rdma);
         if let Some(d) = &r.device {
             c.device = Some(d.clone());
+        }
+        if let Some(v) = r.initial_ring_slots {
+            c.initial_ring_slots = v;
         }
         if let Some(v) = r.ring_slots {
             c.ring_slots = v;

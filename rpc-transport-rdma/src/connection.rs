@@ -25,7 +25,7 @@ use crate::counters::{Counters, RdmaCounters};
 use crate::driver::Poller;
 use crate::pool::{LargeBuf, LargePool};
 use crate::protocol::session::{Close, Session};
-use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN};
+use crate::protocol::{Kind, Rendezvous, PREFIX_LEN};
 use crate::verbs::{CompletionQueue, RecvSlot, RegisteredTarget, Rings, SendBuf, SendSlot, Target};
 use crate::RdmaConfig;
 
@@ -315,17 +315,11 @@ impl Inner {
             state.free_send.push(slot);
             return Err(self.close_error());
         }
-        let reposted = state.session.advertise();
+        let advert = state.session.advertise();
         let posted_len = match large {
             None => {
                 let bytes = self.rings.slot_mut(&mut slot);
-                Prefix {
-                    kind: Kind::Data,
-                    flags: 0,
-                    n_tokens: 0,
-                    reposted,
-                }
-                .encode(bytes);
+                advert.prefix(Kind::Data, 0).encode(bytes);
                 Counters::bump(&self.counters.eager_sends, 1);
                 PREFIX_LEN + send.len
             }
@@ -361,13 +355,7 @@ impl Inner {
                     "lending a rendezvous frame"
                 );
                 let bytes = self.rings.slot_mut(&mut slot);
-                Prefix {
-                    kind: Kind::Rendezvous,
-                    flags: 0,
-                    n_tokens: 0,
-                    reposted,
-                }
-                .encode(bytes);
+                advert.prefix(Kind::Rendezvous, 0).encode(bytes);
                 descriptor.encode(&mut bytes[PREFIX_LEN..]);
                 Counters::bump(&self.counters.rendezvous_sends, 1);
                 PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::connection::Inner;
 use crate::counters::Counters;
 use crate::protocol::session::Close;
-use crate::protocol::{Kind, Prefix, PREFIX_LEN};
+use crate::protocol::{Kind, PREFIX_LEN};
 use crate::verbs::RecvSlot;
 
 /// How long a graceful close waits for posted sends and lent buffers.
@@ -27,11 +27,11 @@ impl Inner {
             return self.fail(Close::Local);
         };
         let inner = self.clone();
-        let slots = self.rings.geometry().send_slots as usize;
         runtime.spawn(async move {
             let deadline = Instant::now() + CLOSE_GRACE;
             loop {
                 let settled = {
+                    let slots = inner.rings.send_slots() as usize;
                     let state = inner.state.lock();
                     state.session.is_closed()
                         || (state.free_send.len() == slots && state.session.loans() == 0)
@@ -80,13 +80,7 @@ impl Inner {
             let mut slot = state.free_send.pop().expect("checked non-empty");
             let n = control.tokens.len();
             let bytes = self.rings.slot_mut(&mut slot);
-            Prefix {
-                kind: Kind::Control,
-                flags: control.flags,
-                n_tokens: n as u16,
-                reposted: control.reposted,
-            }
-            .encode(bytes);
+            control.advert.prefix(Kind::Control, n as u16).encode(bytes);
             for (i, token) in control.tokens.iter().enumerate() {
                 let at = PREFIX_LEN + 8 * i;
                 bytes[at..at + 8].copy_from_slice(&token.to_le_bytes());

@@ -75,6 +75,10 @@ pub(crate) async fn run(inner: Arc<Inner>, channel: Arc<CompChannel>, mut side: 
         }
     };
     let mut closed = inner.closed.subscribe();
+    // The peer may start with more receive slots than we have send slots.
+    if let Err(why) = grow(&inner) {
+        return inner.fail(why);
+    }
     let mut side_buf = [0u8; 64];
     let mut idle_since: Option<Instant> = None;
     let mut spin = inner.config.poll_spin;
@@ -223,6 +227,7 @@ fn poll_and_handle(
         }
     }
     start_reads(inner)?;
+    grow(inner)?;
     hand_up(inner);
     inner.flush_control();
     result
@@ -260,6 +265,38 @@ fn hand_up(inner: &Inner) {
     if waiting {
         inner.arrived.notify_one();
     }
+}
+
+/// Grows the rings with use: the receive ring when the peer ran out of credit (the next
+/// message grants the new slots), the send ring when the peer grants more slots than
+/// there are send slots.
+fn grow(inner: &Inner) -> Result<(), Close> {
+    let (grow_recv, peer_slots) = {
+        let mut state = inner.state.lock();
+        (state.session.take_grow(), state.session.peer_slots())
+    };
+    if grow_recv {
+        let n = inner
+            .rings
+            .grow_recv()
+            .map_err(|e| Close::Failed(format!("growing the receive ring: {e}")))?;
+        if n > 0 {
+            inner.state.lock().session.grown(n);
+            tracing::debug!(peer = %inner.peer, slots = inner.rings.recv_slots(), "receive ring grew");
+        }
+    }
+    if peer_slots > u64::from(inner.rings.send_slots()) {
+        let slots = inner
+            .rings
+            .grow_send()
+            .map_err(|e| Close::Failed(format!("growing the send ring: {e}")))?;
+        if !slots.is_empty() {
+            inner.state.lock().free_send.extend(slots);
+            inner.space.notify_waiters();
+            tracing::debug!(peer = %inner.peer, slots = inner.rings.send_slots(), "send ring grew");
+        }
+    }
+    Ok(())
 }
 
 /// Handles one completion.

@@ -17,6 +17,8 @@ pub struct ControlMessage {
     pub flags: u8,
     /// The prefix's token count.
     pub n_tokens: u16,
+    /// The prefix's count of receive slots granted (0 = no news).
+    pub granted: u32,
     /// The prefix's running count of re-posted receives (the peer's credits).
     pub reposted: u64,
     /// The body, by kind.
@@ -100,6 +102,7 @@ pub fn decode_control(data: &[u8]) -> Result<ControlMessage, String> {
     Ok(ControlMessage {
         flags: prefix.flags,
         n_tokens: prefix.n_tokens,
+        granted: prefix.granted,
         reposted: prefix.reposted,
         body: decoded,
         reencoded,

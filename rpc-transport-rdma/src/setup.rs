@@ -68,8 +68,9 @@ fn prepare_at(config: &RdmaConfig, local: Option<Ipv4Addr>) -> Result<Prepared, 
         ..QpConfig::default()
     };
     let geometry = RingGeometry {
-        send_slots: config.ring_slots,
-        recv_slots: config.ring_slots,
+        send_slots: config.initial_slots(),
+        recv_slots: config.initial_slots(),
+        max_slots: config.ring_slots,
         slot_size: config.slot_size,
     };
     // A protection domain of its own: the keys of what this connection lends are
@@ -90,7 +91,7 @@ impl Prepared {
         Offer {
             mode,
             endpoint: self.rings.endpoint(),
-            recv_slots: config.ring_slots,
+            recv_slots: config.initial_slots(),
             slot_size: config.slot_size,
             rdv_budget: config.lend_budget(),
             max_loans: config.max_loans,
@@ -143,7 +144,8 @@ impl Connected {
         let max_frame = max_frame(config.max_message_size);
         let session_config = SessionConfig {
             peer_slots: remote.recv_slots,
-            own_slots: config.ring_slots,
+            own_slots: config.initial_slots(),
+            max_slots: config.ring_slots,
             credit_threshold: (config.ring_slots / 8).max(2),
             lend: LoanLimit {
                 bytes: config.lend_budget().min(remote.rdv_budget),

@@ -32,6 +32,8 @@ pub(crate) struct Credits {
     reposted: u64,
     advertised: u64,
     threshold: u64,
+    /// The threshold asked for; `threshold` is it capped below `own_slots`.
+    wanted_threshold: u64,
 }
 
 impl Credits {
@@ -46,7 +48,26 @@ impl Credits {
             reposted: 0,
             advertised: 0,
             threshold: u64::from(threshold.min(own_slots.saturating_sub(1)).max(2)),
+            wanted_threshold: u64::from(threshold),
         }
+    }
+
+    /// The peer has posted `slots` receive slots in all (its ring grew); never shrinks.
+    pub(crate) fn grow_peer(&mut self, slots: u64) {
+        self.peer_slots = self.peer_slots.max(slots);
+    }
+
+    /// We posted more receive slots: `slots` in all.
+    pub(crate) fn grow_own(&mut self, slots: u64) {
+        self.own_slots = self.own_slots.max(slots);
+        self.threshold = self
+            .wanted_threshold
+            .min(self.own_slots.saturating_sub(1))
+            .max(2);
+    }
+
+    pub(crate) fn peer_slots(&self) -> u64 {
+        self.peer_slots
     }
 
     /// Credits available now.
@@ -68,8 +89,16 @@ impl Credits {
     /// Takes a credit for a control message: the reserve only if the message returns
     /// credit (its [`Credits::advertise`] must be taken under the same lock).
     #[must_use]
+    #[cfg(test)]
     pub(crate) fn try_take_control(&mut self) -> bool {
-        let need = if self.reposted > self.advertised {
+        self.try_take_control_granting(false)
+    }
+
+    /// [`Credits::try_take_control`] for a message that may also grant the peer new
+    /// slots (`grants`), which gives it credit as a re-post does.
+    #[must_use]
+    pub(crate) fn try_take_control_granting(&mut self, grants: bool) -> bool {
+        let need = if grants || self.reposted > self.advertised {
             1
         } else {
             2

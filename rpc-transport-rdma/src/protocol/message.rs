@@ -3,7 +3,7 @@
 //! ```text
 //!  0     1      2          4          8                      16
 //!  +-----+------+----------+----------+----------------------+------------------------
-//!  |kind |flags | n_tokens | reserved | reposted (u64 LE)    | body
+//!  |kind |flags | n_tokens | granted  | reposted (u64 LE)    | body
 //!  +-----+------+----------+----------+----------------------+------------------------
 //!  DATA:        body = one whole rpc frame (header, metadata, payload)
 //!  RENDEZVOUS:  body = offset u64 | len u64 | rkey u32 | pad u32 | token u64 | rpc header (40)
@@ -11,7 +11,9 @@
 //!               flags: PING / PONG
 //! ```
 //! `reposted` is the sender's running count of the receiver's messages whose slots it has
-//! re-posted: the receiver's credits (see [`Credits`](super::Credits)).
+//! re-posted: the receiver's credits (see [`Credits`](super::Credits)). `granted` (u32 LE)
+//! is how many receive slots the sender has posted for the receiver in all (its ring grows
+//! with use; 0 = no news). Flag WANT: the sender ran out of credit (asks for more slots).
 
 use rpc_core::wire::HEADER_LEN;
 
@@ -37,6 +39,7 @@ pub(crate) struct Prefix {
     pub(crate) kind: Kind,
     pub(crate) flags: u8,
     pub(crate) n_tokens: u16,
+    pub(crate) granted: u32,
     pub(crate) reposted: u64,
 }
 
@@ -45,12 +48,14 @@ impl Prefix {
     pub(crate) const PING: u8 = 1;
     /// Control flag: the answer to a PING.
     pub(crate) const PONG: u8 = 2;
+    /// Any message: the sender ran out of credit and asks for more receive slots.
+    pub(crate) const WANT: u8 = 4;
 
     pub(crate) fn encode(&self, out: &mut [u8]) {
         out[0] = self.kind as u8;
         out[1] = self.flags;
         out[2..4].copy_from_slice(&self.n_tokens.to_le_bytes());
-        out[4..8].fill(0);
+        out[4..8].copy_from_slice(&self.granted.to_le_bytes());
         out[8..16].copy_from_slice(&self.reposted.to_le_bytes());
     }
 
@@ -75,6 +80,7 @@ impl Prefix {
             kind,
             flags: slot[1],
             n_tokens: u16::from_le_bytes([slot[2], slot[3]]),
+            granted: u32::from_le_bytes(slot[4..8].try_into().expect("4 bytes")),
             reposted: u64::from_le_bytes(slot[8..16].try_into().expect("8 bytes")),
         };
         let body = slot.len() - PREFIX_LEN;
@@ -138,13 +144,14 @@ mod tests {
             kind: Kind::Control,
             flags: Prefix::PING,
             n_tokens: 2,
+            granted: 0x40,
             reposted: 0x0102,
         };
         let mut b = [0xffu8; PREFIX_LEN + 16];
         p.encode(&mut b);
         assert_eq!(
             &b[..PREFIX_LEN],
-            &[3, 1, 2, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]
+            &[3, 1, 2, 0, 0x40, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]
         );
         assert_eq!(Prefix::decode(&b).unwrap(), p);
     }

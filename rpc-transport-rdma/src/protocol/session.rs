@@ -34,8 +34,10 @@ use super::{Borrower, Credits, Lender, LoanLimit, Prefix, Rendezvous};
 pub(crate) struct SessionConfig {
     /// Receive slots the peer posted (our credits).
     pub(crate) peer_slots: u32,
-    /// Receive slots we post (the peer's credits).
+    /// Receive slots we post at first (the peer's credits); the ring grows when the
+    /// peer runs out of credit (it says so: `Prefix::WANT`), doubling up to `max_slots`.
     pub(crate) own_slots: u32,
+    pub(crate) max_slots: u32,
     /// Unadvertised re-posts that make an explicit credit message due.
     pub(crate) credit_threshold: u32,
     /// What we may lend the peer at once (the smaller of both sides' figures).
@@ -119,10 +121,33 @@ pub(crate) struct Read {
 /// A control message the driver is to send (a send slot and a credit are taken).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Control {
-    pub(crate) flags: u8,
     pub(crate) tokens: Vec<u64>,
+    pub(crate) advert: Advert,
+}
+
+/// What every outgoing message's prefix carries besides its kind and body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Advert {
+    pub(crate) flags: u8,
+    pub(crate) granted: u32,
     pub(crate) reposted: u64,
 }
+
+impl Advert {
+    /// The prefix of a message of `kind` carrying this advert.
+    pub(crate) fn prefix(self, kind: super::Kind, n_tokens: u16) -> Prefix {
+        Prefix {
+            kind,
+            flags: self.flags,
+            n_tokens,
+            granted: self.granted,
+            reposted: self.reposted,
+        }
+    }
+}
+
+/// Receive slots a peer may claim to have posted at most.
+const MAX_GRANT: u32 = 1 << 16;
 
 /// A place in the arrival order of received frames.
 #[derive(Debug)]
@@ -181,6 +206,12 @@ pub(crate) struct Session<F> {
     /// the driver to drop outside its lock (dropping a frame re-enters the connection).
     discarded: Vec<F>,
     ping_due: bool,
+    /// We ran out of data credit: the next message asks for more slots.
+    want: bool,
+    /// The peer asked for more slots and the ring may still grow.
+    grow_due: bool,
+    /// Own receive slots the peer was last told of.
+    granted_advertised: u32,
     /// When a ping was last asked for: at most one per ping interval.
     pinged: Option<Instant>,
     pong_due: bool,
@@ -216,6 +247,9 @@ impl<F> Session<F> {
             ready: VecDeque::new(),
             discarded: Vec::new(),
             ping_due: false,
+            want: false,
+            grow_due: false,
+            granted_advertised: 0,
             pinged: None,
             pong_due: false,
             last_heard: now,
@@ -291,6 +325,7 @@ impl<F> Session<F> {
     pub(crate) fn try_take_data(&mut self) -> bool {
         let taken = self.credits.try_take_data();
         self.frames_sent += u64::from(taken);
+        self.want |= !taken;
         taken
     }
 
@@ -325,9 +360,35 @@ impl<F> Session<F> {
         token
     }
 
-    /// The re-post count to put on an outgoing message (marks it advertised).
-    pub(crate) fn advertise(&mut self) -> u64 {
-        self.credits.advertise()
+    /// What to put on an outgoing message: re-posts, slots granted, whether we want
+    /// more (marks them advertised).
+    pub(crate) fn advertise(&mut self) -> Advert {
+        self.granted_advertised = self.cfg.own_slots;
+        Advert {
+            flags: if std::mem::take(&mut self.want) {
+                Prefix::WANT
+            } else {
+                0
+            },
+            granted: self.cfg.own_slots,
+            reposted: self.credits.advertise(),
+        }
+    }
+
+    /// Receive slots the peer has posted for us, as far as we know.
+    pub(crate) fn peer_slots(&self) -> u64 {
+        self.credits.peer_slots()
+    }
+
+    /// Whether the receive ring is to grow now (the peer asked); clears it.
+    pub(crate) fn take_grow(&mut self) -> bool {
+        std::mem::take(&mut self.grow_due) && !self.is_closed()
+    }
+
+    /// The receive ring grew by `n` posted slots: the peer is told on the next message.
+    pub(crate) fn grown(&mut self, n: u32) {
+        self.cfg.own_slots += n;
+        self.credits.grow_own(u64::from(self.cfg.own_slots));
     }
 
     // ---- receiving ---------------------------------------------------------------
@@ -341,6 +402,18 @@ impl<F> Session<F> {
         self.credits
             .handle_peer_reposted(prefix.reposted)
             .map_err(Close::Violation)?;
+        if prefix.granted > MAX_GRANT {
+            return Err(Close::Violation(format!(
+                "the peer claims {} receive slots",
+                prefix.granted
+            )));
+        }
+        if prefix.granted != 0 {
+            self.credits.grow_peer(u64::from(prefix.granted));
+        }
+        if prefix.flags & Prefix::WANT != 0 && self.cfg.own_slots < self.cfg.max_slots {
+            self.grow_due = true;
+        }
         if prefix.flags & Prefix::PING != 0 {
             self.pong_due = true;
         }
@@ -564,13 +637,15 @@ impl<F> Session<F> {
             && (!self.done.is_empty()
                 || self.pong_due
                 || self.ping_due
+                || self.granted_advertised < self.cfg.own_slots
                 || self.credits.should_return())
     }
 
     /// The control message to send now, if one is due and credit allows; the caller
     /// holds a free send slot for it.
     pub(crate) fn poll_control(&mut self) -> Option<Control> {
-        if !self.control_due() || !self.credits.try_take_control() {
+        let grants = self.granted_advertised < self.cfg.own_slots;
+        if !self.control_due() || !self.credits.try_take_control_granting(grants) {
             return None;
         }
         let n = self.done.len().min(self.cfg.max_tokens);
@@ -580,18 +655,14 @@ impl<F> Session<F> {
             self.borrower.acknowledged(counted);
             tokens.push(token);
         }
-        let mut flags = 0;
+        let mut advert = self.advertise();
         if std::mem::take(&mut self.pong_due) {
-            flags |= Prefix::PONG;
+            advert.flags |= Prefix::PONG;
         }
         if std::mem::take(&mut self.ping_due) {
-            flags |= Prefix::PING;
+            advert.flags |= Prefix::PING;
         }
-        Some(Control {
-            flags,
-            tokens,
-            reposted: self.credits.advertise(),
-        })
+        Some(Control { tokens, advert })
     }
 
     /// Runs the timers: the loan timeout, pings after silence, the ping timeout.

@@ -97,6 +97,8 @@ pub struct RawPeer {
     lent: Vec<MemoryRegion>,
     side: TcpStream,
     seen: Vec<Completion>,
+    /// Messages received while waiting for credit, for `recv`.
+    pending: std::collections::VecDeque<Message>,
     /// The other side's receive slots (our credits) and its rendezvous limits.
     peer_slots: u64,
     /// What the other side announced it accepts to be lent.
@@ -177,6 +179,7 @@ impl RawPeer {
             lent: Vec::new(),
             side,
             seen: Vec::new(),
+            pending: Default::default(),
             peer_slots: u64::from(remote.recv_slots),
             peer_limits: HelloLimits {
                 rdv_budget: remote.rdv_budget,
@@ -211,8 +214,24 @@ impl RawPeer {
         body: &[u8],
     ) -> Result<(), String> {
         if self.credits() == 0 {
-            return Err("no credit left".into());
+            // Out of credit: take in what the other side sends (re-posts, and the slots
+            // its ring grew by) for a while, keeping the messages for `recv`.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while self.credits() == 0 && Instant::now() < deadline {
+                if let Ok(m) = self.recv_one(Duration::from_millis(100)) {
+                    self.pending.push_back(m);
+                }
+            }
+            if self.credits() == 0 {
+                return Err("no credit left".into());
+            }
         }
+        // Low on credit: ask for more slots, as the transport does.
+        let flags = if self.credits() <= 2 {
+            flags | Prefix::WANT
+        } else {
+            flags
+        };
         let reposted = self.advertised();
         let len = PREFIX_LEN + body.len();
         let slot = self.send_ring.slice_mut(0, len).map_err(err)?;
@@ -220,6 +239,7 @@ impl RawPeer {
             kind,
             flags,
             n_tokens,
+            granted: 0,
             reposted,
         }
         .encode(slot);
@@ -296,6 +316,13 @@ impl RawPeer {
     /// Nothing within `within`, a failed receive (the connection is dead), or a message
     /// this peer cannot decode.
     pub fn recv(&mut self, within: Duration) -> Result<Message, String> {
+        match self.pending.pop_front() {
+            Some(m) => Ok(m),
+            None => self.recv_one(within),
+        }
+    }
+
+    fn recv_one(&mut self, within: Duration) -> Result<Message, String> {
         let deadline = Instant::now() + within;
         loop {
             self.poll()?;
@@ -313,6 +340,7 @@ impl RawPeer {
                 self.reposted += 1;
                 let prefix = Prefix::decode(&bytes)?;
                 self.peer_reposted = self.peer_reposted.max(prefix.reposted);
+                self.peer_slots = self.peer_slots.max(u64::from(prefix.granted));
                 let body = &bytes[PREFIX_LEN..];
                 return Ok(match prefix.kind {
                     Kind::Data => Message::Data(body.to_vec()),

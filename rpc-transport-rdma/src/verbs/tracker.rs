@@ -20,8 +20,8 @@
 //! Field order matters: the QP is dropped (and with it every posted work request) before
 //! the rings and the READ targets it might still reference.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use rdma_sys::ibv_wc;
@@ -131,12 +131,86 @@ struct PendingRead {
 /// Geometry of a connection's rings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RingGeometry {
-    /// Send slots.
+    /// Send slots to start with.
     pub(crate) send_slots: u32,
-    /// Receive slots (the credits granted to the peer).
+    /// Receive slots to start with (the credits first granted to the peer).
     pub(crate) recv_slots: u32,
+    /// Slots either ring may grow to (the QP is created for this many).
+    pub(crate) max_slots: u32,
     /// Bytes per slot.
     pub(crate) slot_size: u32,
+}
+
+/// Segments a ring may have: the first, then each growth.
+const MAX_SEGMENTS: usize = 8;
+
+/// A ring of slots registered in segments as it grows: segment `k` holds slots
+/// `start..start + len`. Segments are only ever added, and live as long as the ring.
+#[derive(Debug)]
+struct Ring {
+    segments: [OnceLock<Segment>; MAX_SEGMENTS],
+    /// Slots in all segments.
+    slots: AtomicU32,
+    slot_size: usize,
+}
+
+#[derive(Debug)]
+struct Segment {
+    start: u32,
+    len: u32,
+    region: MemoryRegion,
+}
+
+impl Ring {
+    fn new(pd: &Arc<ProtectionDomain>, slots: u32, slot_size: u32) -> Result<Ring> {
+        let ring = Ring {
+            segments: Default::default(),
+            slots: AtomicU32::new(0),
+            slot_size: slot_size as usize,
+        };
+        ring.grow(pd, slots)?;
+        Ok(ring)
+    }
+
+    fn slots(&self) -> u32 {
+        self.slots.load(Ordering::Acquire)
+    }
+
+    /// The region holding slot `index`, and the slot's offset in it.
+    ///
+    /// # Panics
+    /// If the slot is outside the ring (a bug: tokens are made only for its slots).
+    fn locate(&self, index: u32) -> (&MemoryRegion, usize) {
+        for segment in self.segments.iter().map_while(OnceLock::get) {
+            if (segment.start..segment.start + segment.len).contains(&index) {
+                let offset = (index - segment.start) as usize * self.slot_size;
+                return (&segment.region, offset);
+            }
+        }
+        panic!("slot {index} outside its ring");
+    }
+
+    /// Registers a segment of `n` more slots (callers serialize growth): the new slots'
+    /// indices, or `None` if every segment is in use.
+    fn grow(&self, pd: &Arc<ProtectionDomain>, n: u32) -> Result<Option<std::ops::Range<u32>>> {
+        let Some(free) = self.segments.iter().find(|s| s.get().is_none()) else {
+            return Ok(None);
+        };
+        let start = self.slots();
+        let region = MemoryRegion::new(pd, self.slot_size * n as usize, Access::Local)?;
+        if free
+            .set(Segment {
+                start,
+                len: n,
+                region,
+            })
+            .is_err()
+        {
+            panic!("ring growth is serialized by its callers");
+        }
+        self.slots.store(start + n, Ordering::Release);
+        Ok(Some(start..start + n))
+    }
 }
 
 /// A connection's QP in INIT with its rings registered and every receive slot posted:
@@ -144,8 +218,9 @@ pub(crate) struct RingGeometry {
 #[derive(Debug)]
 pub(crate) struct PreparedRings {
     qp: QueuePair<Init>,
-    send_ring: MemoryRegion,
-    recv_ring: MemoryRegion,
+    send: Ring,
+    recv: Ring,
+    pd: Arc<ProtectionDomain>,
     geometry: RingGeometry,
     id: u64,
 }
@@ -162,22 +237,15 @@ impl PreparedRings {
         qp_config: &QpConfig,
         geometry: RingGeometry,
     ) -> Result<PreparedRings> {
-        let slot = geometry.slot_size as usize;
-        let send_ring = MemoryRegion::new(pd, slot * geometry.send_slots as usize, Access::Local)?;
-        let recv_ring = MemoryRegion::new(pd, slot * geometry.recv_slots as usize, Access::Local)?;
+        let send = Ring::new(pd, geometry.send_slots, geometry.slot_size)?;
+        let recv = Ring::new(pd, geometry.recv_slots, geometry.slot_size)?;
         let qp = QueuePair::new(pd, cq, cq, qp_config)?.into_init()?;
-        let recvs: Vec<_> = (0..geometry.recv_slots)
-            .map(|i| (WrId(TAG_RECV | u64::from(i)), i as usize * slot, slot))
-            .collect();
-        // SAFETY: each posted range is one whole slot of `recv_ring`, slots do not overlap,
-        // and no RecvSlot token exists yet: the CPU can only touch a slot again through the
-        // token that `Rings::poll` creates when the slot's completion is reaped. The ring
-        // lives in the same struct as the QP and is dropped after it (field order of Rings).
-        unsafe { qp.post_recv_batch(&recv_ring, &recvs) }.map_err(|e| e.source)?;
+        post_segment(&qp, &recv, 0..geometry.recv_slots)?;
         Ok(PreparedRings {
             qp,
-            send_ring,
-            recv_ring,
+            send,
+            recv,
+            pd: pd.clone(),
             geometry,
             id: NEXT_RINGS_ID.fetch_add(1, Ordering::Relaxed),
         })
@@ -205,8 +273,10 @@ impl PreparedRings {
             reads: Mutex::new(Slab::new()),
             loans: Mutex::new(Slab::new()),
             windows: Mutex::new(Vec::new()),
-            send_ring: self.send_ring,
-            recv_ring: self.recv_ring,
+            send: self.send,
+            recv: self.recv,
+            growing: Mutex::new(()),
+            pd: self.pd,
             geometry: self.geometry,
             id: self.id,
         };
@@ -225,10 +295,37 @@ pub(crate) struct Rings {
     loans: Mutex<Slab<Loan>>,
     /// Windows not bound, for the next loans.
     windows: Mutex<Vec<MemoryWindow>>,
-    send_ring: MemoryRegion,
-    recv_ring: MemoryRegion,
+    send: Ring,
+    recv: Ring,
+    /// Serializes the growth of either ring.
+    growing: Mutex<()>,
+    pd: Arc<ProtectionDomain>,
     geometry: RingGeometry,
     id: u64,
+}
+
+/// Posts every slot of `indices` (one whole segment, just registered or at set-up) as
+/// a RECV.
+fn post_segment<S: super::RecvReady>(
+    qp: &QueuePair<S>,
+    ring: &Ring,
+    indices: std::ops::Range<u32>,
+) -> Result<()> {
+    let (region, first) = ring.locate(indices.start);
+    let slot = ring.slot_size;
+    let recvs: Vec<_> = indices
+        .clone()
+        .map(|i| {
+            let offset = first + (i - indices.start) as usize * slot;
+            (WrId(TAG_RECV | u64::from(i)), offset, slot)
+        })
+        .collect();
+    // SAFETY: each posted range is one whole slot of one segment of `ring` (the indices
+    // are the segment's, registered just now or at set-up), slots do not overlap, and no
+    // RecvSlot token exists for them yet: the CPU can only touch a slot again through
+    // the token that `Rings::poll` creates when the slot's completion is reaped. The ring
+    // lives in the same struct as the QP and is dropped after it (field order of Rings).
+    unsafe { qp.post_recv_batch(region, &recvs) }.map_err(|e| e.source)
 }
 
 impl Rings {
@@ -237,18 +334,70 @@ impl Rings {
         self.qp.qp_num()
     }
 
-    /// The ring geometry.
+    /// The ring geometry (as set up: the rings may have grown since).
     pub(crate) fn geometry(&self) -> RingGeometry {
         self.geometry
+    }
+
+    /// Send slots now.
+    pub(crate) fn send_slots(&self) -> u32 {
+        self.send.slots()
+    }
+
+    /// Receive slots posted for the peer now.
+    pub(crate) fn recv_slots(&self) -> u32 {
+        self.recv.slots()
+    }
+
+    /// Doubles the send ring (up to the geometry's maximum): the new slots' tokens, none
+    /// when it is at its maximum.
+    ///
+    /// # Errors
+    /// Registering the new segment failed (e.g. over the memlock limit).
+    pub(crate) fn grow_send(&self) -> Result<Vec<SendSlot>> {
+        let _growing = self.growing.lock();
+        let n = self
+            .send
+            .slots()
+            .min(self.geometry.max_slots - self.send.slots());
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let Some(indices) = self.send.grow(&self.pd, n)? else {
+            return Ok(Vec::new());
+        };
+        Ok(indices
+            .map(|index| SendSlot {
+                rings: self.id,
+                index,
+            })
+            .collect())
+    }
+
+    /// Doubles the receive ring (up to the geometry's maximum) and posts the new slots:
+    /// how many were added (0 at the maximum).
+    ///
+    /// # Errors
+    /// Registering or posting the new segment failed.
+    pub(crate) fn grow_recv(&self) -> Result<u32> {
+        let _growing = self.growing.lock();
+        let n = self
+            .recv
+            .slots()
+            .min(self.geometry.max_slots - self.recv.slots());
+        if n == 0 {
+            return Ok(0);
+        }
+        let Some(indices) = self.recv.grow(&self.pd, n)? else {
+            return Ok(0);
+        };
+        post_segment(&self.qp, &self.recv, indices)?;
+        Ok(n)
     }
 
     /// Inline bytes the provider granted.
     pub(crate) fn max_inline(&self) -> usize {
         self.qp.max_inline() as usize
-    }
-
-    fn slot_offset(&self, index: u32) -> usize {
-        index as usize * self.geometry.slot_size as usize
     }
 
     /// The whole slot, writable.
@@ -258,16 +407,13 @@ impl Rings {
     pub(crate) fn slot_mut<'a>(&'a self, slot: &'a mut SendSlot) -> &'a mut [u8] {
         assert_eq!(slot.rings, self.id, "send slot of another connection");
         let len = self.geometry.slot_size as usize;
+        let (region, offset) = self.send.locate(slot.index);
         // SAFETY: `slot` is the only token of this index (tokens are created once per index
-        // in `connect` and re-created only when that index's SEND completion is reaped), we
-        // borrow it mutably for the slice's lifetime, and a slot is posted only by consuming
-        // its token: so no other reference to these bytes exists and no work request covers
-        // them. In bounds: index < send_slots by construction.
-        unsafe {
-            self.send_ring
-                .range_mut_unchecked(self.slot_offset(slot.index), len)
-        }
-        .expect("slot within the send ring")
+        // when its segment is set up or grown, and re-created only when that index's SEND
+        // completion is reaped), we borrow it mutably for the slice's lifetime, and a slot
+        // is posted only by consuming its token: so no other reference to these bytes
+        // exists and no work request covers them. In bounds: `locate` found its segment.
+        unsafe { region.range_mut_unchecked(offset, len) }.expect("slot within the send ring")
     }
 
     /// The bytes the peer sent into `slot`.
@@ -277,8 +423,9 @@ impl Rings {
     pub(crate) fn received<'a>(&'a self, slot: &'a RecvSlot) -> &'a [u8] {
         assert_eq!(slot.rings, self.id, "receive slot of another connection");
         // The token proves the completion was reaped and the slot is not posted.
-        self.recv_ring
-            .slice(self.slot_offset(slot.index), slot.len as usize)
+        let (region, offset) = self.recv.locate(slot.index);
+        region
+            .slice(offset, slot.len as usize)
             .expect("slot within the receive ring")
     }
 
@@ -299,18 +446,11 @@ impl Rings {
             imm: None,
         };
         let wr_id = WrId(TAG_SEND | u64::from(slot.index));
+        let (region, offset) = self.send.locate(slot.index);
         // SAFETY: the range is inside the slot owned by `slot`, which is consumed here and
         // re-created only when this SEND's completion is reaped (`poll`), so the CPU cannot
         // write it meanwhile; the ring outlives the QP (field order).
-        match unsafe {
-            self.qp.post_send(
-                wr_id,
-                &self.send_ring,
-                self.slot_offset(slot.index),
-                len,
-                opts,
-            )
-        } {
+        match unsafe { self.qp.post_send(wr_id, region, offset, len, opts) } {
             // The token is consumed: `poll` re-creates it from the completion.
             Ok(()) => Ok(()),
             Err(e) => Err((slot, e)),
@@ -325,17 +465,11 @@ impl Rings {
         assert_eq!(slot.rings, self.id, "receive slot of another connection");
         let slot_size = self.geometry.slot_size as usize;
         let wr_id = WrId(TAG_RECV | u64::from(slot.index));
+        let (region, offset) = self.recv.locate(slot.index);
         // SAFETY: the token is consumed, and a new one is created only when this RECV's
         // completion is reaped, so the CPU cannot touch the slot while the NIC may write it;
         // the ring outlives the QP (field order).
-        unsafe {
-            self.qp.post_recv(
-                wr_id,
-                &self.recv_ring,
-                self.slot_offset(slot.index),
-                slot_size,
-            )
-        }
+        unsafe { self.qp.post_recv(wr_id, region, offset, slot_size) }
     }
 
     /// Pulls `len` bytes at `remote` into `buf[..len]` with RDMA READs of at most `chunk`

@@ -91,7 +91,11 @@ struct Side {
     s: Session<Up>,
     cfg: SessionConfig,
     free_send: usize,
+    /// Send slots in all (the ring grows to match the peer's grants).
+    send_slots: usize,
     posted_recv: usize,
+    /// Receive slots in all (the ring grows when the peer asks).
+    recv_slots: usize,
     /// Send completions due: when the slot comes back.
     completions: Vec<Instant>,
     /// The application's frames still to send, in order.
@@ -117,8 +121,10 @@ impl Side {
         Side {
             s: Session::new(cfg.clone(), now),
             posted_recv: cfg.own_slots as usize,
+            recv_slots: cfg.own_slots as usize,
             cfg,
             free_send: send_slots,
+            send_slots,
             completions: Vec::new(),
             to_send: VecDeque::new(),
             reserved: false,
@@ -209,12 +215,8 @@ impl World {
             } else {
                 Body::Data(frame)
             };
-            let prefix = Prefix {
-                kind: if large { Kind::Rendezvous } else { Kind::Data },
-                flags: 0,
-                n_tokens: 0,
-                reposted: side.s.advertise(),
-            };
+            let kind = if large { Kind::Rendezvous } else { Kind::Data };
+            let prefix = side.s.advertise().prefix(kind, 0);
             self.post(i, prefix, body, rng);
         }
     }
@@ -225,6 +227,21 @@ impl World {
         let side = &mut self.sides[i];
         if !side.active() {
             return;
+        }
+        // The rings grow with use, as the driver's `grow` does.
+        if side.s.take_grow() {
+            let n = side
+                .recv_slots
+                .min(side.cfg.max_slots as usize - side.recv_slots);
+            side.recv_slots += n;
+            side.posted_recv += n;
+            side.s.grown(n as u32);
+        }
+        let max = side.cfg.max_slots as usize;
+        while side.s.peer_slots() as usize > side.send_slots && side.send_slots < max {
+            let n = side.send_slots.min(max - side.send_slots);
+            side.send_slots += n;
+            side.free_send += n;
         }
         while let Some(read) = side.s.poll_read() {
             assert!(read.chunk > 0 && read.len.div_ceil(read.chunk) <= MAX_CHUNKS.max(1));
@@ -250,12 +267,7 @@ impl World {
             side.held.push((self.now + hold, up));
         }
         for c in controls {
-            let prefix = Prefix {
-                kind: Kind::Control,
-                flags: c.flags,
-                n_tokens: c.tokens.len() as u16,
-                reposted: c.reposted,
-            };
+            let prefix = c.advert.prefix(Kind::Control, c.tokens.len() as u16);
             self.post(i, prefix, Body::Control(c.tokens), rng);
         }
     }
@@ -263,7 +275,7 @@ impl World {
     fn repost(&mut self, i: usize) {
         let side = &mut self.sides[i];
         side.posted_recv += 1;
-        assert!(side.posted_recv <= side.cfg.own_slots as usize);
+        assert!(side.posted_recv <= side.recv_slots);
         side.s.handle_reposted();
     }
 
@@ -418,13 +430,15 @@ impl World {
 }
 
 fn config(rng: &mut Rng) -> (SessionConfig, usize) {
-    let own_slots = rng.range(3, 16) as u32;
+    let own_slots = rng.range(4, 16) as u32;
     let send_slots = rng.range(2, 20) as usize;
+    let max_slots = own_slots * rng.range(1, 8) as u32;
     let max_message_size = rng.range(100, 4000) as usize;
     (
         SessionConfig {
             peer_slots: 0,
             own_slots,
+            max_slots,
             credit_threshold: rng.range(2, u64::from(own_slots)) as u32,
             lend: LoanLimit { bytes: 0, loans: 0 },
             borrow: LoanLimit {
@@ -496,6 +510,7 @@ fn expected(sent: &VecDeque<AppFrame>, to: &SessionConfig) -> Vec<(u64, bool)> {
 
 #[test]
 fn honest_pairs_deliver_everything_in_order_and_go_quiet() {
+    let mut grew = 0;
     for seed in 1..=1_500u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let mut w = world(&mut rng);
@@ -526,7 +541,12 @@ fn honest_pairs_deliver_everything_in_order_and_go_quiet() {
                 Borrower::new(side.cfg.borrow),
                 "seed {seed}"
             );
-            assert_eq!(side.posted_recv, side.cfg.own_slots as usize, "seed {seed}");
+            assert_eq!(side.posted_recv, side.recv_slots, "seed {seed}");
+            assert!(
+                side.recv_slots <= side.cfg.max_slots as usize,
+                "seed {seed}"
+            );
+            grew += usize::from(side.recv_slots > side.cfg.own_slots as usize);
             assert!(side.s.closed().is_none(), "seed {seed}");
         }
         // Idle, the pair exchanges at most a ping and a pong per interval.
@@ -543,6 +563,10 @@ fn honest_pairs_deliver_everything_in_order_and_go_quiet() {
             "seed {seed}: {idle} messages while idle for 1 s"
         );
     }
+    assert!(
+        grew > 300,
+        "only {grew} rings grew: growth is not exercised"
+    );
 }
 
 #[test]
@@ -639,6 +663,7 @@ fn a_lying_peer_is_caught() {
     cfg.max_frame = HEADER_LEN + 500;
     let mut s: Session<Up> = Session::new(cfg, now);
     let prefix = |reposted| Prefix {
+        granted: 0,
         kind: Kind::Data,
         flags: 0,
         n_tokens: 0,
