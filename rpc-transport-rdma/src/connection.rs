@@ -375,8 +375,10 @@ impl Inner {
     }
 
     pub(crate) fn counters(&self) -> RdmaCounters {
-        self.counters
-            .snapshot(self.tx_pool.registrations() + self.rx_pool.registrations())
+        self.counters.snapshot(
+            self.tx_pool.registrations() + self.rx_pool.registrations(),
+            (self.rings.send_slots(), self.rings.recv_slots()),
+        )
     }
 }
 

@@ -22,6 +22,10 @@ pub struct RdmaCounters {
     pub credit_stalls: u64,
     /// Rendezvous buffers registered (registration happens once per buffer, then reuse).
     pub registrations: u64,
+    /// Send slots now (the send ring grows with the peer's grants).
+    pub send_slots: u64,
+    /// Receive slots posted for the peer now (the ring grows when the peer runs short).
+    pub recv_slots: u64,
     /// Fatal errors (the connection failed).
     pub errors: u64,
 }
@@ -44,7 +48,7 @@ impl Counters {
         counter.fetch_add(by, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, registrations: u64) -> RdmaCounters {
+    pub(crate) fn snapshot(&self, registrations: u64, slots: (u32, u32)) -> RdmaCounters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         RdmaCounters {
             eager_sends: get(&self.eager_sends),
@@ -55,6 +59,8 @@ impl Counters {
             control_sends: get(&self.control_sends),
             credit_stalls: get(&self.credit_stalls),
             registrations,
+            send_slots: u64::from(slots.0),
+            recv_slots: u64::from(slots.1),
             errors: get(&self.errors),
         }
     }

@@ -53,9 +53,12 @@ fn prepare_at(config: &RdmaConfig, local: Option<Ipv4Addr>) -> Result<Prepared, 
     config.validate()?;
     let device = Device::get(config.device.as_deref(), local).map_err(|e| e.to_string())?;
     let channel = Arc::new(CompChannel::new(&device.context).map_err(|e| e.to_string())?);
-    // Sends and control messages (one per slot), READs, and per loan a window bind and
-    // an invalidation.
-    let max_send_wr = config.ring_slots + READ_WR_BUDGET as u32 + 2 * u32::from(config.max_loans);
+    // Sends and control messages (one per slot) and READs. Lent buffers are registered
+    // in the connection's own PD and lent by their own key (`Access::Lendable`): no
+    // work request per loan. (Lending through memory windows would need a bind and an
+    // invalidation per loan, 2 x max_loans more.) The send queue's depth is most of a
+    // connection's kernel-side queue memory: 352 entries before, 96 now by default.
+    let max_send_wr = config.ring_slots + READ_WR_BUDGET as u32;
     let depth = max_send_wr + config.ring_slots;
     let cq = Arc::new(
         CompletionQueue::new(&device.context, depth, Some(&channel)).map_err(|e| e.to_string())?,

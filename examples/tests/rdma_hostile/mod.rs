@@ -153,6 +153,89 @@ guest_test!(
     loans_never_read_keep_the_server_memory_bounded,
     loans_never_read()
 );
+guest_test!(
+    idle_connections_register_64_kib_and_rings_grow_with_use,
+    rings_grow_with_use()
+);
+
+/// Forty idle connections cost the server at most 64 KiB of registered memory each (two
+/// rings of 4 slots of 8 KiB); one busy connection's rings grow (its calls all answered),
+/// and only that connection's.
+async fn rings_grow_with_use() {
+    const IDLE: usize = 40;
+    let server = Server::start(47104, &[]);
+    wait_for_port(&server.addr).await;
+    good_call(&server.addr).await;
+    let pinned_before = server.status_kib("VmPin:");
+    let mut channels = Vec::new();
+    for _ in 0..IDLE {
+        let channel = rdma_channel(&server.addr, BIG, &settings(BIG)).await;
+        EchoClient::new(channel.clone())
+            .echo(EchoRequest::default())
+            .await
+            .expect("served");
+        channels.push(channel);
+    }
+    let pinned_idle = server.status_kib("VmPin:");
+    let per_connection = (pinned_idle - pinned_before) / IDLE as u64;
+    let first = channels[0].connection().rdma_counters().unwrap();
+    eprintln!(
+        "server VmPin {pinned_before} KiB, with {IDLE} more idle connections {pinned_idle} KiB: \
+         {per_connection} KiB each; a fresh connection's rings: {} send, {} receive slots",
+        first.send_slots, first.recv_slots
+    );
+    assert!(
+        pinned_idle > pinned_before,
+        "VmPin is not measured on this kernel"
+    );
+    assert!(
+        per_connection <= 64,
+        "{per_connection} KiB per idle connection"
+    );
+    assert_eq!((first.send_slots, first.recv_slots), (4, 4), "{first:?}");
+
+    // One connection, 48 calls in flight at once: its rings grow, every call is answered.
+    let busy = channels[0].clone();
+    let callers: Vec<_> = (0..48u32)
+        .map(|w| {
+            let client = EchoClient::new(busy.clone());
+            tokio::spawn(async move {
+                for i in 0..20u32 {
+                    let payload = pattern(w * 100 + i, 100);
+                    let reply = client
+                        .echo(EchoRequest {
+                            payload: payload.clone(),
+                            ..Default::default()
+                        })
+                        .await
+                        .expect("answered");
+                    assert_eq!(reply.into_inner().payload, payload, "caller {w} call {i}");
+                }
+            })
+        })
+        .collect();
+    for c in callers {
+        c.await.unwrap();
+    }
+    let grown = busy.connection().rdma_counters().unwrap();
+    let pinned_busy = server.status_kib("VmPin:");
+    eprintln!(
+        "after 48 x 20 calls on one connection: its rings {} send, {} receive slots, \
+         {} credit stalls; server VmPin {pinned_busy} KiB",
+        grown.send_slots, grown.recv_slots, grown.credit_stalls
+    );
+    // The client ran short of credit, so the server's receive ring grew and granted it
+    // more slots, which the client's send ring followed.
+    assert!(grown.send_slots > 4, "{grown:?}");
+    assert_eq!(grown.errors, 0);
+    // At most 64 slots of 8 KiB in each ring of that one connection.
+    assert!(
+        pinned_busy <= pinned_idle + 2 * 64 * 8,
+        "server VmPin {pinned_busy} KiB"
+    );
+    let other = channels[1].connection().rdma_counters().unwrap();
+    assert_eq!((other.send_slots, other.recv_slots), (4, 4), "{other:?}");
+}
 
 async fn forged_descriptors() {
     let mut server = Server::start(47101, &[("RPC_RDMA_MAX_LOANS", "8")]);
