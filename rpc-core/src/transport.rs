@@ -117,6 +117,10 @@ pub enum TransportError {
     /// The peer went silent past the keepalive timeout.
     #[error("peer silent for longer than {0:?}")]
     PeerSilent(std::time::Duration),
+    /// The peer broke the transport's own protocol (a lie about lengths, credits, keys or
+    /// tokens, a loan held past its timeout): the connection was closed.
+    #[error("protocol violation by the peer: {0}")]
+    Protocol(String),
     /// Anything else, described.
     #[error("{0}")]
     Other(String),

@@ -254,14 +254,14 @@ impl Inner {
     /// How the connection ended, for the runtime: `Ok` for a clean close.
     pub(crate) fn end_result(&self) -> Result<(), TransportError> {
         match &*self.closed.borrow() {
-            Some(why) if !why.is_clean() => Err(TransportError::Other(why.to_string())),
+            Some(why) if !why.is_clean() => Err(why.into()),
             _ => Ok(()),
         }
     }
 
     pub(crate) fn close_error(&self) -> TransportError {
         match &*self.closed.borrow() {
-            Some(why) => TransportError::Other(why.to_string()),
+            Some(why) => why.into(),
             None => TransportError::Closed,
         }
     }

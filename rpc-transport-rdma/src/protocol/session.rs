@@ -89,6 +89,19 @@ impl Close {
     }
 }
 
+impl From<&Close> for rpc_core::TransportError {
+    fn from(why: &Close) -> Self {
+        use rpc_core::TransportError as E;
+        match why {
+            Close::Local | Close::PeerClosed => E::Closed,
+            Close::PeerSilent { silence, .. } => E::PeerSilent(*silence),
+            Close::LoanTimeout(_) => E::Protocol(why.to_string()),
+            Close::Violation(what) => E::Protocol(what.clone()),
+            Close::Failed(what) => E::Other(what.clone()),
+        }
+    }
+}
+
 impl fmt::Display for Close {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

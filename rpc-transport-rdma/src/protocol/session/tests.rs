@@ -789,3 +789,26 @@ fn a_clean_close_keeps_what_is_in_order_and_a_failure_drops_it() {
         assert_eq!(s.take_discarded().len(), 1);
     }
 }
+
+#[test]
+fn close_reasons_map_to_typed_transport_errors() {
+    use rpc_core::TransportError as E;
+    let silent = Close::PeerSilent {
+        silence: Duration::from_secs(6),
+        timeout: Duration::from_secs(5),
+    };
+    assert!(matches!(E::from(&silent), E::PeerSilent(d) if d == Duration::from_secs(6)));
+    assert!(matches!(E::from(&Close::PeerClosed), E::Closed));
+    assert!(matches!(E::from(&Close::Local), E::Closed));
+    let lie = E::from(&Close::Violation("a lie".into()));
+    assert!(matches!(&lie, E::Protocol(w) if w == "a lie"), "{lie}");
+    assert_eq!(lie.to_string(), "protocol violation by the peer: a lie");
+    assert!(matches!(
+        E::from(&Close::LoanTimeout(Duration::from_secs(60))),
+        E::Protocol(_)
+    ));
+    assert!(matches!(
+        E::from(&Close::Failed("posting".into())),
+        E::Other(_)
+    ));
+}
