@@ -54,6 +54,14 @@ pub trait Connection: Send + Sync + 'static {
     /// return `None` soon after.
     fn close(&self);
 
+    /// Closes gracefully and resolves once the close is done: what was sent has been
+    /// written out (or failed), so that a process may exit without losing its last
+    /// frames. The default closes and resolves at once.
+    fn shutdown(&self) -> impl Future<Output = ()> + Send {
+        self.close();
+        std::future::ready(())
+    }
+
     /// Asks the transport to hand every received frame to `sink` from its own completion
     /// path instead of queueing it for [`Connection::recv`]: run to completion, one task
     /// hop less per frame. Returns `false` if the transport does not do this (the

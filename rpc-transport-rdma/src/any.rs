@@ -132,6 +132,13 @@ impl Connection for AnyConnection {
         }
     }
 
+    async fn shutdown(&self) {
+        match self {
+            AnyConnection::Tcp(c) => c.shutdown().await,
+            AnyConnection::Rdma(c) => c.close(),
+        }
+    }
+
     fn push_to(&self, sink: std::sync::Arc<dyn rpc_core::FrameSink<RecvBuf>>) -> bool {
         match self {
             AnyConnection::Tcp(_) => false,

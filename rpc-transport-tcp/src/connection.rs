@@ -42,7 +42,7 @@ pub struct TcpConnection {
     reader: tokio::sync::Mutex<Reader>,
     closing: Arc<Closing>,
     /// The writer task, awaited by the lingering close.
-    writer: Option<tokio::task::JoinHandle<()>>,
+    writer: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// How a connection ends: shared by the connection, its reader and its writer.
@@ -174,7 +174,7 @@ impl TcpConnection {
                 already_read,
             )),
             closing,
-            writer: Some(writer),
+            writer: parking_lot::Mutex::new(Some(writer)),
         })
     }
 }
@@ -252,6 +252,21 @@ impl Connection for TcpConnection {
         self.closing.close();
     }
 
+    /// The lingering close of `Drop` (everything queued written, then the peer's input
+    /// drained until its end of stream or 2 s), awaited.
+    async fn shutdown(&self) {
+        self.closing.close();
+        let writer = self.writer.lock().take();
+        let socket = self.reader.lock().await.take_socket();
+        match (socket, writer) {
+            (Some(socket), Some(writer)) => linger(socket, writer).await,
+            (None, Some(writer)) => {
+                let _ = writer.await;
+            }
+            _ => {}
+        }
+    }
+
     fn peer(&self) -> String {
         self.peer.clone()
     }
@@ -266,7 +281,7 @@ impl Drop for TcpConnection {
         // e.g. the last responses and refusals of a server that drains for a restart.
         if let (Some(socket), Some(writer), Ok(runtime)) = (
             self.reader.get_mut().take_socket(),
-            self.writer.take(),
+            self.writer.get_mut().take(),
             tokio::runtime::Handle::try_current(),
         ) {
             runtime.spawn(linger(socket, writer));

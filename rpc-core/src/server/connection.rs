@@ -104,7 +104,14 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
         {
             tracing::debug!("replies still queued at close");
         }
-        conn.close();
+        // Awaited, not left to a drop: a server process exits once its connections are
+        // done, and the transport's last writes (responses, refusals) must not die with it.
+        if tokio::time::timeout(Duration::from_secs(5), conn.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::debug!("the transport's close did not finish within 5 s");
+        }
         tracing::debug!("connection closed");
     }
     .instrument(span)
