@@ -227,8 +227,9 @@ fn poll_and_handle(
         }
     }
     start_reads(inner)?;
-    grow(inner)?;
-    hand_up(inner);
+    if hand_up(inner) {
+        grow(inner)?;
+    }
     inner.flush_control();
     result
 }
@@ -237,19 +238,26 @@ fn poll_and_handle(
 /// takes frames from here, else they stay in the session for `recv`, which is woken.
 /// Drops the frames the session discarded. Runs under the poller lock (so frames go up
 /// in order, one batch at a time) and outside every other lock: dropping a frame, or
-/// the sink's work, re-enters the connection.
-fn hand_up(inner: &Inner) {
+/// the sink's work, re-enters the connection. Returns whether a ring is to grow (looked
+/// at under the same lock, so the batch takes it once).
+fn hand_up(inner: &Inner) -> bool {
     let (sink, gone) = {
         let upward = inner.upward.lock();
         (upward.sink.clone(), upward.receiver_gone)
     };
-    let (ready, discarded, waiting) = {
+    let (ready, discarded, waiting, growth) = {
         let mut state = inner.state.lock();
         let discarded = state.session.take_discarded();
+        let growth = state.session.growth_due(inner.rings.send_slots());
         if sink.is_some() || gone {
-            (state.session.take_ready(), discarded, false)
+            (state.session.take_ready(), discarded, false, growth)
         } else {
-            (Default::default(), discarded, state.session.has_ready())
+            (
+                Default::default(),
+                discarded,
+                state.session.has_ready(),
+                growth,
+            )
         }
     };
     drop(discarded);
@@ -265,6 +273,7 @@ fn hand_up(inner: &Inner) {
     if waiting {
         inner.arrived.notify_one();
     }
+    growth
 }
 
 /// Grows the rings with use: the receive ring when the peer ran out of credit (the next

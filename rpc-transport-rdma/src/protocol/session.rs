@@ -393,6 +393,15 @@ impl<F> Session<F> {
         self.credits.peer_slots()
     }
 
+    /// Whether either ring is to grow: the peer asked for slots, or granted more than
+    /// `send_slots` while the send ring may still grow (both rings grow to `max_slots`;
+    /// the driver then runs its growth, which takes the flags).
+    pub(crate) fn growth_due(&self, send_slots: u32) -> bool {
+        let send_short =
+            self.peer_slots() > u64::from(send_slots) && send_slots < self.cfg.max_slots;
+        (self.grow_due || send_short) && !self.is_closed()
+    }
+
     /// Whether the receive ring is to grow now (the peer asked); clears it.
     pub(crate) fn take_grow(&mut self) -> bool {
         std::mem::take(&mut self.grow_due) && !self.is_closed()

@@ -649,19 +649,25 @@ fn a_close_in_the_middle_of_reads_gives_everything_back() {
     );
 }
 
+/// A drawn configuration with the limits a unit test relies on set.
+fn fixed(seed: u64, borrow: LoanLimit, max_message_size: usize) -> SessionConfig {
+    let (mut cfg, _) = config(&mut Rng(seed));
+    cfg.peer_slots = 4;
+    cfg.own_slots = 4;
+    cfg.borrow = borrow;
+    cfg.max_message_size = max_message_size;
+    cfg.max_frame = HEADER_LEN + max_message_size;
+    cfg
+}
+
 #[test]
 fn a_lying_peer_is_caught() {
     let now = Instant::now();
-    let mut rng = Rng(7);
-    let (mut cfg, _) = config(&mut rng);
-    cfg.peer_slots = 4;
-    cfg.borrow = LoanLimit {
+    let borrow = LoanLimit {
         bytes: 1_000,
         loans: 2,
     };
-    cfg.max_message_size = 500;
-    cfg.max_frame = HEADER_LEN + 500;
-    let mut s: Session<Up> = Session::new(cfg, now);
+    let mut s: Session<Up> = Session::new(fixed(7, borrow, 500), now);
     let prefix = |reposted| Prefix {
         granted: 0,
         kind: Kind::Data,
@@ -718,17 +724,12 @@ fn a_lying_peer_is_caught() {
 #[test]
 fn held_frames_are_bounded_and_given_back_on_close() {
     let now = Instant::now();
-    let mut rng = Rng(11);
-    let (mut cfg, _) = config(&mut rng);
-    cfg.own_slots = 4;
-    cfg.borrow = LoanLimit {
+    let borrow = LoanLimit {
         bytes: 10_000,
         loans: 2,
     };
-    cfg.max_message_size = 4_000;
-    cfg.max_frame = HEADER_LEN + 4_000;
     let max = 2 * (4 + 2);
-    let mut s: Session<Up> = Session::new(cfg, now);
+    let mut s: Session<Up> = Session::new(fixed(11, borrow, 4_000), now);
     let f = AppFrame { id: 1, len: 1_000 };
     let d = Rendezvous {
         offset: 0,
@@ -810,5 +811,49 @@ fn close_reasons_map_to_typed_transport_errors() {
     assert!(matches!(
         E::from(&Close::Failed("posting".into())),
         E::Other(_)
+    ));
+}
+
+#[test]
+fn a_peer_grows_our_rings_only_up_to_their_maximum_and_cannot_claim_absurd_grants() {
+    let now = Instant::now();
+    let borrow = LoanLimit {
+        bytes: 1_000,
+        loans: 2,
+    };
+    let mut cfg = fixed(17, borrow, 500);
+    cfg.max_slots = 16;
+    let mut s: Session<Up> = Session::new(cfg, now);
+    let want = |granted| Prefix {
+        kind: Kind::Control,
+        flags: Prefix::WANT,
+        n_tokens: 0,
+        granted,
+        reposted: 0,
+    };
+    // A peer asking for slots on every message: the ring doubles to its maximum, no more.
+    let mut own = 4;
+    for _ in 0..20 {
+        s.handle_message(&want(0)).unwrap();
+        if s.take_grow() {
+            let n = own.min(16 - own);
+            own += n;
+            s.grown(n);
+        }
+    }
+    assert_eq!(own, 16);
+    assert!(!s.growth_due(16), "at the maximum, nothing more is due");
+    assert_eq!(s.advertise().granted, 16);
+    // Grants only ever raise what we may send, and an absurd one closes.
+    s.handle_message(&want(64)).unwrap();
+    assert_eq!(s.peer_slots(), 64);
+    s.handle_message(&want(8)).unwrap();
+    assert_eq!(s.peer_slots(), 64, "a grant never shrinks");
+    // More granted than our send slots: the send ring grows, unless at its maximum.
+    assert!(s.growth_due(8));
+    assert!(!s.growth_due(16));
+    assert!(matches!(
+        s.handle_message(&want(MAX_GRANT + 1)),
+        Err(Close::Violation(_))
     ));
 }
