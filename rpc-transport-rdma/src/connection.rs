@@ -13,6 +13,7 @@
 //! slot (re-posted when the [`RecvBuf`] is dropped) and pulls rendezvous frames with RDMA
 //! READ into a buffer of the local pool.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,13 +22,12 @@ use rpc_core::wire::HEADER_LEN;
 use rpc_core::{Connection, FrameSink, TransportError, MAX_METADATA_LEN};
 use tokio::sync::{watch, Notify};
 
+use crate::completion::Membership;
 use crate::counters::{Counters, RdmaCounters};
-use crate::driver::Poller;
 use crate::pool::{LargeBuf, LargePool};
 use crate::protocol::session::{Close, Session};
 use crate::protocol::{Kind, Rendezvous, PREFIX_LEN};
-use crate::verbs::{CompletionQueue, RecvSlot, RegisteredTarget, Rings, SendBuf, SendSlot, Target};
-use crate::RdmaConfig;
+use crate::verbs::{RecvSlot, RegisteredTarget, Rings, SendBuf, SendSlot, Target};
 
 /// An established RDMA connection. Cheap to share: clones of the inner state are held by
 /// the completion driver, the ping task and every outstanding buffer.
@@ -43,7 +43,8 @@ pub struct RdmaConnection {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) rings: Rings,
-    pub(crate) cq: Arc<CompletionQueue>,
+    /// Its place on a shared completion queue (left after the QP is destroyed).
+    pub(crate) completion: Membership,
     pub(crate) state: Mutex<State>,
     /// Woken when a send slot or credits come back, or the connection fails.
     pub(crate) space: Notify,
@@ -53,13 +54,12 @@ pub(crate) struct Inner {
     /// Where received frames go once the runtime asked for them to be pushed
     /// ([`Connection::push_to`]); until then they wait in the session for `recv`.
     pub(crate) upward: Mutex<Upward>,
-    /// Completion polling, by the driver or by a receiving task, whoever takes it.
-    pub(crate) poller: Mutex<Poller>,
+    /// The first completion error after the end was logged.
+    pub(crate) cause_logged: AtomicBool,
     /// Woken when frames wait for `recv`, or the connection ends.
     pub(crate) arrived: Notify,
     pub(crate) tx_pool: LargePool,
     pub(crate) rx_pool: LargePool,
-    pub(crate) config: RdmaConfig,
     pub(crate) peer: String,
     /// Largest frame accepted or sent.
     pub(crate) max_frame: usize,
@@ -365,6 +365,7 @@ impl Inner {
         // message that advertised less.
         let posted = self.rings.post_send(slot, posted_len);
         drop(state);
+        self.completion.shared().frame_sent();
         if let Err((slot, e)) = posted {
             self.state.lock().free_send.push(slot);
             let reason = format!("posting a send failed: {e}");
@@ -453,7 +454,20 @@ impl Connection for RdmaConnection {
 
     fn push_to(&self, sink: Arc<dyn FrameSink<RecvBuf>>) -> bool {
         // Nobody polls meanwhile, so the frames waiting now go up before any later ones.
-        let _polling = self.inner.poller.lock();
+        self.inner
+            .completion
+            .shared()
+            .exclusive(|| self.push_waiting(sink))
+    }
+
+    fn peer(&self) -> String {
+        self.inner.peer.clone()
+    }
+}
+
+impl RdmaConnection {
+    /// [`Connection::push_to`] while nobody polls.
+    fn push_waiting(&self, sink: Arc<dyn FrameSink<RecvBuf>>) -> bool {
         let ended = {
             let mut upward = self.inner.upward.lock();
             if upward.sink.is_some() {
@@ -472,10 +486,6 @@ impl Connection for RdmaConnection {
             sink.closed(self.inner.end_result());
         }
         true
-    }
-
-    fn peer(&self) -> String {
-        self.inner.peer.clone()
     }
 }
 

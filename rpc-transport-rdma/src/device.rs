@@ -1,6 +1,6 @@
 //! [`Device`]: an opened RDMA device, shared by every connection that goes through it
-//! (opening one is slow: the GID scan reads sysfs). Each connection allocates its own
-//! protection domain on it (`setup.rs`).
+//! (opening one is slow: the GID scan reads sysfs), with the completion queues they share.
+//! Each connection allocates its own protection domain on it (`setup.rs`).
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -14,6 +14,8 @@ use crate::verbs::{Context, Result};
 #[derive(Debug)]
 pub(crate) struct Device {
     pub(crate) context: Arc<Context>,
+    /// The completion queues its connections share, per runtime (`completion.rs`).
+    pub(crate) cqs: Mutex<Vec<crate::completion::PoolEntry>>,
 }
 
 type Key = (Option<String>, Option<Ipv4Addr>);
@@ -46,7 +48,10 @@ impl Device {
             return Ok(device.clone()); // opened meanwhile by another thread
         }
         crate::events::watch(context.clone());
-        let device = Arc::new(Device { context });
+        let device = Arc::new(Device {
+            context,
+            cqs: Mutex::default(),
+        });
         cache.insert(key, device.clone());
         Ok(device)
     }

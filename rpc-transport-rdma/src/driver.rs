@@ -1,14 +1,10 @@
-//! The completion driver: one task per connection that reaps completions and turns them
-//! into received frames, freed slots, credits and RDMA READs.
+//! What a connection does with its completions (handed to it by whoever polls its shared
+//! CQ, `completion.rs`), and its own task: the side channel and the close.
 //!
-//! Loop order: poll the CQ in batches; after each non-empty batch, handle every event,
-//! then send due control traffic. When the CQ is empty, keep polling for
-//! `RdmaConfig::poll_spin` (lowest latency under load), or `RdmaConfig::await_spin` while
-//! this side sent more frames than it received (replies are due), then arm the CQ notification,
-//! poll once more (a completion may have arrived between the last poll and the arming),
-//! and sleep on the completion channel's file descriptor through tokio, together with
-//! the side-channel socket (its end means the peer process is gone) and the close signal.
+//! A batch of completions is handled in order: events into the session, then the READs,
+//! frames and control messages the session has due.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,156 +15,34 @@ use crate::connection::{Inner, Received, RecvBuf};
 use crate::counters::Counters;
 use crate::protocol::session::{refused, Close};
 use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN};
-use crate::verbs::{register_channel, wc_buffer, CompChannel, Event, RecvSlot, WcStatus};
+use crate::verbs::{Event, RecvSlot, WcStatus};
 
-/// Completions reaped per poll.
-const POLL_BATCH: usize = 32;
 /// READ work requests in flight per connection at most (the send queue is sized for it).
 pub(crate) const READ_WR_BUDGET: usize = 32;
 const _: () = assert!(crate::protocol::session::MAX_CHUNKS <= READ_WR_BUDGET);
 
-/// What polling the completion queue needs; one per connection, taken by whoever polls
-/// (the driver, or a task in `recv`).
-pub(crate) struct Poller {
-    wcs: Box<[rdma_sys::ibv_wc]>,
-    scratch: Vec<crate::verbs::Completion>,
-    events: Vec<Event>,
+/// Polls the connection's completion queue once, unless another task is polling it:
+/// returns the completions handled, for every connection on the CQ (0 also when another
+/// task polls).
+pub(crate) fn progress(inner: &Inner) -> Result<usize, Close> {
+    inner.completion.shared().progress().map_err(Close::Failed)
 }
 
-impl Poller {
-    pub(crate) fn new() -> Poller {
-        Poller {
-            wcs: wc_buffer(POLL_BATCH),
-            scratch: Vec::with_capacity(POLL_BATCH),
-            events: Vec::with_capacity(POLL_BATCH),
-        }
-    }
-
-    fn poll(&mut self, inner: &Arc<Inner>) -> Result<usize, Close> {
-        poll_and_handle(inner, &mut self.wcs, &mut self.scratch, &mut self.events)
-    }
-}
-
-impl std::fmt::Debug for Poller {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Poller").finish_non_exhaustive()
-    }
-}
-
-/// Polls the completion queue once, unless another task is polling it: returns the
-/// completions handled (0 also when another task polls).
-pub(crate) fn progress(inner: &Arc<Inner>) -> Result<usize, Close> {
-    match inner.poller.try_lock() {
-        Some(mut poller) => poller.poll(inner),
-        None => Ok(0),
-    }
-}
-
-/// Runs the connection until it fails or is closed.
-pub(crate) async fn run(inner: Arc<Inner>, channel: Arc<CompChannel>, mut side: TcpStream) {
-    let channel = match register_channel(channel) {
-        Ok(fd) => fd,
-        Err(e) => {
-            return inner.fail(Close::Failed(format!(
-                "registering the completion channel: {e}"
-            )))
-        }
-    };
+/// The connection's own task: waits for the side channel to end (the peer process is
+/// gone) or the connection to close, then tears down what is left.
+pub(crate) async fn run(inner: Arc<Inner>, mut side: TcpStream) {
     let mut closed = inner.closed.subscribe();
-    // The peer may start with more receive slots than we have send slots.
-    if let Err(why) = grow(&inner) {
-        return inner.fail(why);
-    }
     let mut side_buf = [0u8; 64];
-    let mut idle_since: Option<Instant> = None;
-    let mut spin = inner.config.poll_spin;
-    let mut turns = 0u32;
-    let mut batches = 0u32;
-    loop {
-        if closed.borrow().is_some() {
-            break;
-        }
-        match progress(&inner) {
-            Ok(0) => {}
-            Ok(_) => {
-                idle_since = None;
-                batches = batches.wrapping_add(1);
-                if batches % 16 == 0 {
-                    tokio::task::yield_now().await;
-                }
-                continue;
-            }
-            Err(why) => {
-                inner.fail(why);
-                break;
-            }
-        }
-        // The clock is read every 8th turn only (a system call where the clock source is
-        // not the TSC, as in emulated guests).
-        turns = turns.wrapping_add(1);
-        let since = match idle_since {
-            Some(since) => since,
-            None => {
-                spin = if inner.state.lock().session.awaiting() {
-                    inner.config.await_spin.max(inner.config.poll_spin)
-                } else {
-                    inner.config.poll_spin
-                };
-                *idle_since.insert(Instant::now())
-            }
-        };
-        if turns % 8 != 0 || since.elapsed() < spin {
-            tokio::task::yield_now().await;
-            continue;
-        }
-        if let Err(e) = inner.cq.req_notify(false) {
-            inner.fail(Close::Failed(format!("arming the completion queue: {e}")));
-            break;
-        }
-        // A completion that arrived before arming raised no event: poll once more, and
-        // really (a receiving task that polls now may have looked before it arrived).
-        let polled = inner.poller.lock().poll(&inner);
-        match polled {
-            Ok(0) => {}
-            Ok(_) => {
-                idle_since = None;
-                continue;
-            }
-            Err(why) => {
-                inner.fail(why);
-                break;
-            }
-        }
+    if closed.borrow().is_none() {
         tokio::select! {
-            ready = channel.readable() => match ready {
-                Ok(mut guard) => {
-                    guard.clear_ready();
-                    loop {
-                        match inner.cq.get_event_and_ack() {
-                            Ok(true) => continue,
-                            Ok(false) => break,
-                            Err(e) => {
-                                inner.fail(Close::Failed(format!("reading the completion channel: {e}")));
-                                break;
-                            }
-                        }
-                    }
-                    idle_since = None;
-                }
-                Err(e) => {
-                    inner.fail(Close::Failed(format!("waiting on the completion channel: {e}")));
-                    break;
-                }
-            },
             read = side.read(&mut side_buf) => {
                 inner.fail(match read {
                     Ok(0) => Close::PeerClosed,
                     Ok(_) => Close::Violation("unexpected bytes on the side channel".into()),
                     Err(e) => Close::Failed(format!("side channel: {e}")),
                 });
-                break;
             }
-            _ = closed.changed() => break,
+            _ = closed.changed() => {}
         }
     }
     // Tell the peer at once (its side channel ends), rather than after its ping timeout.
@@ -191,47 +65,65 @@ pub(crate) async fn run(inner: Arc<Inner>, channel: Arc<CompChannel>, mut side: 
         sink.closed(inner.end_result());
     }
     inner.arrived.notify_one();
-    // Completions still arriving may tell why the QP failed (the send and receive sides
-    // of a software provider report independently): log the first real error.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    if let Some(cause) = drain_for_cause(&inner) {
-        tracing::warn!(peer = %inner.peer, "after the connection ended: {cause}");
+}
+
+/// Handles a batch of this connection's completions, in the order they completed (and
+/// drains `events`). Runs under the shared CQ's poller lock, so batches of one
+/// connection never overlap. A failure closes the connection.
+pub(crate) fn handle_batch(inner: &Arc<Inner>, events: &mut Vec<Event>) {
+    // The first error that is not a flush says why the QP failed (the send and receive
+    // sides of a software provider report independently, in either order).
+    let cause = events.iter().find_map(|e| match first_error(e) {
+        Some((what, s)) if s != WcStatus::WrFlush => {
+            Some(format!("{what} completed with error: {s}"))
+        }
+        _ => None,
+    });
+    if inner.state.lock().session.is_closed() {
+        // What the NIC still reports after the end: every buffer returns by the drop;
+        // the first real error is logged once.
+        if let Some(cause) = cause {
+            if !inner.cause_logged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(peer = %inner.peer, "after the connection ended: {cause}");
+            }
+        }
+        events.clear();
+        return;
+    }
+    let mut result = Ok(());
+    for event in events.drain(..) {
+        if result.is_ok() {
+            result = handle(inner, event, cause.as_deref());
+        }
+    }
+    let result = result.and_then(|()| start_reads(inner)).and_then(|()| {
+        if hand_up(inner) {
+            grow(inner)
+        } else {
+            Ok(())
+        }
+    });
+    match result {
+        Ok(()) => inner.flush_control(),
+        Err(why) => {
+            if cause.is_some() {
+                inner.cause_logged.store(true, Ordering::Relaxed);
+            }
+            inner.fail(why);
+        }
     }
 }
 
-/// Polls one batch of completions and handles it: events into the session, then the
-/// READs, frames and control messages the session has due. Returns the completions
-/// reaped.
-fn poll_and_handle(
-    inner: &Arc<Inner>,
-    wcs: &mut [rdma_sys::ibv_wc],
-    scratch: &mut Vec<crate::verbs::Completion>,
-    events: &mut Vec<Event>,
-) -> Result<usize, Close> {
-    let n = inner
-        .rings
-        .poll(&inner.cq, wcs, scratch, events)
-        .map_err(|e| Close::Failed(format!("polling the completion queue: {e}")))?;
-    if n == 0 {
-        return Ok(0);
-    }
-    // Completions of our own sends and READs prove only that the peer's NIC is alive
-    // (the kernel acknowledges for a stopped process): liveness counts messages
-    // received, which the peer's driver sent.
-    let mut result = Ok(n);
-    for event in events.drain(..) {
-        if result.is_ok() {
-            if let Err(why) = handle(inner, event) {
-                result = Err(why);
-            }
-        }
-    }
-    start_reads(inner)?;
-    if hand_up(inner) {
-        grow(inner)?;
-    }
-    inner.flush_control();
-    result
+/// The failed operation and status of a completion with an error.
+fn first_error(event: &Event) -> Option<(&'static str, WcStatus)> {
+    let (what, status) = match event {
+        Event::Sent { status, .. } => ("send", *status),
+        Event::Received { status, .. } => ("receive", *status),
+        Event::Read { status, .. } => ("RDMA READ", *status),
+        Event::Reclaimed { status, .. } => ("invalidating a memory window", *status),
+        Event::BindFailed { status } => ("binding a memory window", Err(*status)),
+    };
+    status.err().map(|s| (what, s))
 }
 
 /// Hands up the frames the session has ready, in order: to the runtime's sink when it
@@ -279,7 +171,7 @@ fn hand_up(inner: &Inner) -> bool {
 /// Grows the rings with use: the receive ring when the peer ran out of credit (the next
 /// message grants the new slots), the send ring when the peer grants more slots than
 /// there are send slots.
-fn grow(inner: &Inner) -> Result<(), Close> {
+pub(crate) fn grow(inner: &Inner) -> Result<(), Close> {
     let (grow_recv, peer_slots) = {
         let mut state = inner.state.lock();
         (state.session.take_grow(), state.session.peer_slots())
@@ -309,21 +201,21 @@ fn grow(inner: &Inner) -> Result<(), Close> {
 }
 
 /// Handles one completion.
-fn handle(inner: &Arc<Inner>, event: Event) -> Result<(), Close> {
+fn handle(inner: &Arc<Inner>, event: Event, cause: Option<&str>) -> Result<(), Close> {
     match event {
         Event::Sent { slot, status } => {
             inner.state.lock().free_send.push(slot);
             inner.space.notify_waiters();
-            status.map_err(|s| failure(inner, "send", s))
+            status.map_err(|s| failure(inner, "send", s, cause))
         }
         Event::Received { slot, status } => match (slot, status) {
             (Some(slot), Ok(())) => received(inner, slot),
-            (_, Err(s)) => Err(failure(inner, "receive", s)),
+            (_, Err(s)) => Err(failure(inner, "receive", s, cause)),
             (None, Ok(())) => Ok(()),
         },
         Event::Read { buf, tag, status } => {
             if let Err(s) = status {
-                return Err(failure(inner, "RDMA READ", s));
+                return Err(failure(inner, "RDMA READ", s, cause));
             }
             inner
                 .state
@@ -344,19 +236,19 @@ fn handle(inner: &Arc<Inner>, event: Event) -> Result<(), Close> {
         Event::Reclaimed { charge, status } => {
             inner.state.lock().session.release_lending(charge);
             inner.space.notify_waiters();
-            status.map_err(|s| failure(inner, "invalidating a memory window", s))
+            status.map_err(|s| failure(inner, "invalidating a memory window", s, cause))
         }
-        Event::BindFailed { status } => Err(failure(inner, "binding a memory window", status)),
+        Event::BindFailed { status } => {
+            Err(failure(inner, "binding a memory window", status, cause))
+        }
     }
 }
 
-/// Why the connection ends after a completion with `status`.
-fn failure(inner: &Inner, what: &str, status: WcStatus) -> Close {
+/// Why the connection ends after a completion with `status`; `cause` is the first error
+/// of the same batch that is not a flush.
+fn failure(inner: &Inner, what: &str, status: WcStatus, cause: Option<&str>) -> Close {
     if status == WcStatus::WrFlush && !inner.state.lock().session.is_closed() {
-        // The QP entered the error state without (yet) telling us why: completions of the
-        // send and the receive side may be reported in either order. Look for the cause
-        // among the completions still queued before reporting.
-        let cause = drain_for_cause(inner);
+        // The QP entered the error state; the cause, if reported yet, is in this batch.
         Close::Failed(format!(
             "the queue pair entered the error state ({what} flushed{})",
             cause.map(|c| format!("; cause: {c}")).unwrap_or_default()
@@ -366,37 +258,6 @@ fn failure(inner: &Inner, what: &str, status: WcStatus) -> Close {
     }
 }
 
-/// After a flush: polls what is left on the CQ for an error other than a flush.
-fn drain_for_cause(inner: &Inner) -> Option<String> {
-    let mut wcs = wc_buffer(POLL_BATCH);
-    let (mut scratch, mut events) = (Vec::new(), Vec::new());
-    for _ in 0..64 {
-        events.clear();
-        match inner
-            .rings
-            .poll(&inner.cq, &mut wcs, &mut scratch, &mut events)
-        {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        for event in events.drain(..) {
-            let (what, status) = match event {
-                Event::Sent { status, .. } => ("send", status),
-                Event::Received { status, .. } => ("receive", status),
-                Event::Read { status, .. } => ("RDMA READ", status),
-                Event::Reclaimed { status, .. } => ("invalidating a memory window", status),
-                Event::BindFailed { status } => ("binding a memory window", Err(status)),
-            };
-            if let Err(s) = status {
-                if s != WcStatus::WrFlush {
-                    return Some(format!("{what} completed with error: {s}"));
-                }
-            }
-        }
-    }
-    None
-}
-
 /// A message arrived in `slot`.
 fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
     let bytes = inner.rings.received(&slot);
@@ -404,6 +265,9 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
         Prefix::decode(bytes).map_err(|e| Close::Violation(format!("malformed message: {e}")))?;
     let mut state = inner.state.lock();
     state.session.handle_message(&prefix)?;
+    if prefix.kind != Kind::Control {
+        inner.completion.shared().frame_received();
+    }
     match prefix.kind {
         Kind::Data => match state.session.classify_eager(&bytes[PREFIX_LEN..])? {
             Some(header) => {

@@ -73,7 +73,7 @@ fn dispatch(device: &str, event: AsyncEvent) {
                 .map(|(_, inner)| inner)
                 .collect(),
             AsyncEvent::CompletionQueue { cq } => on_device
-                .filter(|(_, inner)| inner.cq.as_ptr() as usize == cq)
+                .filter(|(_, inner)| inner.completion.cq().as_ptr() as usize == cq)
                 .map(|(_, inner)| inner)
                 .collect(),
             AsyncEvent::PortDown(_) | AsyncEvent::DeviceFatal => {

@@ -35,6 +35,7 @@
 #![deny(unsafe_code)]
 
 mod any;
+mod completion;
 mod config;
 mod config_file;
 mod connection;

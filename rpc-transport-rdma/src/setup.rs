@@ -1,6 +1,7 @@
 //! Building an [`RdmaConnection`] on either side of the handshake.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,6 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
+use crate::completion::Membership;
 use crate::connection::{max_frame, Inner, RdmaConnection, State};
 use crate::counters::Counters;
 use crate::device::Device;
@@ -19,8 +21,7 @@ use crate::pool::LargePool;
 use crate::protocol::session::{Session, SessionConfig};
 use crate::protocol::{LoanLimit, PREFIX_LEN};
 use crate::verbs::{
-    Access, CompChannel, CompletionQueue, PreparedRings, ProtectionDomain, QpConfig, RingGeometry,
-    Rings, SendSlot,
+    Access, PreparedRings, ProtectionDomain, QpConfig, RingGeometry, Rings, SendSlot,
 };
 use crate::RdmaConfig;
 
@@ -28,9 +29,8 @@ use crate::RdmaConfig;
 #[derive(Debug)]
 pub(crate) struct Prepared {
     device: Arc<Device>,
-    channel: Arc<CompChannel>,
-    cq: Arc<CompletionQueue>,
     rings: PreparedRings,
+    completion: Membership,
     pd: Arc<ProtectionDomain>,
 }
 
@@ -52,17 +52,14 @@ pub(crate) fn prepare(config: &RdmaConfig, stream: &TcpStream) -> Result<Prepare
 fn prepare_at(config: &RdmaConfig, local: Option<Ipv4Addr>) -> Result<Prepared, String> {
     config.validate()?;
     let device = Device::get(config.device.as_deref(), local).map_err(|e| e.to_string())?;
-    let channel = Arc::new(CompChannel::new(&device.context).map_err(|e| e.to_string())?);
     // Sends and control messages (one per slot) and READs. Lent buffers are registered
     // in the connection's own PD and lent by their own key (`Access::Lendable`): no
     // work request per loan. (Lending through memory windows would need a bind and an
     // invalidation per loan, 2 x max_loans more.) The send queue's depth is most of a
     // connection's kernel-side queue memory: 352 entries before, 96 now by default.
     let max_send_wr = config.ring_slots + READ_WR_BUDGET as u32;
-    let depth = max_send_wr + config.ring_slots;
-    let cq = Arc::new(
-        CompletionQueue::new(&device.context, depth, Some(&channel)).map_err(|e| e.to_string())?,
-    );
+    // Room on a shared CQ for every completion the QP can have outstanding.
+    let mut completion = Membership::join(&device, max_send_wr + config.ring_slots, config)?;
     let qp_config = QpConfig {
         max_send_wr,
         max_recv_wr: config.ring_slots,
@@ -79,12 +76,13 @@ fn prepare_at(config: &RdmaConfig, local: Option<Ipv4Addr>) -> Result<Prepared, 
     // A protection domain of its own: the keys of what this connection lends are
     // useless to every other QP (see docs/limits.md, "Memory isolation").
     let pd = Arc::new(ProtectionDomain::new(&device.context).map_err(|e| e.to_string())?);
-    let rings = PreparedRings::new(&pd, &cq, &qp_config, geometry).map_err(|e| e.to_string())?;
+    let rings = PreparedRings::new(&pd, completion.cq(), &qp_config, geometry)
+        .map_err(|e| e.to_string())?;
+    completion.admit(rings.qp_num());
     Ok(Prepared {
         device,
-        channel,
-        cq,
         rings,
+        completion,
         pd,
     })
 }
@@ -110,8 +108,7 @@ impl Prepared {
         Ok(Connected {
             device: self.device,
             pd: self.pd,
-            channel: self.channel,
-            cq: self.cq,
+            completion: self.completion,
             rings,
             slots,
             remote: *remote,
@@ -124,9 +121,8 @@ impl Prepared {
 struct Connected {
     device: Arc<Device>,
     pd: Arc<ProtectionDomain>,
-    channel: Arc<CompChannel>,
-    cq: Arc<CompletionQueue>,
     rings: Rings,
+    completion: Membership,
     slots: Vec<SendSlot>,
     remote: Offer,
 }
@@ -170,7 +166,7 @@ impl Connected {
         let (closed, _) = watch::channel(None);
         let inner = Arc::new(Inner {
             rings,
-            cq: self.cq,
+            completion: self.completion,
             state: Mutex::new(State {
                 session: Session::new(session_config, Instant::now()),
                 free_send: slots,
@@ -179,17 +175,22 @@ impl Connected {
             closed,
             counters: Counters::default(),
             upward: Default::default(),
-            poller: Mutex::new(driver::Poller::new()),
+            cause_logged: AtomicBool::new(false),
             arrived: Notify::new(),
             tx_pool: LargePool::new(self.pd.clone(), Access::Lendable, config.pool_keep_bytes),
             rx_pool: LargePool::new(self.pd.clone(), Access::Local, config.pool_keep_bytes),
-            config: config.clone(),
             peer,
             max_frame,
             eager_limit,
         });
         crate::events::register(self.device.context.name(), qp_num, &inner);
-        tokio::spawn(driver::run(inner.clone(), self.channel, side));
+        // Completions reaped before now are handled first.
+        inner.completion.attach(&inner);
+        // The peer may start with more receive slots than we have send slots.
+        if let Err(why) = driver::grow(&inner) {
+            inner.fail(why);
+        }
+        tokio::spawn(driver::run(inner.clone(), side));
         tokio::spawn(driver::keepalive(
             Arc::downgrade(&inner),
             (config.ping_interval / 2).min(config.loan_timeout / 2),

@@ -235,10 +235,6 @@ pub(crate) struct Session<F> {
     /// which only ever makes the measured silence shorter than the real one).
     heard: u64,
     heard_seen: u64,
-    /// Data frames sent and received (eager, rendezvous, refused): more sent than
-    /// received means replies are likely on their way.
-    frames_sent: u64,
-    frames_received: u64,
     phase: Phase,
 }
 
@@ -268,8 +264,6 @@ impl<F> Session<F> {
             last_heard: now,
             heard: 0,
             heard_seen: 0,
-            frames_sent: 0,
-            frames_received: 0,
             phase: Phase::Open,
         }
     }
@@ -337,7 +331,6 @@ impl<F> Session<F> {
     #[must_use]
     pub(crate) fn try_take_data(&mut self) -> bool {
         let taken = self.credits.try_take_data();
-        self.frames_sent += u64::from(taken);
         self.want |= !taken;
         taken
     }
@@ -345,13 +338,6 @@ impl<F> Session<F> {
     /// Gives back a credit taken for a message that was never posted.
     pub(crate) fn untake(&mut self) {
         self.credits.untake();
-        self.frames_sent -= 1;
-    }
-
-    /// Whether this side sent more data frames than it received: a client awaiting
-    /// replies (the driver then keeps polling rather than sleeping).
-    pub(crate) fn awaiting(&self) -> bool {
-        self.frames_sent > self.frames_received
     }
 
     /// Reserves room in the lending limit for a frame of `len` bytes.
@@ -448,7 +434,6 @@ impl<F> Session<F> {
     /// # Errors
     /// A malformed frame header.
     pub(crate) fn classify_eager(&mut self, frame: &[u8]) -> Result<Option<Header>, Close> {
-        self.frames_received += 1;
         match Header::decode(frame) {
             Ok(Some(header)) if header.payload_len as usize > self.cfg.max_message_size => {
                 Ok(Some(header))
@@ -466,7 +451,6 @@ impl<F> Session<F> {
     /// A lie (a length other than its header's), a malformed header, or a loan beyond
     /// what this side announced.
     pub(crate) fn handle_descriptor(&mut self, d: Rendezvous) -> Result<Option<Header>, Close> {
-        self.frames_received += 1;
         let len = usize::try_from(d.len).unwrap_or(usize::MAX);
         let header = match Header::decode(&d.header) {
             Ok(Some(header)) => header,

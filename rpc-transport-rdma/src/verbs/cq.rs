@@ -111,7 +111,8 @@ unsafe impl Sync for CompletionQueue {}
 
 impl CompletionQueue {
     /// Creates a CQ with room for at least `depth` completions on `ctx`, reporting to
-    /// `channel` when armed.
+    /// `channel` when armed, on completion vector `vector` (taken modulo the device's
+    /// vectors).
     ///
     /// Size it for the worst case of every QP using it: an overflowing CQ moves all of them
     /// to the error state (see `DEFAULT_CQ_DEPTH`).
@@ -123,6 +124,7 @@ impl CompletionQueue {
         ctx: &Arc<Context>,
         depth: u32,
         channel: Option<&Arc<CompChannel>>,
+        vector: u32,
     ) -> Result<Self> {
         let cqe = i32::try_from(depth).map_err(|_| Error::TooLarge {
             what: "CQ depth",
@@ -130,10 +132,13 @@ impl CompletionQueue {
             max: i32::MAX as usize,
         })?;
         let channel_ptr = channel.map_or(ptr::null_mut(), |c| c.as_ptr());
+        // Below the device's count, which is at least 1 and fits an i32.
+        let vector = (vector % ctx.comp_vectors()) as i32;
         // SAFETY: `ctx.as_ptr()` is an open context and `channel_ptr` NULL or a channel of
         // the same context, both kept alive by the `Arc`s stored below; ibv_create_cq(3)
-        // returns NULL + errno on failure. No cq_context is used; comp_vector 0 always exists.
-        let ptr = unsafe { ibv_create_cq(ctx.as_ptr(), cqe, ptr::null_mut(), channel_ptr, 0) };
+        // returns NULL + errno on failure. No cq_context is used; `vector` is below the
+        // device's `num_comp_vectors`.
+        let ptr = unsafe { ibv_create_cq(ctx.as_ptr(), cqe, ptr::null_mut(), channel_ptr, vector) };
         let ptr = NonNull::new(ptr).ok_or_else(|| Error::last_os("ibv_create_cq"))?;
         // SAFETY: `ptr` is a live CQ; `cqe` is set by ibv_create_cq to the actual size (>= asked).
         let actual = unsafe { (*ptr.as_ptr()).cqe };

@@ -109,6 +109,10 @@ pub(crate) struct Context {
     max_qp_rd_atom: u8,
     /// `max_qp_init_rd_atom` of the device: outstanding RDMA READs per QP, as initiator.
     max_qp_init_rd_atom: u8,
+    /// `max_cqe` of the device: entries of one completion queue at most.
+    max_cqe: u32,
+    /// Completion vectors (interrupt lines) the device offers, at least 1.
+    comp_vectors: u32,
 }
 
 // SAFETY: an `ibv_context` is not tied to the thread that opened it; libibverbs is
@@ -193,6 +197,8 @@ impl Context {
             },
             max_qp_rd_atom: 1,
             max_qp_init_rd_atom: 1,
+            max_cqe: 1,
+            comp_vectors: 1,
         };
         // From here on `ctx`'s Drop closes the device on every early return.
         ctx.port = ctx.query_port()?;
@@ -206,6 +212,11 @@ impl Context {
         })?;
         ctx.max_qp_rd_atom = attr.max_qp_rd_atom.clamp(1, 16) as u8;
         ctx.max_qp_init_rd_atom = attr.max_qp_init_rd_atom.clamp(1, 16) as u8;
+        ctx.max_cqe = u32::try_from(attr.max_cqe).unwrap_or(0).max(1);
+        // SAFETY: `ctx.ptr` is an open context; `num_comp_vectors` is set by
+        // ibv_open_device(3) and never changes.
+        let vectors = unsafe { (*ctx.ptr.as_ptr()).num_comp_vectors };
+        ctx.comp_vectors = u32::try_from(vectors).unwrap_or(0).max(1);
         let Some((index, gid)) = ctx.find_gid(local_ip)? else {
             return Ok(None);
         };
@@ -316,6 +327,17 @@ impl Context {
     /// Outstanding RDMA READs the device issues per QP as initiator (clamped to 1..=16).
     pub(crate) fn max_qp_init_rd_atom(&self) -> u8 {
         self.max_qp_init_rd_atom
+    }
+
+    /// Entries one completion queue may have at most (`max_cqe`).
+    pub(crate) fn max_cqe(&self) -> u32 {
+        self.max_cqe
+    }
+
+    /// Completion vectors of the device (at least 1): CQs spread over them spread their
+    /// completion interrupts.
+    pub(crate) fn comp_vectors(&self) -> u32 {
+        self.comp_vectors
     }
 
     /// The raw context, for the sibling wrappers' verbs calls.

@@ -133,7 +133,7 @@ impl RawPeer {
         };
         let ctx = Arc::new(Context::open(None, Some(local)).map_err(err)?);
         let pd = Arc::new(ProtectionDomain::new(&ctx).map_err(err)?);
-        let cq = Arc::new(CompletionQueue::new(&ctx, 1024, None).map_err(err)?);
+        let cq = Arc::new(CompletionQueue::new(&ctx, 1024, None, 0).map_err(err)?);
         let qp = QueuePair::new(&pd, &cq, &cq, &QpConfig::default())
             .map_err(err)?
             .into_init()

@@ -144,7 +144,8 @@ impl Side {
     fn new(ctx: &Arc<Context>, big_access: Access) -> (Self, QueuePair<Init>) {
         let pd = Arc::new(ProtectionDomain::new(ctx).expect("pd"));
         let channel = Arc::new(CompChannel::new(ctx).expect("channel"));
-        let cq = Arc::new(CompletionQueue::new(ctx, DEFAULT_CQ_DEPTH, Some(&channel)).expect("cq"));
+        let cq =
+            Arc::new(CompletionQueue::new(ctx, DEFAULT_CQ_DEPTH, Some(&channel), 0).expect("cq"));
         assert!(cq.depth() >= DEFAULT_CQ_DEPTH);
         let ring = MemoryRegion::new(&pd, RING, Access::Local).expect("ring mr");
         let big = MemoryRegion::new(&pd, MIB, big_access).expect("big mr");
@@ -339,8 +340,12 @@ impl WindowRig {
         let reader_ring = MemoryRegion::new(&reader_pd, RING, Access::Local).expect("ring");
         let target = MemoryRegion::new(&reader_pd, 256 * 1024, Access::Local).expect("target");
         WindowRig {
-            lender_cq: Arc::new(CompletionQueue::new(ctx_a, DEFAULT_CQ_DEPTH, None).expect("cq")),
-            reader_cq: Arc::new(CompletionQueue::new(ctx_b, DEFAULT_CQ_DEPTH, None).expect("cq")),
+            lender_cq: Arc::new(
+                CompletionQueue::new(ctx_a, DEFAULT_CQ_DEPTH, None, 0).expect("cq"),
+            ),
+            reader_cq: Arc::new(
+                CompletionQueue::new(ctx_b, DEFAULT_CQ_DEPTH, None, 0).expect("cq"),
+            ),
             lender_pd,
             reader_pd,
             lender_seen: Vec::new(),

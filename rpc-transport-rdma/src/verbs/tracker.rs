@@ -12,7 +12,7 @@
 //! Ownership of a slot is a token: [`SendSlot`] and [`RecvSlot`] exist at most once per
 //! slot index and are not `Clone`. Whoever holds the token may touch the slot's bytes;
 //! posting a work request consumes the token, and only reaping that request's completion
-//! in [`Rings::poll`] recreates it. So the CPU can never write a slot the NIC is reading,
+//! in [`Rings::complete`] recreates it. So the CPU can never write a slot the NIC is reading,
 //! nor read one the NIC is writing (STYLE.md rule 6), and dropping a user's future cannot
 //! break that: the future only ever held a token, never a posted range. READ targets
 //! ([`LargeBuf`]) are moved into the tracker for as long as their READs are posted.
@@ -251,6 +251,11 @@ impl PreparedRings {
         })
     }
 
+    /// The local QP number.
+    pub(crate) fn qp_num(&self) -> u32 {
+        self.qp.qp_num()
+    }
+
     /// What the peer needs to connect to this QP.
     pub(crate) fn endpoint(&self) -> QpEndpoint {
         self.qp.endpoint()
@@ -323,7 +328,7 @@ fn post_segment<S: super::RecvReady>(
     // SAFETY: each posted range is one whole slot of one segment of `ring` (the indices
     // are the segment's, registered just now or at set-up), slots do not overlap, and no
     // RecvSlot token exists for them yet: the CPU can only touch a slot again through
-    // the token that `Rings::poll` creates when the slot's completion is reaped. The ring
+    // the token that `Rings::complete` creates when the slot's completion is reaped. The ring
     // lives in the same struct as the QP and is dropped after it (field order of Rings).
     unsafe { qp.post_recv_batch(region, &recvs) }.map_err(|e| e.source)
 }
@@ -537,92 +542,81 @@ impl Rings {
         Ok(())
     }
 
-    /// Reaps up to `wcs.len()` completions into `events`. Returns how many were reaped.
-    ///
-    /// # Errors
-    /// If polling the CQ itself fails.
-    pub(crate) fn poll(
-        &self,
-        cq: &CompletionQueue,
-        wcs: &mut [ibv_wc],
-        scratch: &mut Vec<Completion>,
-        events: &mut Vec<Event>,
-    ) -> Result<usize> {
-        scratch.clear();
-        let n = cq.poll_into(wcs, scratch)?;
-        for c in scratch.drain(..) {
-            let index = (c.wr_id.0 & !TAG_MASK) as u32;
-            match c.wr_id.0 & TAG_MASK {
-                TAG_SEND => events.push(Event::Sent {
-                    slot: SendSlot {
-                        rings: self.id,
-                        index,
-                    },
-                    status: c.status,
+    /// Turns one completion of this QP (reaped from its CQ, which other QPs may share)
+    /// into the event it means, with the ownership it returns; a completion that ends
+    /// nothing yet (a READ chunk but the last, a successful bind) adds no event.
+    pub(crate) fn complete(&self, c: Completion, events: &mut Vec<Event>) {
+        debug_assert_eq!(c.qp_num, self.qp_num());
+        let index = (c.wr_id.0 & !TAG_MASK) as u32;
+        match c.wr_id.0 & TAG_MASK {
+            TAG_SEND => events.push(Event::Sent {
+                slot: SendSlot {
+                    rings: self.id,
+                    index,
+                },
+                status: c.status,
+            }),
+            TAG_RECV => events.push(Event::Received {
+                // A flushed RECV's slot carries nothing; the token still returns.
+                slot: Some(RecvSlot {
+                    rings: self.id,
+                    index,
+                    len: if c.status.is_ok() { c.byte_len } else { 0 },
                 }),
-                TAG_RECV => events.push(Event::Received {
-                    // A flushed RECV's slot carries nothing; the token still returns.
-                    slot: Some(RecvSlot {
-                        rings: self.id,
-                        index,
-                        len: if c.status.is_ok() { c.byte_len } else { 0 },
-                    }),
-                    status: c.status,
-                }),
-                TAG_READ => {
-                    let mut reads = self.reads.lock();
-                    let key = index as usize;
-                    let Some(pending) = reads.get_mut(key) else {
-                        tracing::error!(key, "completion of an unknown READ");
-                        continue;
-                    };
-                    if pending.status.is_ok() {
-                        pending.status = c.status;
-                    }
-                    pending.remaining -= 1;
-                    if pending.remaining == 0 {
-                        let done = reads.remove(key);
-                        events.push(Event::Read {
-                            buf: done.buf,
-                            tag: done.tag,
-                            status: done.status,
-                        });
-                    }
+                status: c.status,
+            }),
+            TAG_READ => {
+                let mut reads = self.reads.lock();
+                let key = index as usize;
+                let Some(pending) = reads.get_mut(key) else {
+                    tracing::error!(key, "completion of an unknown READ");
+                    return;
+                };
+                if pending.status.is_ok() {
+                    pending.status = c.status;
                 }
-                TAG_INV => {
-                    let done = {
-                        let mut loans = self.loans.lock();
-                        let key = index as usize;
-                        if !loans.get(key).is_some_and(|l| l.invalidating) {
-                            tracing::error!(key, "completion of an unknown invalidation");
-                            continue;
-                        }
-                        loans.remove(key)
-                    };
-                    if let (Ok(()), Some(window)) = (c.status, done.window) {
-                        // Invalidated: the window may be bound again.
-                        self.windows.lock().push(window);
-                    }
-                    // else: the window's state is unknown; it is freed here. The buffer
-                    // goes back to its pool either way (the QP has failed: nothing can
-                    // read it any more).
-                    events.push(Event::Reclaimed {
-                        charge: done.charge,
-                        status: c.status,
+                pending.remaining -= 1;
+                if pending.remaining == 0 {
+                    let done = reads.remove(key);
+                    events.push(Event::Read {
+                        buf: done.buf,
+                        tag: done.tag,
+                        status: done.status,
                     });
                 }
-                TAG_BIND => {
-                    if let Err(status) = c.status {
-                        events.push(Event::BindFailed { status });
-                    }
-                }
-                _ => tracing::error!(
-                    wr_id = c.wr_id.0,
-                    "completion with an unknown work-request id"
-                ),
             }
+            TAG_INV => {
+                let done = {
+                    let mut loans = self.loans.lock();
+                    let key = index as usize;
+                    if !loans.get(key).is_some_and(|l| l.invalidating) {
+                        tracing::error!(key, "completion of an unknown invalidation");
+                        return;
+                    }
+                    loans.remove(key)
+                };
+                if let (Ok(()), Some(window)) = (c.status, done.window) {
+                    // Invalidated: the window may be bound again.
+                    self.windows.lock().push(window);
+                }
+                // else: the window's state is unknown; it is freed here. The buffer
+                // goes back to its pool either way (the QP has failed: nothing can
+                // read it any more).
+                events.push(Event::Reclaimed {
+                    charge: done.charge,
+                    status: c.status,
+                });
+            }
+            TAG_BIND => {
+                if let Err(status) = c.status {
+                    events.push(Event::BindFailed { status });
+                }
+            }
+            _ => tracing::error!(
+                wr_id = c.wr_id.0,
+                "completion with an unknown work-request id"
+            ),
         }
-        Ok(n)
     }
 
     /// Lends `buf[..len]` to the peer; the tracker owns the buffer until [`Rings::reclaim`].
