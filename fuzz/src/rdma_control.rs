@@ -46,6 +46,20 @@ pub fn rdma_control(data: &[u8]) {
             // The driver hands the slot to the runtime, which parses it as a frame.
             crate::frame::frame(frame);
         }
+        ControlBody::Batch { frames } => {
+            assert_eq!(data[0], 1);
+            assert!(m.n_tokens >= 2, "a batch of fewer than two frames");
+            if let Ok(frames) = frames {
+                // Exactly the body, cut into the announced number of whole frames.
+                assert_eq!(frames.len(), usize::from(m.n_tokens), "batch frame count");
+                assert_eq!(frames.concat(), data[PREFIX_LEN..], "batch frames");
+                for frame in frames {
+                    let header = Header::decode(frame).expect("a batch frame's header");
+                    assert_eq!(header.map(|h| h.frame_len()), Some(frame.len()));
+                    crate::frame::frame(frame);
+                }
+            }
+        }
         ControlBody::Rendezvous { len, header, .. } => {
             assert_eq!(data[0], 2);
             assert_eq!(body_len, RENDEZVOUS_LEN, "rendezvous body length");
@@ -145,6 +159,14 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         b"\x0a\x02hi",
     ));
 
+    // Three response frames coalesced into one DATA message.
+    let mut batch = prefix(1, 0, 3, 4);
+    for call_id in 1..=3 {
+        let mut h = response;
+        h.call_id = call_id;
+        batch.extend(crate::frame::build(h, &Metadata::new(), b"\x0a\x02hi"));
+    }
+
     let mut rendezvous = prefix(2, 0, 0, 9);
     let mut big = request;
     big.payload_len = 1 << 20;
@@ -167,6 +189,7 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     vec![
         ("seed-data-request".into(), data),
         ("seed-data-response".into(), data_response),
+        ("seed-batch".into(), batch),
         ("seed-rendezvous".into(), rendezvous),
         ("seed-credits".into(), prefix(3, 0, 0, 64)),
         ("seed-read-done".into(), read_done),

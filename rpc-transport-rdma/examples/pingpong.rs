@@ -34,10 +34,17 @@ async fn main() -> Result<(), Error> {
         "serve" => serve(&endpoint, &settings).await,
         "ping" => {
             let number = |i: usize, default: usize| -> Result<usize, Error> {
-                Ok(args.get(i).map(|s| s.parse()).transpose()?.unwrap_or(default))
+                Ok(args
+                    .get(i)
+                    .map(|s| s.parse())
+                    .transpose()?
+                    .unwrap_or(default))
             };
             let conn = rpc_transport_rdma::connect(&endpoint, &settings).await?;
-            ping(&conn, number(2, 10_000)?, number(3, 64)?).await
+            let (round_trips, payload) = (number(2, 10_000)?, number(3, 64)?);
+            // On a worker of the runtime, as an application's tasks run (the main
+            // future runs on the main thread: each reply would cross threads).
+            tokio::spawn(async move { ping(&conn, round_trips, payload).await }).await?
         }
         _ => Err(usage.into()),
     }
@@ -79,7 +86,10 @@ async fn ping(conn: &AnyConnection, round_trips: usize, payload: usize) -> Resul
         out.put_slice(&header.encode());
         out.put_slice(&body);
         conn.send(out).await?;
-        let back = conn.recv().await?.ok_or("the server closed the connection")?;
+        let back = conn
+            .recv()
+            .await?
+            .ok_or("the server closed the connection")?;
         let elapsed = start.elapsed();
         if back.len() != header.frame_len() || back[..8] != header.encode()[..8] {
             return Err(format!("round trip {i}: a different frame came back").into());

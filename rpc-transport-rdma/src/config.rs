@@ -33,13 +33,15 @@ pub struct RdmaConfig {
     pub eager_threshold: Option<usize>,
     /// Largest message payload accepted or sent. Default 4 MiB (as gRPC).
     pub max_message_size: usize,
-    /// How long the completion driver busy-polls an idle completion queue before it
-    /// sleeps on the completion channel. Default 50 µs: low latency under load at the
-    /// price of some CPU while idle-but-busy.
+    /// How long the driver of a shared completion queue busy-polls it, once idle,
+    /// before it sleeps on the completion channel. Default 50 µs: low latency under load
+    /// at the price of some CPU while idle-but-busy. A shared CQ takes the setting of the
+    /// connection that created it.
     pub poll_spin: Duration,
-    /// How long the driver keeps busy-polling, instead of `poll_spin`, while this side
-    /// has sent more frames than it received (a client awaiting replies): the reply is
-    /// then reaped without the completion channel's wake-up. Default 1 ms.
+    /// How long the driver keeps busy-polling, instead of `poll_spin`, while the
+    /// connections on its CQ have sent more frames than they received (a client awaiting
+    /// replies): the reply is then reaped without the completion channel's wake-up.
+    /// Default 1 ms.
     pub await_spin: Duration,
     /// A ping is sent after this much silence from the peer. Default 1 s.
     pub ping_interval: Duration,

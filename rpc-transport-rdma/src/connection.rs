@@ -9,15 +9,15 @@
 //!   the connection's own protection domain); the peer's read-done ends the loan and the
 //!   buffer returns to the pool.
 //!
-//! Receiving: the completion driver (`driver.rs`) hands eager frames up in their receive
-//! slot (re-posted when the [`RecvBuf`] is dropped) and pulls rendezvous frames with RDMA
-//! READ into a buffer of the local pool.
+//! Receiving: whoever polls the shared completion queue (`completion.rs`, `driver.rs`)
+//! hands eager frames up in their receive slot (re-posted when the [`RecvBuf`] is
+//! dropped) and pulls rendezvous frames with RDMA READ into a buffer of the local pool.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use rpc_core::wire::HEADER_LEN;
 use rpc_core::{Connection, FrameSink, TransportError, MAX_METADATA_LEN};
 use tokio::sync::{watch, Notify};
@@ -26,11 +26,12 @@ use crate::completion::Membership;
 use crate::counters::{Counters, RdmaCounters};
 use crate::pool::{LargeBuf, LargePool};
 use crate::protocol::session::{Close, Session};
-use crate::protocol::{Kind, Rendezvous, PREFIX_LEN};
-use crate::verbs::{RecvSlot, RegisteredTarget, Rings, SendBuf, SendSlot, Target};
+use crate::protocol::{Kind, Rendezvous, MAX_BATCH, PREFIX_LEN};
+use crate::verbs::{Error, RecvSlot, RegisteredTarget, Rings, SendBuf, SendSlot, Target};
 
 /// An established RDMA connection. Cheap to share: clones of the inner state are held by
-/// the completion driver, the ping task and every outstanding buffer.
+/// its task, the ping task, a shared CQ's poller while it handles its completions and
+/// every outstanding buffer.
 #[derive(Debug)]
 pub struct RdmaConnection {
     pub(crate) inner: Arc<Inner>,
@@ -66,12 +67,31 @@ pub(crate) struct Inner {
     pub(crate) eager_limit: usize,
 }
 
-/// Mutable state, under one short lock: the protocol session and the free send slots.
+/// Mutable state, under one short lock: the protocol session, the free send slots, the
+/// sends in flight and the batch waiting for them.
 #[derive(Debug)]
 pub(crate) struct State {
     pub(crate) session: Session<RecvBuf>,
     pub(crate) free_send: Vec<SendSlot>,
+    /// SENDs posted and not completed.
+    pub(crate) in_flight: u32,
+    /// Eager frames waiting to go as one message.
+    pub(crate) batch: Option<Batch>,
 }
+
+/// Eager frames back to back in one send slot, not posted yet.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    slot: SendSlot,
+    /// Bytes of frames after the prefix.
+    len: usize,
+    frames: u16,
+}
+
+/// Sends in flight from which an eager frame waits in a batch rather than going at once.
+/// One: a frame goes at once whenever the send queue is idle (no latency added to a
+/// lone call); behind a send in flight it waits at most until that send completes.
+pub(crate) const COALESCE_AT: u32 = 1;
 
 /// The runtime's receive path, when it takes frames from the completion path.
 #[derive(Default)]
@@ -161,6 +181,37 @@ pub(crate) enum Received {
     },
     Header([u8; HEADER_LEN]),
     Bytes(bytes::Bytes),
+    /// One frame of a batch: `range` of the shared slot's body.
+    Shared {
+        hold: Arc<SlotHold>,
+        range: std::ops::Range<usize>,
+    },
+}
+
+/// A received slot whose frames (a batch) are handed up separately: re-posted when the
+/// last of them is dropped.
+#[derive(Debug)]
+pub(crate) struct SlotHold {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) slot: Option<RecvSlot>,
+}
+
+impl SlotHold {
+    /// The message's body (after the prefix).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self
+            .inner
+            .rings
+            .received(self.slot.as_ref().expect("present until drop"))[PREFIX_LEN..]
+    }
+}
+
+impl Drop for SlotHold {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            self.inner.repost(slot);
+        }
+    }
 }
 
 impl std::ops::Deref for RecvBuf {
@@ -173,6 +224,7 @@ impl std::ops::Deref for RecvBuf {
             Received::Large { buf, len, .. } => &buf.region().as_slice()[..*len],
             Received::Header(h) => h,
             Received::Bytes(b) => b,
+            Received::Shared { hold, range } => &hold.bytes()[range.clone()],
         }
     }
 }
@@ -191,7 +243,7 @@ impl Drop for RecvBuf {
                 inner.state.lock().session.frame_consumed(*token, *len);
                 inner.flush_control();
             }
-            Received::Header(_) | Received::Bytes(_) => {}
+            Received::Header(_) | Received::Bytes(_) | Received::Shared { .. } => {}
         }
     }
 }
@@ -315,64 +367,162 @@ impl Inner {
             state.free_send.push(slot);
             return Err(self.close_error());
         }
-        let advert = state.session.advertise();
-        let posted_len = match large {
-            None => {
-                let bytes = self.rings.slot_mut(&mut slot);
-                advert.prefix(Kind::Data, 0).encode(bytes);
-                Counters::bump(&self.counters.eager_sends, 1);
-                PREFIX_LEN + send.len
+        let Some(buf) = large else {
+            return self.send_eager(state, slot, send.len);
+        };
+        // Frames waiting in a batch go first: frames arrive in the order sent.
+        if let Some(batch) = state.batch.take() {
+            if let Err(e) = self.post_batch(&mut state, batch) {
+                drop(state);
+                return Err(self.post_failed(e));
             }
-            Some(buf) => {
-                let mut header = [0u8; HEADER_LEN];
-                header.copy_from_slice(&buf.region().as_slice()[..HEADER_LEN]);
-                // Lent before the descriptor's SEND (a window, if any, is bound first on
-                // the same send queue).
-                let charge = std::mem::take(&mut send.reserved);
-                let lent = match self.rings.lend(buf, send.len, charge) {
-                    Ok(lent) => lent,
-                    Err((_buf, e)) => {
-                        state.session.release_lending(charge);
-                        state.free_send.push(slot);
-                        drop(state);
-                        let reason = format!("lending a rendezvous buffer failed: {e}");
-                        self.fail(Close::Failed(reason.clone()));
-                        return Err(TransportError::Other(reason));
-                    }
-                };
-                let token = state.session.lend(lent.key, Instant::now());
-                let descriptor = Rendezvous {
-                    offset: lent.remote.addr,
-                    len: send.len as u64,
-                    rkey: lent.remote.rkey,
-                    token,
-                    header,
-                };
-                tracing::trace!(
-                    token,
-                    len = send.len,
-                    rkey = lent.remote.rkey,
-                    "lending a rendezvous frame"
-                );
-                let bytes = self.rings.slot_mut(&mut slot);
-                advert.prefix(Kind::Rendezvous, 0).encode(bytes);
-                descriptor.encode(&mut bytes[PREFIX_LEN..]);
-                Counters::bump(&self.counters.rendezvous_sends, 1);
-                PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN
+        }
+        let advert = state.session.advertise();
+        let mut header = [0u8; HEADER_LEN];
+        header.copy_from_slice(&buf.region().as_slice()[..HEADER_LEN]);
+        // Lent before the descriptor's SEND (a window, if any, is bound first on the
+        // same send queue).
+        let charge = std::mem::take(&mut send.reserved);
+        let lent = match self.rings.lend(buf, send.len, charge) {
+            Ok(lent) => lent,
+            Err((_buf, e)) => {
+                state.session.release_lending(charge);
+                state.free_send.push(slot);
+                drop(state);
+                let reason = format!("lending a rendezvous buffer failed: {e}");
+                self.fail(Close::Failed(reason.clone()));
+                return Err(TransportError::Other(reason));
             }
         };
+        let token = state.session.lend(lent.key, Instant::now());
+        let descriptor = Rendezvous {
+            offset: lent.remote.addr,
+            len: send.len as u64,
+            rkey: lent.remote.rkey,
+            token,
+            header,
+        };
+        tracing::trace!(
+            token,
+            len = send.len,
+            rkey = lent.remote.rkey,
+            "lending a rendezvous frame"
+        );
+        let bytes = self.rings.slot_mut(&mut slot);
+        advert.prefix(Kind::Rendezvous, 0).encode(bytes);
+        descriptor.encode(&mut bytes[PREFIX_LEN..]);
+        Counters::bump(&self.counters.rendezvous_sends, 1);
         // Posted under the lock, so the advertised count cannot be overtaken by a later
         // message that advertised less.
-        let posted = self.rings.post_send(slot, posted_len);
-        drop(state);
-        self.completion.shared().frame_sent();
-        if let Err((slot, e)) = posted {
-            self.state.lock().free_send.push(slot);
-            let reason = format!("posting a send failed: {e}");
-            self.fail(Close::Failed(reason.clone()));
-            return Err(TransportError::Other(reason));
+        let posted = self
+            .rings
+            .post_send(slot, PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN);
+        match posted {
+            Ok(()) => {
+                state.in_flight += 1;
+                drop(state);
+                self.completion.shared().frame_sent();
+                Ok(())
+            }
+            Err((slot, e)) => {
+                state.free_send.push(slot);
+                drop(state);
+                Err(self.post_failed(e))
+            }
         }
-        Ok(())
+    }
+
+    /// Sends an eager frame of `len` bytes written in `slot`: at once when fewer than
+    /// [`COALESCE_AT`] sends are in flight; else it waits in a batch (a slot of frames
+    /// back to back) that goes as one message when the sends in flight complete or the
+    /// batch is full. Under load, many frames then cost the NIC one message.
+    fn send_eager(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        mut slot: SendSlot,
+        len: usize,
+    ) -> Result<(), TransportError> {
+        self.completion.shared().frame_sent();
+        if let Some(batch) = state.batch.as_mut() {
+            if batch.len + len <= self.eager_limit && batch.frames < MAX_BATCH {
+                let from = &self.rings.slot_mut(&mut slot)[PREFIX_LEN..PREFIX_LEN + len];
+                let at = PREFIX_LEN + batch.len;
+                self.rings.slot_mut(&mut batch.slot)[at..at + len].copy_from_slice(from);
+                batch.len += len;
+                batch.frames += 1;
+                // The frame's own slot and credit go back: the batch's message carries it.
+                state.free_send.push(slot);
+                state.session.untake();
+                drop(state);
+                self.space.notify_waiters();
+                return Ok(());
+            }
+            let full = state.batch.take().expect("checked");
+            if let Err(e) = self.post_batch(&mut state, full) {
+                drop(state);
+                return Err(self.post_failed(e));
+            }
+        }
+        let batch = Batch {
+            slot,
+            len,
+            frames: 1,
+        };
+        if state.in_flight >= COALESCE_AT {
+            state.batch = Some(batch);
+            return Ok(());
+        }
+        let posted = self.post_batch(&mut state, batch);
+        drop(state);
+        posted.map_err(|e| self.post_failed(e))
+    }
+
+    /// Posts `batch` as one DATA message.
+    fn post_batch(&self, state: &mut State, mut batch: Batch) -> Result<(), Error> {
+        let n = if batch.frames > 1 { batch.frames } else { 0 };
+        let bytes = self.rings.slot_mut(&mut batch.slot);
+        state
+            .session
+            .advertise()
+            .prefix(Kind::Data, n)
+            .encode(bytes);
+        // Under the state lock, so the advertised count cannot be overtaken by a later
+        // message that advertised less.
+        match self.rings.post_send(batch.slot, PREFIX_LEN + batch.len) {
+            Ok(()) => {
+                state.in_flight += 1;
+                Counters::bump(&self.counters.eager_sends, u64::from(batch.frames));
+                if batch.frames > 1 {
+                    Counters::bump(&self.counters.batches, 1);
+                }
+                Ok(())
+            }
+            Err((slot, e)) => {
+                state.free_send.push(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// Posts the waiting batch once fewer than [`COALESCE_AT`] sends are in flight.
+    pub(crate) fn flush_batch(&self) -> Result<(), Close> {
+        let mut state = self.state.lock();
+        if state.in_flight >= COALESCE_AT || state.session.is_closed() {
+            return Ok(());
+        }
+        match state.batch.take() {
+            Some(batch) => self
+                .post_batch(&mut state, batch)
+                .map_err(|e| Close::Failed(format!("posting a send failed: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Fails the connection after a post failed; the error for the caller.
+    fn post_failed(&self, e: Error) -> TransportError {
+        let reason = format!("posting a send failed: {e}");
+        self.fail(Close::Failed(reason.clone()));
+        TransportError::Other(reason)
     }
 
     pub(crate) fn counters(&self) -> RdmaCounters {

@@ -86,6 +86,9 @@ impl Inner {
                 bytes[at..at + 8].copy_from_slice(&token.to_le_bytes());
             }
             let posted = self.rings.post_send(slot, PREFIX_LEN + 8 * n);
+            if posted.is_ok() {
+                state.in_flight += 1;
+            }
             drop(state);
             match posted {
                 Ok(()) => Counters::bump(&self.counters.control_sends, 1),

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RdmaCounters {
-    /// Frames sent eagerly: encoded into a send slot, one SEND.
+    /// Frames sent eagerly: encoded into a send slot, one SEND (or several frames in one
+    /// SEND: `batches`).
     pub eager_sends: u64,
     /// Frames sent by rendezvous: a descriptor by SEND, the frame pulled by the peer.
     pub rendezvous_sends: u64,
@@ -16,6 +17,9 @@ pub struct RdmaCounters {
     pub bytes_read: u64,
     /// Frames received eagerly.
     pub eager_receives: u64,
+    /// Messages that carried several eager frames (frames that waited behind sends in
+    /// flight, then went as one message).
+    pub batches: u64,
     /// Control messages sent (credit returns, read-done, ping, pong).
     pub control_sends: u64,
     /// Times a sender had to wait for a credit or a free send slot.
@@ -38,6 +42,7 @@ pub(crate) struct Counters {
     pub(crate) rendezvous_reads: AtomicU64,
     pub(crate) bytes_read: AtomicU64,
     pub(crate) eager_receives: AtomicU64,
+    pub(crate) batches: AtomicU64,
     pub(crate) control_sends: AtomicU64,
     pub(crate) credit_stalls: AtomicU64,
     pub(crate) errors: AtomicU64,
@@ -56,6 +61,7 @@ impl Counters {
             rendezvous_reads: get(&self.rendezvous_reads),
             bytes_read: get(&self.bytes_read),
             eager_receives: get(&self.eager_receives),
+            batches: get(&self.batches),
             control_sends: get(&self.control_sends),
             credit_stalls: get(&self.credit_stalls),
             registrations,

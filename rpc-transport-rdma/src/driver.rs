@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use crate::connection::{Inner, Received, RecvBuf};
+use crate::connection::{Inner, Received, RecvBuf, SlotHold};
 use crate::counters::Counters;
 use crate::protocol::session::{refused, Close};
-use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN};
+use crate::protocol::{split_batch, Kind, Prefix, Rendezvous, PREFIX_LEN};
 use crate::verbs::{Event, RecvSlot, WcStatus};
 
 /// READ work requests in flight per connection at most (the send queue is sized for it).
@@ -96,13 +96,10 @@ pub(crate) fn handle_batch(inner: &Arc<Inner>, events: &mut Vec<Event>) {
             result = handle(inner, event, cause.as_deref());
         }
     }
-    let result = result.and_then(|()| start_reads(inner)).and_then(|()| {
-        if hand_up(inner) {
-            grow(inner)
-        } else {
-            Ok(())
-        }
-    });
+    let result = result
+        .and_then(|()| inner.flush_batch())
+        .and_then(|()| start_reads(inner))
+        .and_then(|()| if hand_up(inner) { grow(inner) } else { Ok(()) });
     match result {
         Ok(()) => inner.flush_control(),
         Err(why) => {
@@ -204,7 +201,11 @@ pub(crate) fn grow(inner: &Inner) -> Result<(), Close> {
 fn handle(inner: &Arc<Inner>, event: Event, cause: Option<&str>) -> Result<(), Close> {
     match event {
         Event::Sent { slot, status } => {
-            inner.state.lock().free_send.push(slot);
+            {
+                let mut state = inner.state.lock();
+                state.free_send.push(slot);
+                state.in_flight -= 1;
+            }
             inner.space.notify_waiters();
             status.map_err(|s| failure(inner, "send", s, cause))
         }
@@ -269,6 +270,41 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
         inner.completion.shared().frame_received();
     }
     match prefix.kind {
+        Kind::Data if prefix.n_tokens >= 2 => {
+            let frames = split_batch(&bytes[PREFIX_LEN..], prefix.n_tokens)
+                .map_err(|e| Close::Violation(format!("malformed batch: {e}")))?;
+            Counters::bump(&inner.counters.eager_receives, frames.len() as u64);
+            for _ in 1..frames.len() {
+                inner.completion.shared().frame_received();
+            }
+            // The frames share the slot, re-posted when the last of them is dropped.
+            let hold = Arc::new(SlotHold {
+                inner: inner.clone(),
+                slot: Some(slot),
+            });
+            let mut result = Ok(());
+            for range in frames {
+                let delivered = match state.session.classify_eager(&hold.bytes()[range.clone()]) {
+                    Ok(Some(header)) => state
+                        .session
+                        .deliver(RecvBuf(Received::Header(refused(header)))),
+                    Ok(None) => state.session.deliver(RecvBuf(Received::Shared {
+                        hold: hold.clone(),
+                        range,
+                    })),
+                    Err(why) => Err(why),
+                };
+                if let Err(why) = delivered {
+                    result = Err(why);
+                    break;
+                }
+            }
+            drop(state);
+            inner.space.notify_waiters();
+            // Outside the lock: the last share re-posts the slot, which takes it.
+            drop(hold);
+            result?;
+        }
         Kind::Data => match state.session.classify_eager(&bytes[PREFIX_LEN..])? {
             Some(header) => {
                 state

@@ -39,6 +39,13 @@ pub enum ControlBody {
         /// `Header::decode` of those bytes.
         header: Result<Option<Header>, FrameError>,
     },
+    /// A DATA message carrying several frames back to back (its token count, 2 or more,
+    /// is the number of frames): the frames as the driver splits them, or why it refuses
+    /// the message.
+    Batch {
+        /// Each frame's bytes, in order.
+        frames: Result<Vec<Vec<u8>>, String>,
+    },
     /// A rendezvous descriptor, and its embedded header as the driver decodes it.
     Rendezvous {
         /// Where the frame starts in the lent memory window.
@@ -69,6 +76,13 @@ pub fn decode_control(data: &[u8]) -> Result<ControlMessage, String> {
     let mut reencoded = vec![0u8; data.len()];
     prefix.encode(&mut reencoded);
     let decoded = match prefix.kind {
+        Kind::Data if prefix.n_tokens >= 2 => {
+            reencoded[PREFIX_LEN..].copy_from_slice(body);
+            ControlBody::Batch {
+                frames: crate::protocol::split_batch(body, prefix.n_tokens)
+                    .map(|ranges| ranges.into_iter().map(|r| body[r].to_vec()).collect()),
+            }
+        }
         Kind::Data => {
             reencoded[PREFIX_LEN..].copy_from_slice(body);
             ControlBody::Data {

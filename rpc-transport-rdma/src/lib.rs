@@ -3,8 +3,10 @@
 //! Small frames travel by two-sided SEND/RECV through per-connection rings of registered
 //! slots; large ones are pulled by the receiver with one-sided RDMA READ from a registered
 //! buffer the sender lends for the transfer (rendezvous). Credit-based flow control keeps
-//! every SEND matched by a posted RECV, so the QPs run with `rnr_retry = 0`. A completion
-//! driver per connection busy-polls, then sleeps on the completion channel through tokio.
+//! every SEND matched by a posted RECV, so the QPs run with `rnr_retry = 0`. Connections
+//! share completion queues (per device and tokio runtime: one per CPU, then as many as
+//! their queues' depths need), each driven by one task that busy-polls while completions
+//! come, then sleeps on its completion channel through tokio.
 //!
 //! Connections are set up over a TCP side channel on the server's port; a server also
 //! accepts plain TCP clients on the same port, and a client asking for `auto://` falls
@@ -13,10 +15,11 @@
 //! # Layout
 //! - [`connect`], [`AnyListener`], [`AnyConnection`]: choosing the transport from a URL
 //!   (`any.rs`).
-//! - [`RdmaConnection`]: one connection (`connection.rs`); its completion driver
-//!   (`driver.rs`), which pumps the protocol session and, once the runtime asked for it
-//!   (`Connection::push_to`), hands each received frame straight to the runtime (a
-//!   client's call completes on the completion path); set-up and handshake (`setup.rs`,
+//! - [`RdmaConnection`]: one connection (`connection.rs`); what it does with its
+//!   completions (`driver.rs`): it pumps the protocol session and, once the runtime asked
+//!   for it (`Connection::push_to`), hands each received frame straight to the runtime (a
+//!   client's call completes on the completion path); the shared completion queues and
+//!   their driver tasks (`completion.rs`); set-up and handshake (`setup.rs`,
 //!   `handshake.rs`).
 //! - `protocol/`: sans-IO. `session.rs` is the protocol state of one connection (credits,
 //!   loans lent and borrowed, READ scheduling, arrival order, pings, liveness, the loan

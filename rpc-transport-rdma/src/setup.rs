@@ -170,6 +170,8 @@ impl Connected {
             state: Mutex::new(State {
                 session: Session::new(session_config, Instant::now()),
                 free_send: slots,
+                in_flight: 0,
+                batch: None,
             }),
             space: Notify::new(),
             closed,

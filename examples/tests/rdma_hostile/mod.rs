@@ -89,6 +89,17 @@ fn pattern(seed: u32, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A small echo request frame (a 16-byte payload).
+fn request(call_id: u64) -> Vec<u8> {
+    echo_frame(
+        call_id,
+        &EchoRequest {
+            payload: pattern(call_id as u32, 16),
+            ..Default::default()
+        },
+    )
+}
+
 /// A fresh well-behaved rdma:// client makes one echo call, content checked, within 10 s.
 async fn good_call(addr: &str) {
     let call = async {
@@ -252,7 +263,26 @@ async fn forged_descriptors() {
 
     // Each case: a fresh forger, one lie, its connection closed, others served.
     type Case = fn(&mut RawPeer, SocketAddr, &[u8]);
-    let cases: [(&str, Case); 5] = [
+    let cases: [(&str, Case); 8] = [
+        (
+            "a batch announcing more frames than it holds",
+            |peer, _, _| {
+                let two = [request(1), request(2)].concat();
+                peer.send_batch(&two, 3).unwrap();
+            },
+        ),
+        (
+            "a batch whose last frame overruns the message",
+            |peer, _, _| {
+                let mut two = [request(1), request(2)].concat();
+                two.truncate(two.len() - 1);
+                peer.send_batch(&two, 2).unwrap();
+            },
+        ),
+        ("a batch of more frames than allowed", |peer, _, _| {
+            let many: Vec<u8> = (1..=65).flat_map(request).collect();
+            peer.send_batch(&many, 65).unwrap();
+        }),
         ("a length far beyond its frame header", |peer, _, frame| {
             let mut d = peer.lend(frame, 1).unwrap();
             d.len = 1 << 40;
@@ -323,6 +353,31 @@ async fn forged_descriptors() {
         assert!(server.alive(), "{what}: the server died");
         good_call(&server.addr).await;
     }
+
+    // An honest batch (three requests in one message) is answered call by call.
+    let answered = blocking(move || {
+        let mut peer = connect(addr);
+        let three = [request(11), request(12), request(13)].concat();
+        peer.send_batch(&three, 3).unwrap();
+        let mut calls = Vec::new();
+        while calls.len() < 3 {
+            match peer.recv(Duration::from_secs(10)).expect("answered") {
+                Message::Data(frame) => {
+                    let frame = Frame::parse(&frame).expect("a response frame");
+                    let reply = EchoReply::decode(frame.payload).expect("an echo reply");
+                    let call = frame.header.call_id;
+                    assert_eq!(reply.payload, pattern(call as u32, 16), "call {call}");
+                    calls.push(call);
+                }
+                Message::Control { .. } => {}
+                Message::Rendezvous(_) => panic!("unexpected loan"),
+            }
+        }
+        calls.sort_unstable();
+        (calls, !peer.closed_by_peer(Duration::from_millis(500)))
+    })
+    .await;
+    assert_eq!(answered, (vec![11, 12, 13], true));
 
     // An honest descriptor of a frame over the size limit is refused unread: the call
     // fails with a status and the loan is released at once; the connection lives on.

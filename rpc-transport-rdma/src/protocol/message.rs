@@ -5,7 +5,8 @@
 //!  +-----+------+----------+----------+----------------------+------------------------
 //!  |kind |flags | n_tokens | granted  | reposted (u64 LE)    | body
 //!  +-----+------+----------+----------+----------------------+------------------------
-//!  DATA:        body = one whole rpc frame (header, metadata, payload)
+//!  DATA:        body = one whole rpc frame (header, metadata, payload); with n >= 2
+//!               (`n_tokens`), n whole frames back to back (a batch, see `split_batch`)
 //!  RENDEZVOUS:  body = offset u64 | len u64 | rkey u32 | pad u32 | token u64 | rpc header (40)
 //!  CONTROL:     body = n_tokens x u64 tokens of finished READs (read-done);
 //!               flags: PING / PONG
@@ -21,6 +22,9 @@ use rpc_core::wire::HEADER_LEN;
 pub(crate) const PREFIX_LEN: usize = 16;
 /// Bytes of a rendezvous body.
 pub(crate) const RENDEZVOUS_LEN: usize = 32 + HEADER_LEN;
+
+/// Frames one DATA message carries at most.
+pub(crate) const MAX_BATCH: u16 = 64;
 
 /// What a slot carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +100,48 @@ impl Prefix {
     }
 }
 
+/// The frames of a DATA message body that carries `n` of them back to back (`n` >= 2:
+/// a sender coalesced frames that waited while its earlier sends were in flight), as
+/// ranges of `body`, in order.
+///
+/// # Errors
+/// A description of the lie (the connection then fails): a count over [`MAX_BATCH`], a
+/// frame header that does not decode, a frame that overruns the body, fewer frames than
+/// announced, or bytes after the last one.
+pub(crate) fn split_batch(body: &[u8], n: u16) -> Result<Vec<std::ops::Range<usize>>, String> {
+    if n > MAX_BATCH {
+        return Err(format!("a batch of {n} frames (at most {MAX_BATCH})"));
+    }
+    let mut frames = Vec::with_capacity(usize::from(n));
+    let mut at = 0usize;
+    for i in 0..n {
+        let header = match rpc_core::wire::Header::decode(&body[at..]) {
+            Ok(Some(header)) => header,
+            Ok(None) => return Err(format!("a batch announces {n} frames and holds {i}")),
+            Err(e) => return Err(format!("frame {i} of a batch: {e}")),
+        };
+        let end = at
+            .checked_add(header.frame_len())
+            .filter(|&end| end <= body.len())
+            .ok_or_else(|| {
+                format!(
+                    "frame {i} of a batch claims {} bytes, {} are left",
+                    header.frame_len(),
+                    body.len() - at
+                )
+            })?;
+        frames.push(at..end);
+        at = end;
+    }
+    if at != body.len() {
+        return Err(format!(
+            "{} bytes after the {n} frames of a batch",
+            body.len() - at
+        ));
+    }
+    Ok(frames)
+}
+
 /// A rendezvous descriptor: where the frame is and how to name it when done.
 ///
 /// `rkey` is a memory window bound for this transfer only, on the sender's queue pair,
@@ -169,6 +215,41 @@ mod tests {
         assert!(Prefix::decode(&b).is_err());
     }
 
+    fn frame(call_id: u64, payload: usize) -> Vec<u8> {
+        let mut header = rpc_core::wire::Header::new(rpc_core::wire::FrameKind::Request, call_id);
+        header.payload_len = payload as u32;
+        let mut f = header.encode().to_vec();
+        f.resize(HEADER_LEN + payload, call_id as u8);
+        f
+    }
+
+    #[test]
+    fn a_batch_splits_into_its_frames_and_lies_are_refused() {
+        let (a, b, c) = (frame(1, 0), frame(2, 100), frame(3, 7));
+        let body = [a.clone(), b.clone(), c.clone()].concat();
+        let ranges = split_batch(&body, 3).unwrap();
+        assert_eq!(ranges, vec![0..40, 40..180, 180..227]);
+        assert_eq!(&body[ranges[1].clone()], &b[..]);
+        // Fewer frames than announced, more, bytes left over, a frame overrunning the
+        // body, a broken header, too many frames.
+        assert!(split_batch(&body, 4).unwrap_err().contains("holds 3"));
+        assert!(split_batch(&body, 2).unwrap_err().contains("bytes after"));
+        assert!(split_batch(&body[..220], 3)
+            .unwrap_err()
+            .contains("claims 47 bytes, 40 are left"));
+        assert!(split_batch(&body[..200], 3)
+            .unwrap_err()
+            .contains("holds 2"));
+        let mut broken = body.clone();
+        broken[40] = 0;
+        assert!(split_batch(&broken, 3).unwrap_err().contains("frame 1"));
+        assert!(split_batch(&body, MAX_BATCH + 1).is_err());
+        // A length near u32::MAX does not wrap.
+        let mut huge = a.clone();
+        huge[32..36].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(split_batch(&[a, huge].concat(), 2).is_err());
+    }
+
     #[test]
     fn rendezvous_round_trip() {
         let r = Rendezvous {
@@ -206,6 +287,9 @@ mod fuzz {
             if let Ok(p) = Prefix::decode(&bytes) {
                 if p.kind == Kind::Rendezvous {
                     let _ = Rendezvous::decode(&bytes[PREFIX_LEN..]);
+                }
+                if p.kind == Kind::Data && p.n_tokens >= 2 {
+                    let _ = split_batch(&bytes[PREFIX_LEN..], p.n_tokens % (MAX_BATCH + 2));
                 }
             }
         }

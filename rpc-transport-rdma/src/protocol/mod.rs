@@ -9,4 +9,6 @@ pub(crate) mod session;
 
 pub(crate) use credits::Credits;
 pub(crate) use loans::{Borrower, Lender, LoanLimit};
-pub(crate) use message::{Kind, Prefix, Rendezvous, PREFIX_LEN, RENDEZVOUS_LEN};
+pub(crate) use message::{
+    split_batch, Kind, Prefix, Rendezvous, MAX_BATCH, PREFIX_LEN, RENDEZVOUS_LEN,
+};

@@ -558,8 +558,9 @@ impl<F> Session<F> {
     /// A received frame (eager, or a refused header) takes its place in the arrival order.
     ///
     /// # Errors
-    /// Too many frames held behind one being READ: each holds a receive slot or a loan,
-    /// except refused headers, which a peer could send without end.
+    /// Too many frames held behind one being READ: each holds a receive slot (or a share
+    /// of one: a batch) or a loan, except refused headers, which a peer could send
+    /// without end.
     pub(crate) fn deliver(&mut self, frame: F) -> Result<(), Close> {
         if self.is_closed() {
             self.discarded.push(frame);
@@ -569,7 +570,9 @@ impl<F> Session<F> {
             self.ready.push_back(frame);
             return Ok(());
         }
-        let max = 2 * (self.cfg.own_slots as usize + self.cfg.borrow.loans);
+        // A message may carry a batch of frames, each holding a share of its slot.
+        let max = 2
+            * (self.cfg.own_slots as usize * usize::from(super::MAX_BATCH) + self.cfg.borrow.loans);
         if self.in_order.len() >= max {
             self.discarded.push(frame);
             return Err(Close::Violation(format!(

@@ -218,9 +218,7 @@ impl RawPeer {
             // its ring grew by) for a while, keeping the messages for `recv`.
             let deadline = Instant::now() + Duration::from_secs(5);
             while self.credits() == 0 && Instant::now() < deadline {
-                if let Ok(m) = self.recv_one(Duration::from_millis(100)) {
-                    self.pending.push_back(m);
-                }
+                if self.recv_one(Duration::from_millis(100)).is_ok() {}
             }
             if self.credits() == 0 {
                 return Err("no credit left".into());
@@ -262,6 +260,15 @@ impl RawPeer {
     /// No credit, or the send failed.
     pub fn send_frame(&mut self, frame: &[u8]) -> Result<(), String> {
         self.send_slot(Kind::Data, 0, 0, frame)
+    }
+
+    /// Sends `frames` (whole frames back to back, or not) as one DATA message that
+    /// announces `n` frames (a batch).
+    ///
+    /// # Errors
+    /// No credit, or the send failed.
+    pub fn send_batch(&mut self, frames: &[u8], n: u16) -> Result<(), String> {
+        self.send_slot(Kind::Data, 0, n, frames)
     }
 
     /// Sends a descriptor (RENDEZVOUS), true or not.
@@ -316,13 +323,16 @@ impl RawPeer {
     /// Nothing within `within`, a failed receive (the connection is dead), or a message
     /// this peer cannot decode.
     pub fn recv(&mut self, within: Duration) -> Result<Message, String> {
-        match self.pending.pop_front() {
-            Some(m) => Ok(m),
-            None => self.recv_one(within),
+        if self.pending.is_empty() {
+            self.recv_one(within)?;
         }
+        self.pending
+            .pop_front()
+            .ok_or_else(|| "an empty batch".to_string())
     }
 
-    fn recv_one(&mut self, within: Duration) -> Result<Message, String> {
+    /// Receives one message and queues what it carries (several frames for a batch).
+    fn recv_one(&mut self, within: Duration) -> Result<(), String> {
         let deadline = Instant::now() + within;
         loop {
             self.poll()?;
@@ -342,7 +352,13 @@ impl RawPeer {
                 self.peer_reposted = self.peer_reposted.max(prefix.reposted);
                 self.peer_slots = self.peer_slots.max(u64::from(prefix.granted));
                 let body = &bytes[PREFIX_LEN..];
-                return Ok(match prefix.kind {
+                let message = match prefix.kind {
+                    Kind::Data if prefix.n_tokens >= 2 => {
+                        for range in crate::protocol::split_batch(body, prefix.n_tokens)? {
+                            self.pending.push_back(Message::Data(body[range].to_vec()));
+                        }
+                        return Ok(());
+                    }
                     Kind::Data => Message::Data(body.to_vec()),
                     Kind::Rendezvous => {
                         let r = Rendezvous::decode(body);
@@ -361,7 +377,9 @@ impl RawPeer {
                             .map(|t| u64::from_le_bytes(t.try_into().expect("8 bytes")))
                             .collect(),
                     },
-                });
+                };
+                self.pending.push_back(message);
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(format!("nothing received within {within:?}"));

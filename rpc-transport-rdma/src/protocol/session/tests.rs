@@ -728,7 +728,8 @@ fn held_frames_are_bounded_and_given_back_on_close() {
         bytes: 10_000,
         loans: 2,
     };
-    let max = 2 * (4 + 2);
+    // Four receive slots, each of which may hold a batch of frames, and two loans.
+    let max = 2 * (4 * usize::from(crate::protocol::MAX_BATCH) + 2);
     let mut s: Session<Up> = Session::new(fixed(11, borrow, 4_000), now);
     let f = AppFrame { id: 1, len: 1_000 };
     let d = Rendezvous {
