@@ -20,6 +20,7 @@
 //! loan_timeout_ms = 60000     # a lent buffer unread this long closes the connection
 //! max_loans = 128             # rendezvous frames lent at once at most
 //! max_inline = 256            # bytes a SEND carries inline
+//! pool_keep_bytes = 67108864  # idle rendezvous buffers kept registered per direction
 //!
 //! [tcp]
 //! send_queue_bytes = 8388608  # bytes queued for a peer before senders wait
@@ -81,24 +82,32 @@ pub struct FileConfig {
     pub client: ClientSection,
 }
 
-/// Reads a number from variable `name`, if it is set.
-fn num<T: std::str::FromStr>(
+/// Reads variable `name`, if it is set, as a `T`.
+fn var<T: std::str::FromStr>(
     get: &impl Fn(&str) -> Option<String>,
     name: &str,
 ) -> Result<Option<T>, String> {
     match get(name) {
         None => Ok(None),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| format!("{name}={v:?} is not a number")),
+        Some(v) => v.trim().parse().map(Some).map_err(|_| {
+            format!(
+                "{name}={v:?} is not a valid {}",
+                std::any::type_name::<T>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("value")
+            )
+        }),
     }
 }
 
-/// A table of optional numbers, also read from `<PREFIX><FIELD>` variables.
+/// The one table behind a section's settings: each field is declared once, with its type
+/// and what it sets, and becomes the TOML key `field`, the variable `<PREFIX><FIELD>` and
+/// one line of the section's `apply_to`.
 macro_rules! section {
-    ($(#[$meta:meta])* $name:ident, $prefix:literal { $($(#[$fmeta:meta])* $field:ident: $ty:ty,)* }) => {
+    ($(#[$meta:meta])* $name:ident, $prefix:literal, $target:ty {
+        $($(#[$fmeta:meta])* $field:ident: $ty:ty => |$c:ident, $v:ident| $apply:expr,)*
+    }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
         #[serde(deny_unknown_fields)]
@@ -108,10 +117,23 @@ macro_rules! section {
         }
 
         impl $name {
+            /// The section's environment variables, in declaration order.
+            pub fn variables() -> Vec<String> {
+                vec![$(format!("{}{}", $prefix, stringify!($field).to_uppercase()),)*]
+            }
+
             fn from_vars(get: &impl Fn(&str) -> Option<String>) -> Result<Self, String> {
                 Ok($name {
-                    $($field: num(get, &format!("{}{}", $prefix, stringify!($field).to_uppercase()))?,)*
+                    $($field: var(get, &format!("{}{}", $prefix, stringify!($field).to_uppercase()))?,)*
                 })
+            }
+
+            /// Sets every field that is set here on `target`.
+            pub fn apply_to(&self, target: &mut $target) {
+                $(if let Some($v) = self.$field.clone() {
+                    let $c = &mut *target;
+                    $apply;
+                })*
             }
         }
     };
@@ -119,85 +141,86 @@ macro_rules! section {
 
 section! {
     /// The `[tcp]` table (variables `RPC_TCP_<FIELD>`).
-    TcpSection, "RPC_TCP_" {
+    TcpSection, "RPC_TCP_", rpc_transport_tcp::TcpConfig {
         /// See [`TcpConfig::send_queue_bytes`](rpc_transport_tcp::TcpConfig::send_queue_bytes).
-        send_queue_bytes: usize,
+        send_queue_bytes: usize => |c, v| c.send_queue_bytes = v,
         /// [`TcpConfig::write_timeout`](rpc_transport_tcp::TcpConfig::write_timeout) in ms.
-        write_timeout_ms: u64,
+        write_timeout_ms: u64 => |c, v| c.write_timeout = Duration::from_millis(v),
         /// [`TcpConfig::frame_timeout`](rpc_transport_tcp::TcpConfig::frame_timeout) in ms.
-        frame_timeout_ms: u64,
+        frame_timeout_ms: u64 => |c, v| c.frame_timeout = Duration::from_millis(v),
         /// [`TcpConfig::first_frame_timeout`](rpc_transport_tcp::TcpConfig::first_frame_timeout) in ms.
-        first_frame_timeout_ms: u64,
+        first_frame_timeout_ms: u64 => |c, v| c.first_frame_timeout = Duration::from_millis(v),
     }
 }
 
 section! {
     /// The `[server]` table (variables `RPC_SERVER_<FIELD>`): [`rpc_core::ServerConfig`].
-    ServerSection, "RPC_SERVER_" {
+    ServerSection, "RPC_SERVER_", rpc_core::ServerConfig {
         /// See [`ServerConfig::max_concurrent_calls`](rpc_core::ServerConfig::max_concurrent_calls).
-        max_concurrent_calls: usize,
+        max_concurrent_calls: usize => |c, v| c.max_concurrent_calls = v,
         /// See [`ServerConfig::max_concurrent_calls_per_connection`](rpc_core::ServerConfig::max_concurrent_calls_per_connection).
-        max_concurrent_calls_per_connection: usize,
+        max_concurrent_calls_per_connection: usize => |c, v| c.max_concurrent_calls_per_connection = v,
         /// See [`ServerConfig::max_queued_calls_per_connection`](rpc_core::ServerConfig::max_queued_calls_per_connection).
-        max_queued_calls_per_connection: usize,
+        max_queued_calls_per_connection: usize => |c, v| c.max_queued_calls_per_connection = v,
         /// See [`ServerConfig::max_queued_bytes_per_connection`](rpc_core::ServerConfig::max_queued_bytes_per_connection).
-        max_queued_bytes_per_connection: usize,
+        max_queued_bytes_per_connection: usize => |c, v| c.max_queued_bytes_per_connection = v,
         /// See [`ServerConfig::max_queued_replies`](rpc_core::ServerConfig::max_queued_replies).
-        max_queued_replies: usize,
+        max_queued_replies: usize => |c, v| c.max_queued_replies = v,
         /// [`ServerConfig::shutdown_grace`](rpc_core::ServerConfig::shutdown_grace) in ms.
-        shutdown_grace_ms: u64,
+        shutdown_grace_ms: u64 => |c, v| c.shutdown_grace = Duration::from_millis(v),
         /// [`ServerConfig::drain_timeout`](rpc_core::ServerConfig::drain_timeout) in ms.
-        drain_timeout_ms: u64,
+        drain_timeout_ms: u64 => |c, v| c.drain_timeout = Duration::from_millis(v),
     }
 }
 
 section! {
     /// The `[client]` table (variables `RPC_CLIENT_<FIELD>`): [`rpc_core::ClientConfig`].
-    ClientSection, "RPC_CLIENT_" {
+    ClientSection, "RPC_CLIENT_", rpc_core::ClientConfig {
         /// [`ClientConfig::keepalive_interval`](rpc_core::ClientConfig::keepalive_interval) in ms; 0 = off.
-        keepalive_interval_ms: u64,
+        keepalive_interval_ms: u64 => |c, v| c.keepalive_interval = (v > 0).then(|| Duration::from_millis(v)),
         /// [`ClientConfig::keepalive_timeout`](rpc_core::ClientConfig::keepalive_timeout) in ms.
-        keepalive_timeout_ms: u64,
+        keepalive_timeout_ms: u64 => |c, v| c.keepalive_timeout = Duration::from_millis(v),
         /// See [`ClientConfig::max_transparent_retries`](rpc_core::ClientConfig::max_transparent_retries).
-        max_transparent_retries: u32,
+        max_transparent_retries: u32 => |c, v| c.max_transparent_retries = v,
         /// [`ClientConfig::connect_timeout`](rpc_core::ClientConfig::connect_timeout) in ms.
-        connect_timeout_ms: u64,
+        connect_timeout_ms: u64 => |c, v| c.connect_timeout = Duration::from_millis(v),
     }
 }
 
-/// The `[rdma]` table.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct RdmaSection {
-    /// See [`RdmaConfig::device`](crate::RdmaConfig::device).
-    pub device: Option<String>,
-    /// See [`RdmaConfig::ring_slots`](crate::RdmaConfig::ring_slots).
-    pub ring_slots: Option<u32>,
-    /// See [`RdmaConfig::initial_ring_slots`](crate::RdmaConfig::initial_ring_slots).
-    pub initial_ring_slots: Option<u32>,
-    /// See [`RdmaConfig::slot_size`](crate::RdmaConfig::slot_size).
-    pub slot_size: Option<u32>,
-    /// See [`RdmaConfig::eager_threshold`](crate::RdmaConfig::eager_threshold).
-    pub eager_threshold: Option<usize>,
-    /// [`RdmaConfig::poll_spin`](crate::RdmaConfig::poll_spin) in microseconds.
-    pub poll_spin_us: Option<u64>,
-    /// [`RdmaConfig::await_spin`](crate::RdmaConfig::await_spin) in microseconds.
-    pub await_spin_us: Option<u64>,
-    /// [`RdmaConfig::ping_interval`](crate::RdmaConfig::ping_interval) in milliseconds.
-    pub ping_interval_ms: Option<u64>,
-    /// [`RdmaConfig::ping_timeout`](crate::RdmaConfig::ping_timeout) in milliseconds.
-    pub ping_timeout_ms: Option<u64>,
-    /// See [`RdmaConfig::read_chunk`](crate::RdmaConfig::read_chunk).
-    pub read_chunk: Option<usize>,
-    /// See [`RdmaConfig::lend_budget`](crate::RdmaConfig::lend_budget).
-    pub lend_budget: Option<usize>,
-    /// [`RdmaConfig::loan_timeout`](crate::RdmaConfig::loan_timeout) in milliseconds.
-    pub loan_timeout_ms: Option<u64>,
-    /// See [`RdmaConfig::max_loans`](crate::RdmaConfig::max_loans).
-    pub max_loans: Option<u16>,
-    /// See [`RdmaConfig::max_inline`](crate::RdmaConfig::max_inline).
-    pub max_inline: Option<u32>,
+section! {
+    /// The `[rdma]` table (variables `RPC_RDMA_<FIELD>`): [`RdmaConfig`](crate::RdmaConfig).
+    RdmaSection, "RPC_RDMA_", crate::RdmaConfig {
+        /// See [`RdmaConfig::device`](crate::RdmaConfig::device).
+        device: String => |c, v| c.device = Some(v),
+        /// See [`RdmaConfig::ring_slots`](crate::RdmaConfig::ring_slots).
+        ring_slots: u32 => |c, v| c.ring_slots = v,
+        /// See [`RdmaConfig::initial_ring_slots`](crate::RdmaConfig::initial_ring_slots).
+        initial_ring_slots: u32 => |c, v| c.initial_ring_slots = v,
+        /// See [`RdmaConfig::slot_size`](crate::RdmaConfig::slot_size).
+        slot_size: u32 => |c, v| c.slot_size = v,
+        /// See [`RdmaConfig::eager_threshold`](crate::RdmaConfig::eager_threshold).
+        eager_threshold: usize => |c, v| c.eager_threshold = Some(v),
+        /// [`RdmaConfig::poll_spin`](crate::RdmaConfig::poll_spin) in microseconds.
+        poll_spin_us: u64 => |c, v| c.poll_spin = Duration::from_micros(v),
+        /// [`RdmaConfig::await_spin`](crate::RdmaConfig::await_spin) in microseconds.
+        await_spin_us: u64 => |c, v| c.await_spin = Duration::from_micros(v),
+        /// [`RdmaConfig::ping_interval`](crate::RdmaConfig::ping_interval) in milliseconds.
+        ping_interval_ms: u64 => |c, v| c.ping_interval = Duration::from_millis(v),
+        /// [`RdmaConfig::ping_timeout`](crate::RdmaConfig::ping_timeout) in milliseconds.
+        ping_timeout_ms: u64 => |c, v| c.ping_timeout = Duration::from_millis(v),
+        /// See [`RdmaConfig::read_chunk`](crate::RdmaConfig::read_chunk).
+        read_chunk: usize => |c, v| c.read_chunk = v,
+        /// See [`RdmaConfig::lend_budget`](crate::RdmaConfig::lend_budget).
+        lend_budget: usize => |c, v| c.lend_budget = Some(v),
+        /// [`RdmaConfig::loan_timeout`](crate::RdmaConfig::loan_timeout) in milliseconds.
+        loan_timeout_ms: u64 => |c, v| c.loan_timeout = Duration::from_millis(v),
+        /// See [`RdmaConfig::max_loans`](crate::RdmaConfig::max_loans).
+        max_loans: u16 => |c, v| c.max_loans = v,
+        /// See [`RdmaConfig::max_inline`](crate::RdmaConfig::max_inline).
+        max_inline: u32 => |c, v| c.max_inline = v,
+        /// See [`RdmaConfig::pool_keep_bytes`](crate::RdmaConfig::pool_keep_bytes).
+        pool_keep_bytes: usize => |c, v| c.pool_keep_bytes = v,
+    }
 }
 
 impl FileConfig {
@@ -220,11 +243,9 @@ impl FileConfig {
 
     /// The same settings from environment variables, for deployments that configure by
     /// environment: `RPC_ADDRESS`, `RPC_MAX_MESSAGE_SIZE`, `RPC_HANDSHAKE_TIMEOUT_MS`,
-    /// `RPC_MAX_HANDSHAKES`, `RPC_TCP_<FIELD>`, `RPC_SERVER_<FIELD>` and `RPC_CLIENT_<FIELD>`
-    /// for the fields of those tables, and `RPC_RDMA_<FIELD>` for every
-    /// field of the `[rdma]` table in upper case (`RPC_RDMA_DEVICE`, `RPC_RDMA_RING_SLOTS`,
-    /// `RPC_RDMA_SLOT_SIZE`, `RPC_RDMA_EAGER_THRESHOLD`, `RPC_RDMA_POLL_SPIN_US`,
-    /// `RPC_RDMA_PING_INTERVAL_MS`, `RPC_RDMA_PING_TIMEOUT_MS`, `RPC_RDMA_READ_CHUNK`).
+    /// `RPC_MAX_HANDSHAKES`, and `RPC_TCP_<FIELD>`, `RPC_SERVER_<FIELD>`, `RPC_CLIENT_<FIELD>`
+    /// and `RPC_RDMA_<FIELD>` for every field of those tables, in upper case
+    /// (`RPC_RDMA_RING_SLOTS`, `RPC_RDMA_POLL_SPIN_US`, ...: each section's `variables()`).
     ///
     /// # Errors
     /// A variable that is set but not a number where one is needed, naming it.
@@ -239,28 +260,13 @@ impl FileConfig {
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<FileConfig, String> {
         Ok(FileConfig {
             address: get("RPC_ADDRESS"),
-            max_message_size: num(&get, "RPC_MAX_MESSAGE_SIZE")?,
-            handshake_timeout_ms: num(&get, "RPC_HANDSHAKE_TIMEOUT_MS")?,
-            max_handshakes: num(&get, "RPC_MAX_HANDSHAKES")?,
+            max_message_size: var(&get, "RPC_MAX_MESSAGE_SIZE")?,
+            handshake_timeout_ms: var(&get, "RPC_HANDSHAKE_TIMEOUT_MS")?,
+            max_handshakes: var(&get, "RPC_MAX_HANDSHAKES")?,
             tcp: TcpSection::from_vars(&get)?,
             server: ServerSection::from_vars(&get)?,
             client: ClientSection::from_vars(&get)?,
-            rdma: RdmaSection {
-                device: get("RPC_RDMA_DEVICE"),
-                ring_slots: num(&get, "RPC_RDMA_RING_SLOTS")?,
-                initial_ring_slots: num(&get, "RPC_RDMA_INITIAL_RING_SLOTS")?,
-                slot_size: num(&get, "RPC_RDMA_SLOT_SIZE")?,
-                eager_threshold: num(&get, "RPC_RDMA_EAGER_THRESHOLD")?,
-                poll_spin_us: num(&get, "RPC_RDMA_POLL_SPIN_US")?,
-                await_spin_us: num(&get, "RPC_RDMA_AWAIT_SPIN_US")?,
-                ping_interval_ms: num(&get, "RPC_RDMA_PING_INTERVAL_MS")?,
-                ping_timeout_ms: num(&get, "RPC_RDMA_PING_TIMEOUT_MS")?,
-                read_chunk: num(&get, "RPC_RDMA_READ_CHUNK")?,
-                lend_budget: num(&get, "RPC_RDMA_LEND_BUDGET")?,
-                loan_timeout_ms: num(&get, "RPC_RDMA_LOAN_TIMEOUT_MS")?,
-                max_loans: num(&get, "RPC_RDMA_MAX_LOANS")?,
-                max_inline: num(&get, "RPC_RDMA_MAX_INLINE")?,
-            },
+            rdma: RdmaSection::from_vars(&get)?,
         })
     }
 
@@ -278,114 +284,27 @@ impl FileConfig {
         if let Some(v) = self.max_handshakes {
             settings.max_handshakes = v;
         }
-        let (t, tcp) = (&self.tcp, &mut settings.tcp);
-        if let Some(v) = t.send_queue_bytes {
-            tcp.send_queue_bytes = v;
-        }
-        if let Some(v) = t.write_timeout_ms {
-            tcp.write_timeout = Duration::from_millis(v);
-        }
-        if let Some(v) = t.frame_timeout_ms {
-            tcp.frame_timeout = Duration::from_millis(v);
-        }
-        if let Some(v) = t.first_frame_timeout_ms {
-            tcp.first_frame_timeout = Duration::from_millis(v);
-        }
-        let (r, c) = (&self.rdma, &mut settings.rdma);
-        if let Some(d) = &r.device {
-            c.device = Some(d.clone());
-        }
-        if let Some(v) = r.initial_ring_slots {
-            c.initial_ring_slots = v;
-        }
-        if let Some(v) = r.ring_slots {
-            c.ring_slots = v;
-        }
-        if let Some(v) = r.slot_size {
-            c.slot_size = v;
-        }
-        if let Some(v) = r.eager_threshold {
-            c.eager_threshold = Some(v);
-        }
-        if let Some(v) = r.poll_spin_us {
-            c.poll_spin = Duration::from_micros(v);
-        }
-        if let Some(v) = r.await_spin_us {
-            c.await_spin = Duration::from_micros(v);
-        }
-        if let Some(v) = r.ping_interval_ms {
-            c.ping_interval = Duration::from_millis(v);
-        }
-        if let Some(v) = r.ping_timeout_ms {
-            c.ping_timeout = Duration::from_millis(v);
-        }
-        if let Some(v) = r.read_chunk {
-            c.read_chunk = v;
-        }
-        if let Some(v) = r.lend_budget {
-            c.lend_budget = Some(v);
-        }
-        if let Some(v) = r.max_loans {
-            c.max_loans = v;
-        }
-        if let Some(v) = r.max_inline {
-            c.max_inline = v;
-        }
-        if let Some(v) = r.loan_timeout_ms {
-            c.loan_timeout = Duration::from_millis(v);
-        }
-        c.validate()
+        self.tcp.apply_to(&mut settings.tcp);
+        self.rdma.apply_to(&mut settings.rdma);
+        settings.rdma.validate()
     }
 }
 
 impl FileConfig {
     /// Applies the `[server]` table (and `max_message_size`) to `config`.
     pub fn apply_server(&self, config: &mut rpc_core::ServerConfig) {
-        let s = &self.server;
         if let Some(v) = self.max_message_size {
             config.max_message_size = v;
         }
-        if let Some(v) = s.max_concurrent_calls {
-            config.max_concurrent_calls = v;
-        }
-        if let Some(v) = s.max_concurrent_calls_per_connection {
-            config.max_concurrent_calls_per_connection = v;
-        }
-        if let Some(v) = s.max_queued_calls_per_connection {
-            config.max_queued_calls_per_connection = v;
-        }
-        if let Some(v) = s.max_queued_bytes_per_connection {
-            config.max_queued_bytes_per_connection = v;
-        }
-        if let Some(v) = s.max_queued_replies {
-            config.max_queued_replies = v;
-        }
-        if let Some(v) = s.shutdown_grace_ms {
-            config.shutdown_grace = Duration::from_millis(v);
-        }
-        if let Some(v) = s.drain_timeout_ms {
-            config.drain_timeout = Duration::from_millis(v);
-        }
+        self.server.apply_to(config);
     }
 
     /// Applies the `[client]` table (and `max_message_size`) to `config`.
     pub fn apply_client(&self, config: &mut rpc_core::ClientConfig) {
-        let c = &self.client;
         if let Some(v) = self.max_message_size {
             config.max_message_size = v;
         }
-        if let Some(v) = c.keepalive_interval_ms {
-            config.keepalive_interval = (v > 0).then(|| Duration::from_millis(v));
-        }
-        if let Some(v) = c.keepalive_timeout_ms {
-            config.keepalive_timeout = Duration::from_millis(v);
-        }
-        if let Some(v) = c.max_transparent_retries {
-            config.max_transparent_retries = v;
-        }
-        if let Some(v) = c.connect_timeout_ms {
-            config.connect_timeout = Duration::from_millis(v);
-        }
+        self.client.apply_to(config);
     }
 }
 
@@ -461,6 +380,48 @@ mod tests {
         assert_eq!(settings.tcp.first_frame_timeout, Duration::from_millis(250));
         assert_eq!(settings.max_handshakes, 5);
         assert_eq!(client.keepalive_timeout, Duration::from_millis(900));
+    }
+
+    #[test]
+    fn every_field_of_a_table_has_its_variable() {
+        let mut names = RdmaSection::variables();
+        names.extend(TcpSection::variables());
+        names.extend(ServerSection::variables());
+        names.extend(ClientSection::variables());
+        assert_eq!(names.len(), 15 + 4 + 7 + 4);
+        let file =
+            FileConfig::from_vars(|n| names.iter().any(|v| v == n).then(|| "7".into())).unwrap();
+        assert_eq!(
+            file.rdma,
+            RdmaSection {
+                device: Some("7".into()),
+                ring_slots: Some(7),
+                initial_ring_slots: Some(7),
+                slot_size: Some(7),
+                eager_threshold: Some(7),
+                poll_spin_us: Some(7),
+                await_spin_us: Some(7),
+                ping_interval_ms: Some(7),
+                ping_timeout_ms: Some(7),
+                read_chunk: Some(7),
+                lend_budget: Some(7),
+                loan_timeout_ms: Some(7),
+                max_loans: Some(7),
+                max_inline: Some(7),
+                pool_keep_bytes: Some(7),
+            }
+        );
+        assert_eq!(file.server.drain_timeout_ms, Some(7));
+        assert_eq!(file.client.connect_timeout_ms, Some(7));
+        assert_eq!(file.tcp.first_frame_timeout_ms, Some(7));
+        let mut settings = TransportSettings::default();
+        file.rdma.apply_to(&mut settings.rdma);
+        assert_eq!(settings.rdma.await_spin, Duration::from_micros(7));
+        assert_eq!(settings.rdma.pool_keep_bytes, 7);
+        let bad = FileConfig::from_vars(|n| (n == "RPC_RDMA_MAX_LOANS").then(|| "70000".into()));
+        assert!(bad
+            .unwrap_err()
+            .contains("RPC_RDMA_MAX_LOANS=\"70000\" is not a valid u16"));
     }
 
     #[test]
