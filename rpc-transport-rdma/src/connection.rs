@@ -380,8 +380,8 @@ impl Inner {
         let advert = state.session.advertise();
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&buf.region().as_slice()[..HEADER_LEN]);
-        // Lent before the descriptor's SEND (a window, if any, is bound first on the
-        // same send queue).
+        // Lent (its own key, valid on this connection's QP only) before the descriptor
+        // goes.
         let charge = std::mem::take(&mut send.reserved);
         let lent = match self.rings.lend(buf, send.len, charge) {
             Ok(lent) => lent,

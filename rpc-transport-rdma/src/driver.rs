@@ -117,8 +117,6 @@ fn first_error(event: &Event) -> Option<(&'static str, WcStatus)> {
         Event::Sent { status, .. } => ("send", *status),
         Event::Received { status, .. } => ("receive", *status),
         Event::Read { status, .. } => ("RDMA READ", *status),
-        Event::Reclaimed { status, .. } => ("invalidating a memory window", *status),
-        Event::BindFailed { status } => ("binding a memory window", Err(*status)),
     };
     status.err().map(|s| (what, s))
 }
@@ -234,14 +232,6 @@ fn handle(inner: &Arc<Inner>, event: Event, cause: Option<&str>) -> Result<(), C
                     })
                 })
         }
-        Event::Reclaimed { charge, status } => {
-            inner.state.lock().session.release_lending(charge);
-            inner.space.notify_waiters();
-            status.map_err(|s| failure(inner, "invalidating a memory window", s, cause))
-        }
-        Event::BindFailed { status } => {
-            Err(failure(inner, "binding a memory window", status, cause))
-        }
     }
 }
 
@@ -346,13 +336,11 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
             let keys = state.session.handle_read_dones(tokens)?;
             drop(state);
             // Each loan ends: its buffer returns to the pool and its budget to waiting
-            // senders, at once, or (windows) when the invalidation completes
-            // (Event::Reclaimed).
+            // senders.
             let mut freed = Vec::new();
             for key in keys {
                 match inner.rings.reclaim(key) {
-                    Ok(Some(charge)) => freed.push(charge),
-                    Ok(None) => {}
+                    Ok(charge) => freed.push(charge),
                     Err(e) => return Err(Close::Failed(format!("ending a loan failed: {e}"))),
                 }
             }

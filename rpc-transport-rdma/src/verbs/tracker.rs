@@ -28,8 +28,8 @@ use rdma_sys::ibv_wc;
 use slab::Slab;
 
 use super::{
-    Access, Completion, CompletionQueue, Error, Init, MemoryRegion, MemoryWindow, ProtectionDomain,
-    QpConfig, QpEndpoint, QueuePair, RemoteBuf, Result, Rts, SendOptions, WcStatus, WrId,
+    Access, Completion, CompletionQueue, Error, Init, MemoryRegion, ProtectionDomain, QpConfig,
+    QpEndpoint, QueuePair, RemoteBuf, Result, Rts, SendOptions, WcStatus, WrId,
 };
 use crate::pool::LargeBuf;
 
@@ -38,9 +38,6 @@ use crate::pool::LargeBuf;
 const TAG_SEND: u64 = 1 << 56;
 const TAG_RECV: u64 = 2 << 56;
 const TAG_READ: u64 = 3 << 56;
-/// Window binds: unsignaled, so they complete only with an error (or flushed).
-const TAG_BIND: u64 = 4 << 56;
-const TAG_INV: u64 = 5 << 56;
 const TAG_MASK: u64 = 0xff << 56;
 
 /// Distinguishes tokens of different [`Rings`], so a token can never address another
@@ -88,26 +85,14 @@ pub(crate) enum Event {
         tag: u64,
         status: std::result::Result<(), WcStatus>,
     },
-    /// A loan's window was invalidated (its key grants nothing any more) and its buffer
-    /// went back to the pool; `charge` is what [`Rings::lend`] was given.
-    Reclaimed {
-        charge: usize,
-        status: std::result::Result<(), WcStatus>,
-    },
-    /// A window bind failed (binds complete only on error).
-    BindFailed { status: WcStatus },
 }
 
-/// A buffer lent to the peer through a window bound on this QP: owned by the tracker
-/// until the window's invalidation completes.
+/// A buffer lent to the peer (by its own key, valid for this connection's QP only: the
+/// connection's own PD), owned by the tracker until the loan ends.
 #[derive(Debug)]
 struct Loan {
     buf: LargeBuf,
-    /// The window bound for this loan ([`Access::Windowed`] buffers); `None` when the
-    /// buffer's own key is lent ([`Access::Lendable`], in the connection's own PD).
-    window: Option<MemoryWindow>,
     charge: usize,
-    invalidating: bool,
 }
 
 /// What the peer is told of a loan.
@@ -115,7 +100,7 @@ struct Loan {
 pub(crate) struct Lent {
     /// Names the loan in [`Rings::reclaim`].
     pub(crate) key: u32,
-    /// Offset 0 in the window's region, and the window's key.
+    /// Offset 0 in the lent region, and its key.
     pub(crate) remote: RemoteBuf,
 }
 
@@ -277,7 +262,6 @@ impl PreparedRings {
             qp,
             reads: Mutex::new(Slab::new()),
             loans: Mutex::new(Slab::new()),
-            windows: Mutex::new(Vec::new()),
             send: self.send,
             recv: self.recv,
             growing: Mutex::new(()),
@@ -296,10 +280,8 @@ pub(crate) struct Rings {
     qp: QueuePair<Rts>,
     /// READ targets owned while their READs are posted, keyed by work-request id.
     reads: Mutex<Slab<PendingRead>>,
-    /// Buffers lent to the peer, until their window's invalidation completes.
+    /// Buffers lent to the peer, until the loan ends.
     loans: Mutex<Slab<Loan>>,
-    /// Windows not bound, for the next loans.
-    windows: Mutex<Vec<MemoryWindow>>,
     send: Ring,
     recv: Ring,
     /// Serializes the growth of either ring.
@@ -585,33 +567,6 @@ impl Rings {
                     });
                 }
             }
-            TAG_INV => {
-                let done = {
-                    let mut loans = self.loans.lock();
-                    let key = index as usize;
-                    if !loans.get(key).is_some_and(|l| l.invalidating) {
-                        tracing::error!(key, "completion of an unknown invalidation");
-                        return;
-                    }
-                    loans.remove(key)
-                };
-                if let (Ok(()), Some(window)) = (c.status, done.window) {
-                    // Invalidated: the window may be bound again.
-                    self.windows.lock().push(window);
-                }
-                // else: the window's state is unknown; it is freed here. The buffer
-                // goes back to its pool either way (the QP has failed: nothing can
-                // read it any more).
-                events.push(Event::Reclaimed {
-                    charge: done.charge,
-                    status: c.status,
-                });
-            }
-            TAG_BIND => {
-                if let Err(status) = c.status {
-                    events.push(Event::BindFailed { status });
-                }
-            }
             _ => tracing::error!(
                 wr_id = c.wr_id.0,
                 "completion with an unknown work-request id"
@@ -619,18 +574,14 @@ impl Rings {
         }
     }
 
-    /// Lends `buf[..len]` to the peer; the tracker owns the buffer until [`Rings::reclaim`].
-    ///
-    /// An [`Access::Lendable`] buffer lends its own key (the connection's own PD makes it
-    /// useless to any other QP). An [`Access::Windowed`] one gets a memory window bound
-    /// over its region on this QP (unsignaled; a SEND posted after this call reaches the
-    /// peer only after the bind took effect: the send queue runs in order), invalidated
-    /// by `reclaim`. A window covers the whole region (rxe enforces a window's region,
-    /// not its range: see `mw.rs`), so the buffer must hold nothing but what this peer
-    /// may read.
+    /// Lends `buf[..len]` to the peer by the buffer's own key (an [`Access::Lendable`]
+    /// region of the connection's own PD: useless to any other QP); the tracker owns the
+    /// buffer until [`Rings::reclaim`]. (Lending per transfer through memory windows is
+    /// shown on rxe by the verbs tests, and not used: rxe replays binds on retransmission,
+    /// see docs/limits.md, "Memory isolation".)
     ///
     /// # Errors
-    /// Allocating a window or posting the bind failed; `buf` is given back.
+    /// `len` beyond the buffer, or a buffer registered otherwise; `buf` is given back.
     pub(crate) fn lend(
         &self,
         buf: LargeBuf,
@@ -640,85 +591,39 @@ impl Rings {
         if let Err(e) = buf.region().check_range(0, len) {
             return Err((buf, e));
         }
-        if buf.region().access() != Access::Windowed {
-            // The region's own key, valid for this connection's QP only (its own PD).
-            let rkey = buf.region().rkey();
-            let key = self.loans.lock().insert(Loan {
+        if buf.region().access() != Access::Lendable {
+            return Err((
                 buf,
-                window: None,
-                charge,
-                invalidating: false,
-            }) as u32;
-            return Ok(Lent {
-                key,
-                remote: RemoteBuf { addr: 0, rkey },
-            });
+                Error::Unsupported {
+                    what: "lending a buffer not registered as lendable",
+                },
+            ));
         }
-        let window = self.windows.lock().pop();
-        let mut window = match window {
-            Some(w) => w,
-            None => match MemoryWindow::new(&self.qp.inner.pd) {
-                Ok(w) => w,
-                Err(e) => return Err((buf, e)),
-            },
-        };
-        let mut loans = self.loans.lock();
-        let entry = loans.vacant_entry();
-        let key = entry.key() as u32;
-        let wr_id = WrId(TAG_BIND | u64::from(key));
-        let region_len = buf.region().len();
-        // SAFETY: the buffer moves into the tracker (`loans`) below and stays there, unwritten,
-        // until the invalidation of this bind's key completes (`poll`, TAG_INV) or the QP is
-        // destroyed (field order: the QP goes before `loans`).
-        let bound = unsafe {
-            self.qp
-                .post_bind_mw(wr_id, &mut window, buf.region(), 0, region_len, false)
-        };
-        let rkey = match bound {
-            Ok(rkey) => rkey,
-            Err(e) => {
-                self.windows.lock().push(window);
-                return Err((buf, e));
-            }
-        };
-        entry.insert(Loan {
-            buf,
-            window: Some(window),
-            charge,
-            invalidating: false,
-        });
+        let rkey = buf.region().rkey();
+        let key = self.loans.lock().insert(Loan { buf, charge }) as u32;
         Ok(Lent {
             key,
             remote: RemoteBuf { addr: 0, rkey },
         })
     }
 
-    /// Ends a loan. With a window: posts its invalidation (signaled); the buffer goes back
-    /// to its pool when it completes ([`Event::Reclaimed`]), and `None` is returned.
-    /// Without: the buffer goes back at once and its charge is returned.
+    /// Ends a loan: the buffer goes back to its pool; returns the charge it was lent with.
     ///
     /// # Errors
-    /// An unknown or already reclaimed key, or the verbs error of the post.
-    pub(crate) fn reclaim(&self, key: u32) -> Result<Option<usize>> {
+    /// An unknown or already reclaimed key.
+    pub(crate) fn reclaim(&self, key: u32) -> Result<usize> {
         let mut loans = self.loans.lock();
-        let Some(loan) = loans.get_mut(key as usize).filter(|l| !l.invalidating) else {
+        if !loans.contains(key as usize) {
             return Err(Error::Unsupported {
                 what: "reclaiming a loan that is not lent",
             });
-        };
-        let Some(window) = &loan.window else {
-            // No window: the buffer goes back to the pool now.
-            let loan = loans.remove(key as usize);
-            drop(loans);
-            return Ok(Some(loan.charge));
-        };
-        self.qp
-            .post_local_inv(WrId(TAG_INV | u64::from(key)), window.rkey(), true)?;
-        loan.invalidating = true;
-        Ok(None)
+        }
+        let loan = loans.remove(key as usize);
+        drop(loans);
+        Ok(loan.charge)
     }
 
-    /// Loans not yet reclaimed (lent or being invalidated).
+    /// Loans not yet reclaimed.
     pub(crate) fn loans(&self) -> usize {
         self.loans.lock().len()
     }
