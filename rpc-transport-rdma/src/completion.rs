@@ -19,15 +19,19 @@
 //! after the last one (`await_spin` while the members sent more frames than they
 //! received: replies are due), then arms the CQ, polls once more and sleeps on the
 //! completion channel. It ends when the CQ's last member is gone.
+//!
+//! The CQ's timer task runs its members' timers (pings after silence, the ping timeout,
+//! the loan timeout): one task and one timer per CQ, not per connection.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use crate::connection::Inner;
 use crate::device::Device;
@@ -36,6 +40,8 @@ use crate::verbs::{register_channel, wc_buffer, CompChannel, Completion, Complet
 
 /// Completions reaped per poll.
 const POLL_BATCH: usize = 32;
+/// The members' timers are looked at no more often than this.
+const MIN_TICK: Duration = Duration::from_millis(10);
 /// Entries of a shared CQ at most (a CQ's entries are the provider's memory, not pinned).
 const MAX_CQ_ENTRIES: u32 = 32 * 1024;
 
@@ -54,6 +60,9 @@ pub(crate) struct SharedCq {
     await_spin: Duration,
     /// The CQ failed (its members with it): no connection joins it any more.
     failed: AtomicBool,
+    /// Members started since the timer task last looked, and its wake-up.
+    started: Mutex<Vec<u32>>,
+    timers: Arc<Notify>,
     /// Dropped with the CQ: ends its driver task.
     _stop: oneshot::Sender<()>,
 }
@@ -79,6 +88,8 @@ struct Members {
 struct Member {
     /// Set when the connection starts.
     inner: Option<Weak<Inner>>,
+    /// How often its timers are looked at, at least.
+    period: Duration,
     /// Completions reaped before the start.
     early: Vec<Completion>,
 }
@@ -183,6 +194,7 @@ impl Membership {
             qp_num,
             Member {
                 inner: None,
+                period: Duration::MAX,
                 early: Vec::new(),
             },
         );
@@ -190,8 +202,8 @@ impl Membership {
     }
 
     /// The connection started: its completions go to `inner` from now on, those that
-    /// came before first.
-    pub(crate) fn attach(&self, inner: &Arc<Inner>) {
+    /// came before first; its timers are looked at at least every `period`.
+    pub(crate) fn attach(&self, inner: &Arc<Inner>, period: Duration) {
         let Some(qp_num) = self.qp_num else { return };
         // The poller lock first: no poll is between reaping and handing out meanwhile.
         let mut poller = self.shared.poller.lock();
@@ -201,8 +213,12 @@ impl Membership {
                 return;
             };
             member.inner = Some(Arc::downgrade(inner));
+            member.period = period.max(MIN_TICK);
             std::mem::take(&mut member.early)
         };
+        // The timer task schedules the new member.
+        self.shared.started.lock().push(qp_num);
+        self.shared.timers.notify_one();
         if early.is_empty() {
             return;
         }
@@ -259,6 +275,8 @@ impl SharedCq {
             poll_spin: config.poll_spin,
             await_spin: config.await_spin.max(config.poll_spin),
             failed: AtomicBool::new(false),
+            started: Mutex::default(),
+            timers: Arc::default(),
             _stop: stop,
         });
         tracing::debug!(
@@ -268,6 +286,7 @@ impl SharedCq {
             "shared completion queue created"
         );
         runtime.spawn(drive(Arc::downgrade(&shared), channel, stopped));
+        runtime.spawn(timers(Arc::downgrade(&shared), shared.timers.clone()));
         Ok(shared)
     }
 
@@ -455,6 +474,53 @@ async fn drive(
                 }
             },
             _ = &mut stop => return,
+        }
+    }
+}
+
+/// The timer task of one shared CQ: runs each member's timers when they are due (at
+/// least every member's period), in the order due (a heap: a tick visits only the
+/// members due, not all). A member is first looked at when it starts (`woken`). Ends
+/// when the CQ is gone.
+async fn timers(shared: Weak<SharedCq>, woken: Arc<Notify>) {
+    let mut due: BinaryHeap<Reverse<(Instant, u32)>> = BinaryHeap::new();
+    let mut visit = Vec::new();
+    loop {
+        let next = due
+            .peek()
+            .map_or_else(|| Instant::now() + Duration::from_secs(1), |d| d.0 .0);
+        tokio::select! {
+            () = tokio::time::sleep_until(next.into()) => {}
+            () = woken.notified() => {}
+        }
+        let Some(cq) = shared.upgrade() else { return };
+        let now = Instant::now();
+        for qp_num in cq.started.lock().drain(..) {
+            due.push(Reverse((now, qp_num)));
+        }
+        while let Some(&Reverse((at, qp_num))) = due.peek() {
+            if at > now {
+                break;
+            }
+            due.pop();
+            visit.push(qp_num);
+        }
+        let members: Vec<(u32, Arc<Inner>, Duration)> = {
+            let members = cq.members.lock();
+            visit
+                .drain(..)
+                .filter_map(|qp_num| {
+                    let m = members.by_qp.get(&qp_num)?;
+                    Some((qp_num, m.inner.as_ref()?.upgrade()?, m.period))
+                })
+                .collect()
+        };
+        drop(cq);
+        // A member gone, or whose connection ended, is not scheduled again.
+        for (qp_num, inner, period) in members {
+            if let Some(at) = crate::driver::tick(&inner, now, period) {
+                due.push(Reverse((at.max(now + MIN_TICK), qp_num)));
+            }
         }
     }
 }

@@ -387,27 +387,29 @@ fn start_reads(inner: &Inner) -> Result<(), Close> {
     }
 }
 
-/// Runs the session's timers (pings after silence, the ping timeout, the loan timeout)
-/// when they are due, and at least every `period` (a loan made while this sleeps may be
-/// due before the deadline it slept for). Holds the connection only while it works.
-pub(crate) async fn keepalive(inner: std::sync::Weak<Inner>, period: Duration) {
-    let period = period.max(Duration::from_millis(10));
-    loop {
-        let next = {
-            let Some(inner) = inner.upgrade() else { return };
-            let state = inner.state.lock();
-            if state.session.is_closed() {
-                return;
-            }
-            state.session.poll_timeout().min(Instant::now() + period)
-        };
-        tokio::time::sleep_until(next.into()).await;
-        let Some(inner) = inner.upgrade() else { return };
-        let due = inner.state.lock().session.handle_timeout(Instant::now());
-        if let Err(why) = due {
-            inner.fail(why);
-            return;
+/// Runs the session's timers that are due at `now` (pings after silence, the ping
+/// timeout, the loan timeout; called by the shared CQ's timer task, `completion.rs`).
+/// Returns when they are next due, at the latest `now + period` (a loan made meanwhile
+/// may be due before the deadline the session had); `None` once the connection ended.
+pub(crate) fn tick(inner: &Inner, now: Instant, period: Duration) -> Option<Instant> {
+    let due = {
+        let mut state = inner.state.lock();
+        if state.session.is_closed() {
+            return None;
         }
-        inner.flush_control();
+        state
+            .session
+            .handle_timeout(now)
+            .map(|()| state.session.poll_timeout())
+    };
+    match due {
+        Ok(next) => {
+            inner.flush_control();
+            Some(next.min(now + period))
+        }
+        Err(why) => {
+            inner.fail(why);
+            None
+        }
     }
 }

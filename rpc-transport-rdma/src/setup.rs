@@ -128,7 +128,8 @@ struct Connected {
 }
 
 impl Connected {
-    /// Starts the driver and keepalive tasks.
+    /// Starts the connection: its task, and its place on the shared CQ (completions and
+    /// timers).
     fn start(self, side: TcpStream, config: &RdmaConfig) -> RdmaConnection {
         let peer = match side.peer_addr() {
             Ok(addr) => format!("rdma://{addr}"),
@@ -187,16 +188,15 @@ impl Connected {
         });
         crate::events::register(self.device.context.name(), qp_num, &inner);
         // Completions reaped before now are handled first.
-        inner.completion.attach(&inner);
+        inner.completion.attach(
+            &inner,
+            (config.ping_interval / 2).min(config.loan_timeout / 2),
+        );
         // The peer may start with more receive slots than we have send slots.
         if let Err(why) = driver::grow(&inner) {
             inner.fail(why);
         }
         tokio::spawn(driver::run(inner.clone(), side));
-        tokio::spawn(driver::keepalive(
-            Arc::downgrade(&inner),
-            (config.ping_interval / 2).min(config.loan_timeout / 2),
-        ));
         tracing::debug!(peer = %inner.peer, device = self.device.context.name(), eager_limit, "RDMA connection established");
         RdmaConnection { inner }
     }
