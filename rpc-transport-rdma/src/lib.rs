@@ -13,8 +13,9 @@
 //! back to TCP over the same socket where either end has no RDMA device.
 //!
 //! # Layout
-//! - [`connect`], [`AnyListener`], [`AnyConnection`]: choosing the transport from a URL
-//!   (`any.rs`).
+//! - [`connect`], [`AnyListener`], [`AnyConnection`], [`FileConfig`]: choosing the
+//!   transport from a URL and configuring it from a file or the environment (`select/`),
+//!   apart from the RDMA internals below.
 //! - [`RdmaConnection`]: one connection (`connection.rs`); what it does with its
 //!   completions (`driver.rs`): it pumps the protocol session and, once the runtime asked
 //!   for it (`Connection::push_to`), hands each received frame straight to the runtime (a
@@ -37,10 +38,8 @@
 //! (RDMA is then reported unavailable).
 #![deny(unsafe_code)]
 
-mod any;
 mod completion;
 mod config;
-mod config_file;
 mod connection;
 mod control;
 mod counters;
@@ -60,14 +59,15 @@ pub mod test_peer {
 }
 mod pool;
 mod protocol;
+mod select;
 mod setup;
 // The only module with `unsafe` code (STYLE.md rule 4); `forbid` could not be re-allowed here.
 #[allow(unsafe_code)]
 mod verbs;
 
-pub use any::{connect, AnyConnection, AnyListener, TransportSettings};
 pub use config::{RdmaConfig, MIN_SLOT_SIZE};
-pub use config_file::FileConfig;
 pub use connection::{RdmaConnection, RecvBuf};
 pub use counters::RdmaCounters;
+pub use select::{connect, AnyConnection, AnyListener, TransportSettings};
+pub use select::{ClientSection, FileConfig, RdmaSection, ServerSection, TcpSection};
 pub use verbs::{rdma_available, SendBuf};

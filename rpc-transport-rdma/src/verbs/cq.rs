@@ -11,7 +11,7 @@ use rdma_sys::{
     ibv_destroy_comp_channel, ibv_destroy_cq, ibv_get_cq_event, ibv_req_notify_cq,
 };
 
-use super::device::Context;
+use super::context::Context;
 use super::error::{check_ret, Error, Result};
 
 /// A completion event channel (`ibv_comp_channel`): a file descriptor that becomes readable

@@ -5,7 +5,7 @@
 //!
 //! | file          | concept                                                        |
 //! |---------------|----------------------------------------------------------------|
-//! | `device.rs`   | [`Context`]: device discovery, GID selection, port attributes  |
+//! | `context.rs`  | [`Context`]: device discovery, GID selection, port attributes  |
 //! | `pd.rs`       | [`ProtectionDomain`]                                           |
 //! | `cq.rs`       | [`CompChannel`], [`CompletionQueue`] set-up and events         |
 //! | `mr.rs`       | [`MemoryRegion`]: an owned, page-aligned, registered buffer    |
@@ -54,9 +54,9 @@
 #![allow(dead_code, unused_imports)]
 
 mod async_event;
+mod context;
 mod cq;
 mod datapath;
-mod device;
 mod error;
 mod mr;
 mod mw;
@@ -73,10 +73,10 @@ mod wc;
 mod tests;
 
 pub(crate) use async_event::AsyncEvent;
+pub use context::rdma_available;
+pub(crate) use context::{Context, Mtu, PortInfo, PORT_NUM};
 pub(crate) use cq::{register_channel, CompChannel, CompletionQueue};
 pub(crate) use datapath::{wc_buffer, RemoteBuf, SendOptions, MAX_RECV_BATCH};
-pub use device::rdma_available;
-pub(crate) use device::{Context, Mtu, PortInfo, PORT_NUM};
 pub(crate) use error::{Error, Result};
 pub(crate) use mr::{Access, MemoryRegion};
 pub(crate) use mw::MemoryWindow;

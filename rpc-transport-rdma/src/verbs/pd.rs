@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rdma_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_pd};
 
-use super::device::Context;
+use super::context::Context;
 use super::error::{Error, Result};
 
 /// A protection domain (`ibv_pd`). A QP can only use memory regions of its own PD.

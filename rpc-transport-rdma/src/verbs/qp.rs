@@ -13,8 +13,8 @@ use rdma_sys::{
     ibv_qp_attr_mask, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, ibv_query_qp,
 };
 
+use super::context::{Mtu, PORT_NUM};
 use super::cq::CompletionQueue;
-use super::device::{Mtu, PORT_NUM};
 use super::error::{check_ret, Error, Result};
 use super::pd::ProtectionDomain;
 use super::qp_state::{Init, QpStage, QpState, Reset, Rtr, Rts};

@@ -210,7 +210,7 @@ section! {
         ping_timeout_ms: u64 => |c, v| c.ping_timeout = Duration::from_millis(v),
         /// See [`RdmaConfig::read_chunk`](crate::RdmaConfig::read_chunk).
         read_chunk: usize => |c, v| c.read_chunk = v,
-        /// See [`RdmaConfig::lend_budget`](crate::RdmaConfig::lend_budget).
+        /// See [`RdmaConfig::lend_budget`](crate::RdmaConfig#structfield.lend_budget).
         lend_budget: usize => |c, v| c.lend_budget = Some(v),
         /// [`RdmaConfig::loan_timeout`](crate::RdmaConfig::loan_timeout) in milliseconds.
         loan_timeout_ms: u64 => |c, v| c.loan_timeout = Duration::from_millis(v),
