@@ -42,7 +42,8 @@ use crate::verbs::{register_channel, wc_buffer, CompChannel, Completion, Complet
 const POLL_BATCH: usize = 32;
 /// The members' timers are looked at no more often than this.
 const MIN_TICK: Duration = Duration::from_millis(10);
-/// Entries of a shared CQ at most (a CQ's entries are the provider's memory, not pinned).
+/// Entries of a shared CQ at most (rxe keeps them in kernel memory; a hardware
+/// provider may pin them: 32,768 entries of 64 bytes are 2 MiB).
 const MAX_CQ_ENTRIES: u32 = 32 * 1024;
 
 /// A completion queue shared by the connections of one device and runtime.
@@ -86,6 +87,8 @@ struct Members {
 }
 
 struct Member {
+    /// Which membership this is (a QP number can be reused once its QP is destroyed).
+    id: u64,
     /// Set when the connection starts.
     inner: Option<Weak<Inner>>,
     /// How often its timers are looked at, at least.
@@ -103,6 +106,13 @@ struct Poller {
     spare: Vec<Vec<Event>>,
 }
 
+/// One connection's frames sent and received.
+#[derive(Debug, Default)]
+pub(crate) struct FrameCounts {
+    pub(crate) sent: AtomicU64,
+    pub(crate) received: AtomicU64,
+}
+
 /// A pool entry: a CQ of one runtime.
 #[derive(Debug)]
 pub(crate) struct PoolEntry {
@@ -118,7 +128,11 @@ pub(crate) struct Membership {
     shared: Arc<SharedCq>,
     depth: u32,
     qp_num: Option<u32>,
+    id: u64,
 }
+
+/// Names memberships apart.
+static NEXT_MEMBER: AtomicU64 = AtomicU64::new(1);
 
 impl Membership {
     /// Reserves room for a QP with `depth` send and receive entries on a CQ of `device`
@@ -143,39 +157,51 @@ impl Membership {
             .filter_map(|e| e.cq.upgrade())
             .filter(|cq| !cq.failed.load(Ordering::Relaxed))
             .collect();
+        let best = live
+            .iter()
+            .map(|cq| (cq, cq.members.lock().used))
+            .filter(|(cq, used)| used + depth <= cq.capacity)
+            .min_by_key(|(_, used)| *used)
+            .map(|(cq, _)| cq.clone());
+        let join = |cq: Arc<SharedCq>| {
+            cq.members.lock().used += depth;
+            Membership {
+                shared: cq,
+                depth,
+                qp_num: None,
+                id: NEXT_MEMBER.fetch_add(1, Ordering::Relaxed),
+            }
+        };
         if live.len() >= spread {
-            let best = live
-                .iter()
-                .map(|cq| (cq, cq.members.lock().used))
-                .filter(|(cq, used)| used + depth <= cq.capacity)
-                .min_by_key(|(_, used)| *used);
-            if let Some((cq, _)) = best {
-                cq.members.lock().used += depth;
-                return Ok(Membership {
-                    shared: cq.clone(),
-                    depth,
-                    qp_num: None,
-                });
+            if let Some(cq) = best {
+                return Ok(join(cq));
             }
         }
         let capacity = device.context.max_cqe().min(MAX_CQ_ENTRIES);
-        if depth > capacity {
-            return Err(format!(
-                "a queue pair of {depth} entries exceeds the device's completion queue ({capacity})"
-            ));
-        }
         let vector = pool.iter().filter(|e| e.runtime == id).count() as u32;
-        let shared = SharedCq::start(device, capacity, vector, config, &runtime)?;
-        shared.members.lock().used = depth;
-        pool.push(PoolEntry {
-            runtime: id,
-            cq: Arc::downgrade(&shared),
-        });
-        Ok(Membership {
-            shared,
-            depth,
-            qp_num: None,
-        })
+        let created = if depth > capacity {
+            Err(format!(
+                "a queue pair of {depth} entries exceeds the device's completion queue ({capacity})"
+            ))
+        } else {
+            SharedCq::start(device, capacity, vector, config, &runtime)
+        };
+        match (created, best) {
+            (Ok(shared), _) => {
+                pool.push(PoolEntry {
+                    runtime: id,
+                    cq: Arc::downgrade(&shared),
+                });
+                Ok(join(shared))
+            }
+            // One more CQ was only to spread the load: share one that has room (a
+            // provider that pins CQ memory may refuse more under a memlock limit).
+            (Err(e), Some(cq)) => {
+                tracing::debug!("sharing a completion queue: creating one more failed: {e}");
+                Ok(join(cq))
+            }
+            (Err(e), None) => Err(e),
+        }
     }
 
     /// The CQ to create the QP on.
@@ -193,6 +219,7 @@ impl Membership {
         self.shared.members.lock().by_qp.insert(
             qp_num,
             Member {
+                id: self.id,
                 inner: None,
                 period: Duration::MAX,
                 early: Vec::new(),
@@ -209,13 +236,18 @@ impl Membership {
         let mut poller = self.shared.poller.lock();
         let early = {
             let mut members = self.shared.members.lock();
-            let Some(member) = members.by_qp.get_mut(&qp_num) else {
+            let Some(member) = members.by_qp.get_mut(&qp_num).filter(|m| m.id == self.id) else {
                 return;
             };
             member.inner = Some(Arc::downgrade(inner));
             member.period = period.max(MIN_TICK);
             std::mem::take(&mut member.early)
         };
+        if self.shared.failed.load(Ordering::Relaxed) {
+            // Nothing drives this CQ any more.
+            drop(poller);
+            return inner.fail(Close::Failed("its completion queue failed".into()));
+        }
         // The timer task schedules the new member.
         self.shared.started.lock().push(qp_num);
         self.shared.timers.notify_one();
@@ -236,7 +268,10 @@ impl Drop for Membership {
         let mut members = self.shared.members.lock();
         members.used -= self.depth;
         if let Some(qp_num) = self.qp_num {
-            members.by_qp.remove(&qp_num);
+            // Only its own entry: a new QP may have the number already.
+            if members.by_qp.get(&qp_num).is_some_and(|m| m.id == self.id) {
+                members.by_qp.remove(&qp_num);
+            }
         }
     }
 }
@@ -298,6 +333,20 @@ impl SharedCq {
     /// Counts a frame received by a member.
     pub(crate) fn frame_received(&self) {
         self.received.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A member ended: its frames sent and never answered (or received and never
+    /// answered) no longer count.
+    pub(crate) fn forget(&self, frames: &FrameCounts) {
+        let (sent, received) = (
+            frames.sent.load(Ordering::Relaxed),
+            frames.received.load(Ordering::Relaxed),
+        );
+        if sent > received {
+            self.received.fetch_add(sent - received, Ordering::Relaxed);
+        } else {
+            self.sent.fetch_add(received - sent, Ordering::Relaxed);
+        }
     }
 
     fn awaiting(&self) -> bool {

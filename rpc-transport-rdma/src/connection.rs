@@ -13,7 +13,7 @@
 //! hands eager frames up in their receive slot (re-posted when the [`RecvBuf`] is
 //! dropped) and pulls rendezvous frames with RDMA READ into a buffer of the local pool.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -57,6 +57,9 @@ pub(crate) struct Inner {
     pub(crate) upward: Mutex<Upward>,
     /// The first completion error after the end was logged.
     pub(crate) cause_logged: AtomicBool,
+    /// Frames sent and received (also counted by the shared CQ, which spins for replies
+    /// while more were sent than received there).
+    pub(crate) frames: crate::completion::FrameCounts,
     /// Woken when frames wait for `recv`, or the connection ends.
     pub(crate) arrived: Notify,
     pub(crate) tx_pool: LargePool,
@@ -249,6 +252,18 @@ impl Drop for RecvBuf {
 }
 
 impl Inner {
+    /// Counts a frame sent, here and on the shared CQ.
+    pub(crate) fn frame_sent(&self) {
+        self.frames.sent.fetch_add(1, Ordering::Relaxed);
+        self.completion.shared().frame_sent();
+    }
+
+    /// Counts a frame received, here and on the shared CQ.
+    pub(crate) fn frame_received(&self) {
+        self.frames.received.fetch_add(1, Ordering::Relaxed);
+        self.completion.shared().frame_received();
+    }
+
     /// Waits until one more frame of `len` bytes fits the lending limit (the smaller of
     /// [`RdmaConfig::lend_budget`](crate::RdmaConfig::lend_budget) and
     /// [`RdmaConfig::max_loans`](crate::RdmaConfig::max_loans) and the peer's figures; a
@@ -421,7 +436,7 @@ impl Inner {
             Ok(()) => {
                 state.in_flight += 1;
                 drop(state);
-                self.completion.shared().frame_sent();
+                self.frame_sent();
                 Ok(())
             }
             Err((slot, e)) => {
@@ -442,7 +457,7 @@ impl Inner {
         mut slot: SendSlot,
         len: usize,
     ) -> Result<(), TransportError> {
-        self.completion.shared().frame_sent();
+        self.frame_sent();
         if let Some(batch) = state.batch.as_mut() {
             if batch.len + len <= self.eager_limit && batch.frames < MAX_BATCH {
                 let from = &self.rings.slot_mut(&mut slot)[PREFIX_LEN..PREFIX_LEN + len];

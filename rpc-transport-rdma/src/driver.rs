@@ -45,6 +45,8 @@ pub(crate) async fn run(inner: Arc<Inner>, mut side: TcpStream) {
             _ = closed.changed() => {}
         }
     }
+    // Its frames never answered must not keep the CQ's driver spinning for replies.
+    inner.completion.shared().forget(&inner.frames);
     // Tell the peer at once (its side channel ends), rather than after its ping timeout.
     drop(side);
     // Frames held by the session hold the connection: release them (outside the lock).
@@ -98,8 +100,12 @@ pub(crate) fn handle_batch(inner: &Arc<Inner>, events: &mut Vec<Event>) {
     }
     let result = result
         .and_then(|()| inner.flush_batch())
-        .and_then(|()| start_reads(inner))
-        .and_then(|()| if hand_up(inner) { grow(inner) } else { Ok(()) });
+        .and_then(|()| start_reads(inner));
+    // Always: frames that completed before a failure still go up, and frames discarded
+    // meanwhile (the connection may have been closed by another task since the check
+    // above) are dropped, not left holding the connection.
+    let growth = hand_up(inner);
+    let result = result.and_then(|()| if growth { grow(inner) } else { Ok(()) });
     match result {
         Ok(()) => inner.flush_control(),
         Err(why) => {
@@ -107,6 +113,8 @@ pub(crate) fn handle_batch(inner: &Arc<Inner>, events: &mut Vec<Event>) {
                 inner.cause_logged.store(true, Ordering::Relaxed);
             }
             inner.fail(why);
+            let discarded = inner.state.lock().session.take_discarded();
+            drop(discarded);
         }
     }
 }
@@ -257,7 +265,7 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
     let mut state = inner.state.lock();
     state.session.handle_message(&prefix)?;
     if prefix.kind != Kind::Control {
-        inner.completion.shared().frame_received();
+        inner.frame_received();
     }
     match prefix.kind {
         Kind::Data if prefix.n_tokens >= 2 => {
@@ -265,7 +273,7 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
                 .map_err(|e| Close::Violation(format!("malformed batch: {e}")))?;
             Counters::bump(&inner.counters.eager_receives, frames.len() as u64);
             for _ in 1..frames.len() {
-                inner.completion.shared().frame_received();
+                inner.frame_received();
             }
             // The frames share the slot, re-posted when the last of them is dropped.
             let hold = Arc::new(SlotHold {

@@ -179,6 +179,7 @@ impl Connected {
             counters: Counters::default(),
             upward: Default::default(),
             cause_logged: AtomicBool::new(false),
+            frames: Default::default(),
             arrived: Notify::new(),
             tx_pool: LargePool::new(self.pd.clone(), Access::Lendable, config.pool_keep_bytes),
             rx_pool: LargePool::new(self.pd.clone(), Access::Local, config.pool_keep_bytes),
