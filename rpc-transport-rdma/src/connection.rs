@@ -82,6 +82,26 @@ pub(crate) struct State {
     pub(crate) batch: Option<Batch>,
 }
 
+impl State {
+    /// Posts the first `len` bytes of `slot` as one SEND and counts it in flight; on
+    /// failure the slot goes back to the free ones. Every SEND goes through here, under
+    /// the state lock: so the advertised count written in the slot cannot be overtaken
+    /// by a later message that advertised less, and `in_flight` (which releases a
+    /// waiting batch as completions come) is exact.
+    pub(crate) fn post(&mut self, rings: &Rings, slot: SendSlot, len: usize) -> Result<(), Error> {
+        match rings.post_send(slot, len) {
+            Ok(()) => {
+                self.in_flight += 1;
+                Ok(())
+            }
+            Err((slot, e)) => {
+                self.free_send.push(slot);
+                Err(e)
+            }
+        }
+    }
+}
+
 /// Eager frames back to back in one send slot, not posted yet.
 #[derive(Debug)]
 pub(crate) struct Batch {
@@ -427,24 +447,15 @@ impl Inner {
         advert.prefix(Kind::Rendezvous, 0).encode(bytes);
         descriptor.encode(&mut bytes[PREFIX_LEN..]);
         Counters::bump(&self.counters.rendezvous_sends, 1);
-        // Posted under the lock, so the advertised count cannot be overtaken by a later
-        // message that advertised less.
-        let posted = self
-            .rings
-            .post_send(slot, PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN);
-        match posted {
-            Ok(()) => {
-                state.in_flight += 1;
-                drop(state);
-                self.frame_sent();
-                Ok(())
-            }
-            Err((slot, e)) => {
-                state.free_send.push(slot);
-                drop(state);
-                Err(self.post_failed(e))
-            }
-        }
+        let posted = state.post(
+            &self.rings,
+            slot,
+            PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN,
+        );
+        drop(state);
+        posted.map_err(|e| self.post_failed(e))?;
+        self.frame_sent();
+        Ok(())
     }
 
     /// Sends an eager frame of `len` bytes written in `slot`: at once when fewer than
@@ -501,22 +512,12 @@ impl Inner {
             .advertise()
             .prefix(Kind::Data, n)
             .encode(bytes);
-        // Under the state lock, so the advertised count cannot be overtaken by a later
-        // message that advertised less.
-        match self.rings.post_send(batch.slot, PREFIX_LEN + batch.len) {
-            Ok(()) => {
-                state.in_flight += 1;
-                Counters::bump(&self.counters.eager_sends, u64::from(batch.frames));
-                if batch.frames > 1 {
-                    Counters::bump(&self.counters.batches, 1);
-                }
-                Ok(())
-            }
-            Err((slot, e)) => {
-                state.free_send.push(slot);
-                Err(e)
-            }
+        state.post(&self.rings, batch.slot, PREFIX_LEN + batch.len)?;
+        Counters::bump(&self.counters.eager_sends, u64::from(batch.frames));
+        if batch.frames > 1 {
+            Counters::bump(&self.counters.batches, 1);
         }
+        Ok(())
     }
 
     /// Posts the waiting batch once fewer than [`COALESCE_AT`] sends are in flight.

@@ -85,15 +85,11 @@ impl Inner {
                 let at = PREFIX_LEN + 8 * i;
                 bytes[at..at + 8].copy_from_slice(&token.to_le_bytes());
             }
-            let posted = self.rings.post_send(slot, PREFIX_LEN + 8 * n);
-            if posted.is_ok() {
-                state.in_flight += 1;
-            }
+            let posted = state.post(&self.rings, slot, PREFIX_LEN + 8 * n);
             drop(state);
             match posted {
                 Ok(()) => Counters::bump(&self.counters.control_sends, 1),
-                Err((slot, e)) => {
-                    self.state.lock().free_send.push(slot);
+                Err(e) => {
                     self.fail(Close::Failed(format!(
                         "posting a control message failed: {e}"
                     )));
