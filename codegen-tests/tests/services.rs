@@ -15,7 +15,7 @@ use codegen_tests::ping::{ping_client::PingClient, ping_methods, ping_server};
 use prost::Message;
 use rpc_core::codegen::{method_id, NamedService, Service};
 use rpc_core::memory::{self, MemoryConnection};
-use rpc_core::{Channel, Code, Request, Response, Server, Status};
+use rpc_core::{Channel, Code, Payload, Request, Response, Server, Status};
 
 /// An in-memory catalogue.
 #[derive(Debug, Default)]
@@ -253,12 +253,16 @@ async fn servers_reject_bad_payloads_and_unknown_indexes() {
     // Field 1 (sku, a string) with a length running past the end of the buffer.
     let garbage = [0x0a, 0x10, b'x'];
     let error = server
-        .call(0, Request::new(&garbage[..]))
+        .call(0, Request::new(Payload::Borrowed(&garbage[..])))
         .await
         .err()
         .unwrap();
     assert_eq!(error.code(), Code::InvalidArgument);
-    let error = server.call(3, Request::new(&[][..])).await.err().unwrap();
+    let error = server
+        .call(3, Request::new(Payload::Borrowed(&[][..])))
+        .await
+        .err()
+        .unwrap();
     assert_eq!(error.code(), Code::Unimplemented);
     assert!(
         error.message().contains("/acme.store.Catalog/#3"),
@@ -271,7 +275,10 @@ async fn servers_reject_bad_payloads_and_unknown_indexes() {
         ..Item::default()
     }
     .encode_to_vec();
-    let response = server.call(1, Request::new(&payload[..])).await.unwrap();
+    let response = server
+        .call(1, Request::new(Payload::Borrowed(&payload[..])))
+        .await
+        .unwrap();
     assert_eq!(response.get_ref().encoded_len(), 0, "PutItem answers Empty");
 }
 

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use parking_lot::RwLock;
 use rpc_core::{Request, Response, Status};
 
@@ -16,11 +17,12 @@ pub const KV_MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024 + 64 * 1024;
 /// Entries a scan returns when the request sets no limit.
 const DEFAULT_SCAN_LIMIT: usize = 1000;
 
-/// An in-memory, ordered key-value store. Values are reference-counted, so a Get of a
-/// large value does not hold the lock while the reply is encoded.
+/// An in-memory, ordered key-value store. Values are `Bytes`, kept as they arrived: a
+/// large value is a slice of the frame that carried it (no copy on Put), and a Get of it
+/// sends the same memory (no copy, no lock held while the reply is encoded).
 #[derive(Debug, Default, Clone)]
 pub struct KvStore {
-    entries: Arc<RwLock<BTreeMap<String, Arc<Vec<u8>>>>>,
+    entries: Arc<RwLock<BTreeMap<String, Bytes>>>,
 }
 
 impl Kv for KvStore {
@@ -29,7 +31,7 @@ impl Kv for KvStore {
         if key.is_empty() {
             return Err(Status::invalid_argument("key must not be empty"));
         }
-        let replaced = self.entries.write().insert(key, Arc::new(value)).is_some();
+        let replaced = self.entries.write().insert(key, value).is_some();
         Ok(Response::new(PutReply { replaced }))
     }
 
@@ -37,9 +39,7 @@ impl Kv for KvStore {
         let key = request.into_inner().key;
         let value = self.entries.read().get(&key).cloned();
         match value {
-            Some(value) => Ok(Response::new(GetReply {
-                value: value.as_ref().clone(),
-            })),
+            Some(value) => Ok(Response::new(GetReply { value })),
             None => Err(Status::not_found(format!("no key {key:?}"))),
         }
     }
@@ -75,9 +75,9 @@ impl Kv for KvStore {
             reply.entries.push(Entry {
                 key: key.clone(),
                 value: if keys_only {
-                    Vec::new()
+                    Bytes::new()
                 } else {
-                    value.as_ref().clone()
+                    value.clone()
                 },
             });
         }

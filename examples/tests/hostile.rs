@@ -81,7 +81,7 @@ async fn thousands_of_slow_calls_on_one_connection_leave_room_for_others() {
     let mut frames = Vec::new();
     for id in 1..=5000u64 {
         let request = EchoRequest {
-            payload: vec![1; 16],
+            payload: vec![1; 16].into(),
             delay_ms: 30_000,
             ..Default::default()
         };
@@ -136,7 +136,7 @@ async fn silent_and_stalled_sockets_are_closed() {
     ]);
     let fds0 = settled_fds(&server).await;
     let mut half_frame = EchoRequest {
-        payload: vec![0; 1000],
+        payload: vec![0; 1000].into(),
         ..Default::default()
     };
     half_frame.delay_ms = 0;
@@ -250,12 +250,12 @@ async fn a_response_over_the_limit_fails_its_call_with_resource_exhausted() {
     assert!(status.message().contains("2097"), "{}", status.message());
     let ok = client
         .echo(EchoRequest {
-            payload: b"next".to_vec(),
+            payload: b"next".to_vec().into(),
             ..Default::default()
         })
         .await
         .unwrap();
-    assert_eq!(ok.into_inner().payload, b"next");
+    assert_eq!(ok.into_inner().payload, &b"next"[..]);
 }
 
 /// Item 6: a client that asks for large responses and never reads them.
@@ -343,12 +343,12 @@ async fn a_panicking_handler_fails_only_its_own_call() {
         assert_eq!(status.code(), Code::Internal);
         let ok = client
             .echo(EchoRequest {
-                payload: b"still here".to_vec(),
+                payload: b"still here".to_vec().into(),
                 ..Default::default()
             })
             .await
             .expect("the same connection still serves");
-        assert_eq!(ok.into_inner().payload, b"still here");
+        assert_eq!(ok.into_inner().payload, &b"still here"[..]);
     }
     assert!(server.is_alive());
 }

@@ -129,7 +129,7 @@ async fn sixty_four_callers() {
                         .collect();
                     let reply = client
                         .echo(EchoRequest {
-                            payload: sent.clone(),
+                            payload: sent.clone().into(),
                             delay_ms: 0,
                             ..Default::default()
                         })
@@ -170,7 +170,7 @@ async fn payload_sizes() {
         let before = channel.connection().rdma_counters().unwrap();
         let sent: Vec<u8> = (0..size).map(|j| (j * 7 + size) as u8).collect();
         let request = EchoRequest {
-            payload: sent.clone(),
+            payload: sent.clone().into(),
             delay_ms: 0,
             ..Default::default()
         };
@@ -216,7 +216,7 @@ async fn stopped_server_is_declared_dead_within_the_ping_timeout() {
     let s = quick_detection(BIG);
     let client = EchoClient::new(rdma_channel(&addr, BIG, &s).await);
     let hello = EchoRequest {
-        payload: b"alive".to_vec(),
+        payload: b"alive".to_vec().into(),
         ..Default::default()
     };
     client.echo(hello).await.expect("served while running");
@@ -296,12 +296,12 @@ async fn hello_with_a_forged_gid_is_refused() {
     let client = EchoClient::new(Rdma.connect(&addr, BIG).await);
     let reply = client
         .echo(EchoRequest {
-            payload: b"after".to_vec(),
+            payload: b"after".to_vec().into(),
             ..Default::default()
         })
         .await
         .unwrap();
-    assert_eq!(reply.into_inner().payload, b"after");
+    assert_eq!(reply.into_inner().payload, &b"after"[..]);
 }
 
 /// A server process of the example binaries, killed on drop.
@@ -373,7 +373,7 @@ async fn killed_server_fails_calls_then_restarted_server_is_reached() {
                 let start = Instant::now();
                 let r = client
                     .echo(EchoRequest {
-                        payload: vec![i as u8; 100 + i * 500],
+                        payload: vec![i as u8; 100 + i * 500].into(),
                         delay_ms: 20_000,
                         ..Default::default()
                     })
@@ -401,13 +401,13 @@ async fn killed_server_fails_calls_then_restarted_server_is_reached() {
     let client = EchoClient::new(rdma_channel(&addr, BIG, &s).await);
     let reply = client
         .echo(EchoRequest {
-            payload: b"again".to_vec(),
+            payload: b"again".to_vec().into(),
             delay_ms: 0,
             ..Default::default()
         })
         .await
         .unwrap();
-    assert_eq!(reply.into_inner().payload, b"again");
+    assert_eq!(reply.into_inner().payload, &b"again"[..]);
 }
 
 fn sh(cmd: &str) {
@@ -428,7 +428,7 @@ async fn link_down_reports_the_dead_peer_within_the_ping_timeout() {
     let client = EchoClient::new(rdma_channel(&addr, BIG, &s).await);
     client
         .echo(EchoRequest {
-            payload: b"warm".to_vec(),
+            payload: b"warm".to_vec().into(),
             delay_ms: 0,
             ..Default::default()
         })
@@ -440,7 +440,7 @@ async fn link_down_reports_the_dead_peer_within_the_ping_timeout() {
             tokio::spawn(async move {
                 client
                     .echo(EchoRequest {
-                        payload: vec![i; 64],
+                        payload: vec![i; 64].into(),
                         delay_ms: 3_000,
                         ..Default::default()
                     })
@@ -487,7 +487,7 @@ async fn large_sends_wait_for_the_lending_budget() {
             tokio::spawn(async move {
                 let sent: Vec<u8> = (0..200 << 10).map(|j: u32| (j ^ i) as u8).collect();
                 let request = EchoRequest {
-                    payload: sent.clone(),
+                    payload: sent.clone().into(),
                     ..Default::default()
                 };
                 let reply = client.echo(request).await.unwrap();
@@ -529,7 +529,7 @@ async fn port_down_event_fails_the_server_connections_at_once() {
             let client = client.clone();
             tokio::spawn(async move {
                 let slow_call = EchoRequest {
-                    payload: vec![i; 8],
+                    payload: vec![i; 8].into(),
                     delay_ms: 60_000,
                     ..Default::default()
                 };
@@ -583,7 +583,7 @@ async fn two_percent_loss_still_delivers_everything() {
             let sent: Vec<u8> = (0..size).map(|j| (i * 13 + j) as u8).collect();
             let reply = echo
                 .echo(EchoRequest {
-                    payload: sent.clone(),
+                    payload: sent.clone().into(),
                     delay_ms: 0,
                     ..Default::default()
                 })
@@ -593,7 +593,7 @@ async fn two_percent_loss_still_delivers_everything() {
         let value: Vec<u8> = (0..(1 << 20)).map(|j| (j % 251) as u8).collect();
         kv.put(PutRequest {
             key: "lossy".into(),
-            value: value.clone(),
+            value: value.clone().into(),
         })
         .await?;
         let got = kv
@@ -642,7 +642,7 @@ async fn graceful_shutdown_delivers_in_flight_responses() {
                 let sent = vec![7u8; size];
                 let reply = client
                     .echo(EchoRequest {
-                        payload: sent.clone(),
+                        payload: sent.clone().into(),
                         delay_ms: 400,
                         ..Default::default()
                     })

@@ -119,13 +119,13 @@ async fn random_byte_strings_do_not_stop_the_server() {
     for client in [&before, &after] {
         let reply = client
             .echo(EchoRequest {
-                payload: b"still here".to_vec(),
+                payload: b"still here".to_vec().into(),
                 delay_ms: 0,
                 ..Default::default()
             })
             .await
             .unwrap();
-        assert_eq!(reply.into_inner().payload, b"still here");
+        assert_eq!(reply.into_inner().payload, &b"still here"[..]);
     }
 }
 
@@ -144,7 +144,7 @@ async fn a_vanished_server_fails_calls_with_unavailable() {
     let status = tokio::time::timeout(
         Duration::from_secs(10),
         client.echo(EchoRequest {
-            payload: b"hello".to_vec(),
+            payload: b"hello".to_vec().into(),
             delay_ms: 0,
             ..Default::default()
         }),
@@ -170,7 +170,7 @@ async fn a_vanished_client_gets_its_handlers_dropped() {
     let call = tokio::spawn(async move {
         client
             .echo(EchoRequest {
-                payload: b"orphan".to_vec(),
+                payload: b"orphan".to_vec().into(),
                 delay_ms: 60_000,
                 ..Default::default()
             })
@@ -210,7 +210,7 @@ async fn graceful_shutdown_lets_in_flight_calls_finish() {
         async move {
             client
                 .echo(EchoRequest {
-                    payload: b"finish me".to_vec(),
+                    payload: b"finish me".to_vec().into(),
                     delay_ms: 500,
                     ..Default::default()
                 })
@@ -230,7 +230,7 @@ async fn graceful_shutdown_lets_in_flight_calls_finish() {
         .await
         .unwrap()
         .expect("in-flight call was not allowed to finish");
-    assert_eq!(reply.into_inner().payload, b"finish me");
+    assert_eq!(reply.into_inner().payload, &b"finish me"[..]);
     tokio::time::timeout(Duration::from_secs(10), serving)
         .await
         .unwrap()
@@ -264,7 +264,7 @@ async fn a_reconnecting_channel_reaches_a_restarted_server() {
     let client = EchoClient::new(channel.clone());
     client
         .echo(EchoRequest {
-            payload: b"one".to_vec(),
+            payload: b"one".to_vec().into(),
             delay_ms: 0,
             ..Default::default()
         })
@@ -291,11 +291,11 @@ async fn a_reconnecting_channel_reaches_a_restarted_server() {
     tokio::time::sleep(rpc_core::REDIAL_BACKOFF.mul_f64(1.25)).await;
     let reply = client
         .echo(EchoRequest {
-            payload: b"two".to_vec(),
+            payload: b"two".to_vec().into(),
             delay_ms: 0,
             ..Default::default()
         })
         .await
         .unwrap();
-    assert_eq!(reply.into_inner().payload, b"two");
+    assert_eq!(reply.into_inner().payload, &b"two"[..]);
 }

@@ -133,7 +133,7 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
                 fn call(
                     &self,
                     index: usize,
-                    request: #codegen::Request<&[u8]>,
+                    request: #codegen::Request<#codegen::Payload<'_>>,
                 ) -> #codegen::ServiceFuture {
                     #call_body
                 }

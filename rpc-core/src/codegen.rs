@@ -5,7 +5,9 @@ use std::future::Future;
 pub use crate::service::{
     method_id, BoxMessage, EncodeMessage, MethodDescriptor, NamedService, Service, ServiceFuture,
 };
-pub use crate::{Channel, Code, Connection, IntoRequest, Metadata, Request, Response, Status};
+pub use crate::{
+    Channel, Code, Connection, IntoRequest, Metadata, Payload, Request, Response, Status,
+};
 pub use bytes;
 pub use prost;
 
@@ -14,7 +16,7 @@ pub use prost;
 /// # Returns
 /// A ready future failing with `INVALID_ARGUMENT` when the payload is not a valid `Req`;
 /// otherwise `f`'s future, boxed, with its response message boxed.
-pub fn unary<Req, Resp, F, Fut>(request: Request<&[u8]>, f: F) -> ServiceFuture
+pub fn unary<Req, Resp, F, Fut>(request: Request<Payload<'_>>, f: F) -> ServiceFuture
 where
     Req: prost::Message + Default + 'static,
     Resp: prost::Message + Sync + 'static,
@@ -22,7 +24,7 @@ where
     Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
 {
     let (metadata, payload, timeout) = request.into_parts();
-    match Req::decode(payload) {
+    match payload.decode::<Req>() {
         Ok(message) => {
             let fut = f(Request::from_parts(metadata, message, timeout));
             Box::pin(async move {

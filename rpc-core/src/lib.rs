@@ -12,6 +12,7 @@
 //! - [`Server`]: routing, concurrency limit, cancellation, graceful shutdown (`server/`).
 //! - [`Status`], [`Code`], [`Request`], [`Response`], [`Metadata`]: what calls carry.
 //! - [`Endpoint`]: `tcp://`, `rdma://`, `auto://` URLs.
+//! - [`Payload`]: received message bytes, borrowed or kept (`payload.rs`).
 //! - [`memory`]: an in-memory transport for tests.
 //! - [`codegen`]: what generated code uses.
 //!
@@ -26,6 +27,7 @@ mod endpoint;
 pub mod memory;
 mod metadata;
 mod outbound;
+mod payload;
 mod request;
 mod server;
 mod service;
@@ -37,6 +39,7 @@ pub use client::{Channel, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
 pub use config::{ClientConfig, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE};
 pub use endpoint::{Endpoint, TransportKind};
 pub use metadata::{Metadata, MAX_METADATA_LEN};
+pub use payload::Payload;
 pub use request::{IntoRequest, Request, Response};
 pub use server::{Server, ServerBuilder};
 pub use status::{Code, Status};

@@ -15,6 +15,10 @@ use crate::wire::{Flags, Header, HEADER_LEN};
 /// Frames queued per direction before `send` waits (a stand-in for flow control).
 const QUEUE_FRAMES: usize = 1024;
 
+/// Frames at least this long are kept ([`Connection::keep`]): each is an allocation of
+/// its own, so a kept frame pins nothing else. Smaller ones are copied out.
+pub const KEEP_MIN: usize = 32 * 1024;
+
 /// One end of an in-memory connection.
 #[derive(Debug)]
 pub struct MemoryConnection {
@@ -80,6 +84,14 @@ impl Connection for MemoryConnection {
             return Ok(Some(Bytes::copy_from_slice(&discarded.encode())));
         }
         Ok(Some(frame))
+    }
+
+    fn keep(&self, frame: Bytes) -> Result<Bytes, Bytes> {
+        if frame.len() >= KEEP_MIN {
+            Ok(frame)
+        } else {
+            Err(frame)
+        }
     }
 
     fn close(&self) {

@@ -5,7 +5,7 @@ use std::pin::Pin;
 
 use bytes::BufMut;
 
-use crate::{Request, Response, Status};
+use crate::{Payload, Request, Response, Status};
 
 /// A method as routed on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,9 +77,10 @@ pub trait Service: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// Every method of the service; [`Service::call`] takes an index into this slice.
     fn methods(&self) -> &'static [MethodDescriptor];
-    /// Starts the call of method `index`. The request's payload is borrowed from the
-    /// transport: implementations decode it before returning and never keep the borrow.
-    fn call(&self, index: usize, request: Request<&[u8]>) -> ServiceFuture;
+    /// Starts the call of method `index`. A [`Payload::Borrowed`] request is borrowed
+    /// from the transport: implementations decode it before returning and never keep the
+    /// borrow; a [`Payload::Shared`] one may be kept.
+    fn call(&self, index: usize, request: Request<Payload<'_>>) -> ServiceFuture;
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::io;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use bytes::BufMut;
+use bytes::{BufMut, Bytes};
 
 use crate::wire::FrameError;
 
@@ -60,6 +60,38 @@ pub trait Connection: Send + Sync + 'static {
     fn shutdown(&self) -> impl Future<Output = ()> + Send {
         self.close();
         std::future::ready(())
+    }
+
+    /// Lets go of a received frame so that the application may keep slices of it: the
+    /// frame's memory as [`Bytes`], no longer counted against the transport's receive
+    /// resources (an RDMA transport acknowledges the transfer at once), valid until the
+    /// last slice is dropped. Returns the frame unchanged (`Err`) when keeping it would
+    /// pin something scarce (a receive slot, a buffer shared with other frames) or when
+    /// it is too small to be worth it: the runtime then copies its fields out. The
+    /// default keeps nothing.
+    fn keep(&self, frame: Self::RecvBuf) -> Result<Bytes, Self::RecvBuf> {
+        Err(frame)
+    }
+
+    /// The smallest `bytes` field worth sending from where it lies rather than copying
+    /// it into the frame ([`Connection::send_gathered`]), or `None` (the default) when the
+    /// transport copies every frame into its own memory.
+    fn gather_min(&self) -> Option<usize> {
+        None
+    }
+
+    /// Sends one frame whose first bytes are in `head` and the rest in `tail`, in
+    /// order, without copying `tail` (a gathered write). Only called when
+    /// [`Connection::gather_min`] is `Some`; the default refuses.
+    fn send_gathered(
+        &self,
+        head: Self::SendBuf,
+        tail: Vec<Bytes>,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        let _ = (head, tail);
+        std::future::ready(Err(TransportError::Other(
+            "this transport does not send gathered frames".into(),
+        )))
     }
 
     /// Asks the transport to hand every received frame to `sink` from its own completion

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use prost_reflect::{DynamicMessage, MessageDescriptor};
 use rpc_core::codegen::MethodDescriptor;
-use rpc_core::{Channel, Connection, Metadata, Request};
+use rpc_core::{Channel, Connection, Metadata, Payload, Request};
 
 use crate::stats::CallError;
 
@@ -64,8 +64,9 @@ impl<C: Connection> Target for RpcTarget<C> {
         let request = Request::from_parts(self.metadata.clone(), message, self.timeout);
         let output = &self.output;
         self.channel
-            .unary_with(request, &self.method, |bytes| {
-                DynamicMessage::decode(output.clone(), bytes)
+            .unary_with(request, &self.method, |payload| match payload {
+                Payload::Borrowed(bytes) => DynamicMessage::decode(output.clone(), bytes),
+                Payload::Shared(bytes) => DynamicMessage::decode(output.clone(), bytes),
             })
             .await
             .map(drop)

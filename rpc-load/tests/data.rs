@@ -50,7 +50,7 @@ fn json_object_becomes_the_generated_message() {
     assert_eq!(msgs.len(), 1);
     let decoded = examples::kv::PutRequest::decode(msgs[0].encode_to_vec().as_slice()).unwrap();
     assert_eq!(decoded.key, "k1");
-    assert_eq!(decoded.value, b"hello");
+    assert_eq!(decoded.value, &b"hello"[..]);
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn binary_data_round_trips() {
     let m = method("kv.proto", "kv.Kv/Put");
     let generated = examples::kv::PutRequest {
         key: "bin".into(),
-        value: vec![1, 2, 3],
+        value: vec![1, 2, 3].into(),
     };
     let msg = data::message_from_binary(&m.input, &generated.encode_to_vec()).unwrap();
     assert_eq!(msg.encode_to_vec(), generated.encode_to_vec());

@@ -85,7 +85,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }
                 let sent = payload(i, size_of(i, size, max_size));
                 let request = EchoRequest {
-                    payload: sent.clone(),
+                    payload: sent.clone().into(),
                     delay_ms: 0,
                     ..Default::default()
                 };

@@ -92,7 +92,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let reply = client
                 .put(PutRequest {
                     key: key.clone(),
-                    value,
+                    value: value.into(),
                 })
                 .await?
                 .into_inner();

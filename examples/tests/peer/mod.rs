@@ -163,7 +163,7 @@ pub(crate) async fn good_call(port: u16) -> Result<Duration, Status> {
         let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
         let reply = client
             .echo(EchoRequest {
-                payload: payload.clone(),
+                payload: payload.clone().into(),
                 ..Default::default()
             })
             .await?;

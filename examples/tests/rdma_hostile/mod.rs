@@ -94,7 +94,7 @@ fn request(call_id: u64) -> Vec<u8> {
     echo_frame(
         call_id,
         &EchoRequest {
-            payload: pattern(call_id as u32, 16),
+            payload: pattern(call_id as u32, 16).into(),
             ..Default::default()
         },
     )
@@ -107,7 +107,7 @@ async fn good_call(addr: &str) {
         let payload = pattern(7, 1000);
         let reply = client
             .echo(EchoRequest {
-                payload: payload.clone(),
+                payload: payload.clone().into(),
                 ..Default::default()
             })
             .await
@@ -215,7 +215,7 @@ async fn rings_grow_with_use() {
                     let payload = pattern(w * 100 + i, 100);
                     let reply = client
                         .echo(EchoRequest {
-                            payload: payload.clone(),
+                            payload: payload.clone().into(),
                             ..Default::default()
                         })
                         .await
@@ -256,7 +256,7 @@ async fn forged_descriptors() {
     let small = echo_frame(
         1,
         &EchoRequest {
-            payload: pattern(1, 20_000),
+            payload: pattern(1, 20_000).into(),
             ..Default::default()
         },
     );
@@ -316,7 +316,7 @@ async fn forged_descriptors() {
             let big = echo_frame(
                 1,
                 &EchoRequest {
-                    payload: pattern(2, 1 << 20),
+                    payload: pattern(2, 1 << 20).into(),
                     ..Default::default()
                 },
             );
@@ -426,7 +426,7 @@ async fn reads_only_its_own_loans() {
         let frame = echo_frame(
             1,
             &EchoRequest {
-                payload: secret,
+                payload: secret.into(),
                 ..Default::default()
             },
         );

@@ -67,7 +67,7 @@ impl Echo for Probe {
         self.peak.fetch_max(now, Ordering::SeqCst);
         let (metadata, message, _) = request.into_parts();
         let mut guard = DropSignal {
-            tag: message.payload.clone(),
+            tag: message.payload.to_vec(),
             finished: false,
             running: self.running.clone(),
             tx: self.dropped.clone(),
@@ -120,7 +120,7 @@ pub async fn thousand_concurrent_calls_on_one_connection<H: Harness>(h: H) {
             let sent = payload(i, 16 + i % 300);
             let reply = client
                 .echo(EchoRequest {
-                    payload: sent.clone(),
+                    payload: sent.clone().into(),
                     delay_ms: (i % 5) as u32,
                     ..Default::default()
                 })
@@ -141,7 +141,7 @@ pub async fn large_value_put_then_get<H: Harness>(h: H, size: usize) {
     client
         .put(PutRequest {
             key: "big".into(),
-            value: value.clone(),
+            value: value.clone().into(),
         })
         .await
         .unwrap();
@@ -176,7 +176,7 @@ pub async fn deadline_fails_one_call_not_the_others<H: Harness>(h: H) {
     let addr = h.start(server_with(Probe::default(), big_config())).await;
     let client = EchoClient::new(h.connect(&addr, BIG).await);
     let mut slow = Request::new(EchoRequest {
-        payload: b"slow".to_vec(),
+        payload: b"slow".to_vec().into(),
         delay_ms: 5_000,
         ..Default::default()
     });
@@ -192,7 +192,7 @@ pub async fn deadline_fails_one_call_not_the_others<H: Harness>(h: H) {
                 let sent = payload(i, 100);
                 let reply = client
                     .echo(EchoRequest {
-                        payload: sent.clone(),
+                        payload: sent.clone().into(),
                         delay_ms: 10,
                         ..Default::default()
                     })
@@ -210,13 +210,13 @@ pub async fn deadline_fails_one_call_not_the_others<H: Harness>(h: H) {
     // The connection is still good after the expired call.
     let reply = client
         .echo(EchoRequest {
-            payload: b"after".to_vec(),
+            payload: b"after".to_vec().into(),
             delay_ms: 0,
             ..Default::default()
         })
         .await
         .unwrap();
-    assert_eq!(reply.into_inner().payload, b"after");
+    assert_eq!(reply.into_inner().payload, &b"after"[..]);
 }
 
 pub async fn dropping_the_call_cancels_the_handler<H: Harness>(h: H) {
@@ -233,7 +233,7 @@ pub async fn dropping_the_call_cancels_the_handler<H: Harness>(h: H) {
         async move {
             client
                 .echo(EchoRequest {
-                    payload: b"cancel-me".to_vec(),
+                    payload: b"cancel-me".to_vec().into(),
                     delay_ms: 60_000,
                     ..Default::default()
                 })
@@ -281,7 +281,7 @@ pub async fn bad_requests_get_their_status<H: Harness>(h: H) {
     assert_eq!(status.code(), Code::Unimplemented, "{status}");
 
     let oversized = EchoRequest {
-        payload: vec![1; (1 << 20) + 1],
+        payload: vec![1; (1 << 20) + 1].into(),
         delay_ms: 0,
         ..Default::default()
     };
@@ -299,7 +299,7 @@ pub async fn bad_requests_get_their_status<H: Harness>(h: H) {
     assert_eq!(status.code(), Code::InvalidArgument, "{status}");
 
     let mut failing = Request::new(EchoRequest {
-        payload: b"x".to_vec(),
+        payload: b"x".to_vec().into(),
         delay_ms: 0,
         ..Default::default()
     });
@@ -311,20 +311,20 @@ pub async fn bad_requests_get_their_status<H: Harness>(h: H) {
 
     // The connection survived all of it, and metadata travels both ways.
     let mut request = Request::new(EchoRequest {
-        payload: b"fine".to_vec(),
+        payload: b"fine".to_vec().into(),
         delay_ms: 0,
         ..Default::default()
     });
     request.metadata_mut().insert("trace-id", "abc123");
     let reply = client.echo(request).await.unwrap();
     assert_eq!(reply.metadata().get("echo-trace-id"), Some("abc123"));
-    assert_eq!(reply.into_inner().payload, b"fine");
+    assert_eq!(reply.into_inner().payload, &b"fine"[..]);
 
     // A client-side limit fails locally.
     let small = EchoClient::new(h.connect(&addr, 1000).await);
     let status = small
         .echo(EchoRequest {
-            payload: vec![0; 2000],
+            payload: vec![0; 2000].into(),
             delay_ms: 0,
             ..Default::default()
         })
@@ -346,7 +346,7 @@ pub async fn concurrency_limit_is_respected<H: Harness>(h: H) {
             tokio::spawn(async move {
                 client
                     .echo(EchoRequest {
-                        payload: vec![i as u8],
+                        payload: vec![i as u8].into(),
                         delay_ms: 30,
                         ..Default::default()
                     })

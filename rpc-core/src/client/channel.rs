@@ -15,10 +15,11 @@ use tracing::Instrument;
 use super::calls::{CallTable, NotAdmitted};
 use super::control::ControlQueue;
 use crate::outbound::{send_control, send_frame};
+use crate::payload::{self, Inbound};
 use crate::service::MethodDescriptor;
 use crate::transport::{Connection, FrameSink, TransportError};
 use crate::wire::{Flags, Frame, FrameKind, Header};
-use crate::{ClientConfig, Code, Metadata, Request, Response, Status};
+use crate::{ClientConfig, Code, Metadata, Payload, Request, Response, Status};
 
 /// A client's handle on one connection. Cheap to clone; every clone shares the
 /// connection, and calls from all of them run concurrently over it, matched to their
@@ -323,7 +324,7 @@ impl<C: Connection> Channel<C> {
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
-        self.unary_with(request, method, |payload| Resp::decode(payload))
+        self.unary_with(request, method, |payload| payload.decode::<Resp>())
             .await
     }
 
@@ -337,7 +338,7 @@ impl<C: Connection> Channel<C> {
         &self,
         request: Request<Req>,
         method: &MethodDescriptor,
-        decode: impl FnOnce(&[u8]) -> Result<Resp, prost::DecodeError>,
+        decode: impl FnOnce(Payload<'_>) -> Result<Resp, prost::DecodeError>,
     ) -> Result<Response<Resp>, Status>
     where
         Req: prost::Message,
@@ -360,7 +361,7 @@ impl<C: Connection> Channel<C> {
         request: Request<Req>,
         method: &MethodDescriptor,
         span: &tracing::Span,
-    ) -> Result<C::RecvBuf, Status> {
+    ) -> Result<Inbound<C::RecvBuf>, Status> {
         let (metadata, message, timeout) = request.into_parts();
         let config = &self.inner.config;
         let timeout = timeout.or(config.timeout);
@@ -388,7 +389,7 @@ impl<C: Connection> Channel<C> {
                 // once more on a fresh connection, if this channel makes them.
                 if retries < config.max_transparent_retries
                     && self.inner.redial.is_some()
-                    && is_refused(&frame)
+                    && is_refused(frame.bytes())
                 {
                     retries += 1;
                     tracing::debug!(
@@ -420,7 +421,7 @@ impl<C: Connection> Channel<C> {
         payload_len: usize,
         timeout: Option<std::time::Duration>,
         span: &tracing::Span,
-    ) -> Result<C::RecvBuf, Status> {
+    ) -> Result<Inbound<C::RecvBuf>, Status> {
         let mut draining_seen = 0;
         let (shared, call_id, response) = loop {
             let shared = self.ready().await?;
@@ -460,7 +461,17 @@ impl<C: Connection> Channel<C> {
         // Answered calls left the table when their response arrived; a call that is still
         // there (deadline, failed send) is cancelled on the server by the guard.
         drop(guard);
-        frame
+        let frame = frame?;
+        // A successful response with a payload is offered to the caller: kept, its
+        // `bytes` fields are slices of the frame (the transport decides).
+        let keep = Frame::parse(&frame[..]).is_ok_and(|f| {
+            f.header.status == Code::Ok as u8 && f.header.payload_len > 0 && !f.is_discarded()
+        });
+        Ok(if keep {
+            payload::keep(&*shared.conn, frame)
+        } else {
+            Inbound::Held(frame)
+        })
     }
 }
 
@@ -506,12 +517,12 @@ impl<C: Connection> Drop for CallGuard<'_, C> {
     }
 }
 
-fn decode_response<Resp>(
-    buf: &[u8],
-    decode: impl FnOnce(&[u8]) -> Result<Resp, prost::DecodeError>,
+fn decode_response<B: std::ops::Deref<Target = [u8]>, Resp>(
+    inbound: &Inbound<B>,
+    decode: impl FnOnce(Payload<'_>) -> Result<Resp, prost::DecodeError>,
 ) -> Result<Response<Resp>, Status> {
-    let frame =
-        Frame::parse(buf).map_err(|e| Status::internal(format!("bad response frame: {e}")))?;
+    let frame = Frame::parse(inbound.bytes())
+        .map_err(|e| Status::internal(format!("bad response frame: {e}")))?;
     if frame.is_discarded() {
         return Err(Status::resource_exhausted(format!(
             "response message of {} bytes exceeds the maximum",
@@ -523,7 +534,7 @@ fn decode_response<Resp>(
         return Err(Status::new(code, String::from_utf8_lossy(frame.payload)));
     }
     let metadata = Metadata::decode(frame.metadata).map_err(|e| Status::internal(e.to_string()))?;
-    let message = decode(frame.payload)
+    let message = decode(inbound.payload(frame.payload))
         .map_err(|e| Status::internal(format!("failed to decode response: {e}")))?;
     Ok(Response::from_parts(metadata, message))
 }

@@ -26,8 +26,8 @@ impl Service for Sleeper {
     fn methods(&self) -> &'static [MethodDescriptor] {
         std::slice::from_ref(&SLEEP)
     }
-    fn call(&self, _: usize, request: Request<&[u8]>) -> ServiceFuture {
-        let ms: u32 = prost::Message::decode(request.into_inner()).unwrap_or(0);
+    fn call(&self, _: usize, request: Request<crate::Payload<'_>>) -> ServiceFuture {
+        let ms: u32 = request.into_inner().decode().unwrap_or(0);
         let calls = self.calls.clone();
         Box::pin(async move {
             calls.fetch_add(1, Ordering::SeqCst);

@@ -23,6 +23,7 @@ use tracing::Instrument;
 use super::admission::{Admission, Admitted, Refused};
 use super::respond::{respond, responder, Reply};
 use super::Inner;
+use crate::payload::{self, Inbound};
 use crate::service::{BoxMessage, ServiceFuture};
 use crate::transport::Connection;
 use crate::wire::{Flags, Frame, FrameKind};
@@ -183,7 +184,7 @@ impl<C: Connection> State<C> {
                 () = sleep_until(drain_end), if drain_end.is_some() && handlers_done => Event::DrainTimeout,
             };
             match event {
-                Event::Received(Ok(Some(buf))) => match self.handle(&buf, drain.is_some()).await {
+                Event::Received(Ok(Some(buf))) => match self.handle(buf, drain.is_some()).await {
                     Ok(Acknowledged(true)) => acknowledged = true,
                     Ok(Acknowledged(false)) => {}
                     Err(reason) => {
@@ -253,11 +254,20 @@ impl<C: Connection> State<C> {
     ///
     /// # Errors
     /// Why the connection must close (a malformed frame, a protocol violation).
-    async fn handle(&mut self, buf: &[u8], draining: bool) -> Result<Acknowledged, String> {
-        let frame = Frame::parse(buf).map_err(|e| format!("malformed frame: {e}"))?;
+    async fn handle(&mut self, buf: C::RecvBuf, draining: bool) -> Result<Acknowledged, String> {
+        let frame = Frame::parse(&buf).map_err(|e| format!("malformed frame: {e}"))?;
         let header = frame.header;
         match header.kind {
-            FrameKind::Request => self.request(frame, draining).await?,
+            FrameKind::Request => {
+                // A request with a payload is offered to the application: kept, its
+                // `bytes` fields are slices of the frame (the transport decides).
+                let inbound = if header.payload_len > 0 && !frame.is_discarded() {
+                    payload::keep(&*self.conn, buf)
+                } else {
+                    Inbound::Held(buf)
+                };
+                self.request(inbound, draining).await?
+            }
             FrameKind::Cancel => {
                 let call_id = header.call_id;
                 if let Some((_, handle)) = self.running.lock().remove(&call_id) {
@@ -278,7 +288,12 @@ impl<C: Connection> State<C> {
         Ok(Acknowledged(false))
     }
 
-    async fn request(&mut self, frame: Frame<'_>, draining: bool) -> Result<(), String> {
+    async fn request(
+        &mut self,
+        inbound: Inbound<C::RecvBuf>,
+        draining: bool,
+    ) -> Result<(), String> {
+        let frame = Frame::parse(inbound.bytes()).map_err(|e| format!("malformed frame: {e}"))?;
         let header = frame.header;
         let call_id = header.call_id;
         if self.admission.contains(call_id) || self.running.lock().contains_key(&call_id) {
@@ -335,8 +350,8 @@ impl<C: Connection> State<C> {
         // `RUST_LOG=rpc_core=debug` turns it on.
         let span = tracing::debug_span!("rpc", method = route.method.path, call_id);
         // Decodes the request from the borrowed buffer (the buffer is released after
-        // this, also for a call that then waits for a permit).
-        let request = Request::from_parts(metadata, frame.payload, timeout);
+        // this, also for a call that then waits for a permit), or from the kept frame.
+        let request = Request::from_parts(metadata, inbound.payload(frame.payload), timeout);
         let call = match std::panic::catch_unwind(AssertUnwindSafe(|| {
             route.service.call(route.index, request)
         })) {

@@ -41,9 +41,9 @@ impl Service for TestService {
     fn methods(&self) -> &'static [MethodDescriptor] {
         &METHODS
     }
-    fn call(&self, index: usize, request: Request<&[u8]>) -> ServiceFuture {
+    fn call(&self, index: usize, request: Request<crate::Payload<'_>>) -> ServiceFuture {
         let payload = request.into_inner();
-        let arg = u32::from_le_bytes(payload.try_into().unwrap_or([0; 4]));
+        let arg = u32::from_le_bytes(payload.as_slice().try_into().unwrap_or([0; 4]));
         let started = self.started.clone();
         Box::pin(async move {
             started.fetch_add(1, Ordering::SeqCst);
