@@ -20,6 +20,12 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
         let input = &method.input;
         let output = &method.output;
         let docs = docs_or(&method.docs, format!("Calls `{}`.", method.route));
+        // Requests with large `bytes` fields send them by gathered write.
+        let call = if method.gather_input {
+            quote!(unary_gathered)
+        } else {
+            quote!(unary)
+        };
         quote! {
             #docs
             ///
@@ -32,7 +38,7 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
                 request: impl #codegen::IntoRequest<#input>,
             ) -> ::core::result::Result<#codegen::Response<#output>, #codegen::Status> {
                 self.inner
-                    .unary(
+                    .#call(
                         #codegen::IntoRequest::into_request(request),
                         &super::#methods_module::METHODS[#index],
                     )

@@ -1,5 +1,7 @@
 //! The emitter: IR in, `proc_macro2::TokenStream` out.
 
+use std::collections::BTreeSet;
+
 use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
@@ -47,6 +49,9 @@ pub struct CodeGenBuilder {
     build_client: bool,
     /// Whether to emit `<service>_server`.
     build_server: bool,
+    /// Message types (as methods name them) that implement `SplitLarge`: requests of
+    /// them are sent with `unary_gathered`, responses boxed for gathered writes.
+    gathered: BTreeSet<String>,
 }
 
 impl Default for CodeGenBuilder {
@@ -55,6 +60,7 @@ impl Default for CodeGenBuilder {
             codegen_path: DEFAULT_CODEGEN_PATH.to_owned(),
             build_client: true,
             build_server: true,
+            gathered: BTreeSet::new(),
         }
     }
 }
@@ -85,6 +91,11 @@ impl CodeGenBuilder {
         self
     }
 
+    /// Sets the message types (as methods name them) that implement `SplitLarge`.
+    pub(crate) fn set_gathered(&mut self, types: BTreeSet<String>) {
+        self.gathered = types;
+    }
+
     /// The configured codegen path, unparsed.
     pub(crate) fn codegen_path_str(&self) -> &str {
         &self.codegen_path
@@ -102,7 +113,7 @@ impl CodeGenBuilder {
             return Ok(TokenStream::new());
         }
         let codegen = syntax::parse_path(&self.codegen_path, "codegen path")?;
-        let plan = ServicePlan::new(service)?;
+        let plan = ServicePlan::new(service, &self.gathered)?;
         let methods = methods_module(&plan, &codegen);
         let client = if self.build_client {
             client::generate(&plan, &codegen)
@@ -148,11 +159,15 @@ pub(crate) struct MethodPlan {
     pub(crate) input: TokenStream,
     /// The response type as seen from `<service>_client` / `<service>_server`.
     pub(crate) output: TokenStream,
+    /// Whether the request type implements `SplitLarge`.
+    pub(crate) gather_input: bool,
+    /// Whether the response type implements `SplitLarge`.
+    pub(crate) gather_output: bool,
 }
 
 impl ServicePlan {
     /// Validates `service` and resolves its names and types.
-    fn new<S: Service>(service: &S) -> Result<Self, Error> {
+    fn new<S: Service>(service: &S, gathered: &BTreeSet<String>) -> Result<Self, Error> {
         let full_name = syntax::qualified_name(service.package(), service.proto_name());
         syntax::check_name(service.proto_name(), "service name", &full_name)?;
         if !service.package().is_empty() {
@@ -176,6 +191,8 @@ impl ServicePlan {
                     docs: method.comments(),
                     input: syntax::resolve_type(method.input_type(), "input type", &context)?,
                     output: syntax::resolve_type(method.output_type(), "output type", &context)?,
+                    gather_input: gathered.contains(method.input_type()),
+                    gather_output: gathered.contains(method.output_type()),
                 })
             })
             .collect::<Result<_, _>>()?;

@@ -54,6 +54,7 @@ mod ir;
 pub mod manual;
 mod proto;
 mod server;
+mod split;
 mod syntax;
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use prost::Message as _;
 use prost_types::FileDescriptorSet;
 
-use crate::{ir, syntax, CodeGenBuilder, Error};
+use crate::{ir, split, syntax, CodeGenBuilder, Error};
 
 /// A [`Builder`] with the default options; the entry point of a `build.rs`.
 ///
@@ -50,6 +50,11 @@ pub struct Builder {
     file_descriptor_set_path: Option<PathBuf>,
     /// Whether messages get `#[allow(missing_docs)]`.
     allow_undocumented_messages: bool,
+    /// The paths given to [`Builder::bytes`].
+    bytes_paths: Vec<String>,
+    /// The proto paths given to [`Builder::extern_path`]: their messages are generated
+    /// elsewhere (and get their `SplitLarge` there, if at all).
+    extern_protos: Vec<String>,
 }
 
 impl Default for Builder {
@@ -61,6 +66,8 @@ impl Default for Builder {
             emit_rerun_if_changed: std::env::var_os("CARGO").is_some(),
             file_descriptor_set_path: None,
             allow_undocumented_messages: true,
+            bytes_paths: Vec::new(),
+            extern_protos: Vec::new(),
         }
     }
 }
@@ -134,12 +141,20 @@ impl Builder {
 
     /// Generates `bytes::Bytes` instead of `Vec<u8>` for the matching `bytes` fields (`["."]`
     /// for all); see [`prost_build::Config::bytes`].
+    ///
+    /// Such fields cost no copy for large messages: received, a field is a slice of the
+    /// frame that carried it (when the transport keeps the frame); sent, a request or
+    /// response message's top-level `Bytes` field goes from where it lies by gathered
+    /// write (on transports that have one). Clients and servers of methods whose messages
+    /// have such fields use `unary_gathered`, and the messages implement `SplitLarge`.
     pub fn bytes<I, S>(mut self, paths: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.prost.bytes(paths);
+        let paths: Vec<String> = paths.into_iter().map(|p| p.as_ref().to_owned()).collect();
+        self.prost.bytes(&paths);
+        self.bytes_paths.extend(paths);
         self
     }
 
@@ -150,6 +165,8 @@ impl Builder {
         proto_path: impl Into<String>,
         rust_path: impl Into<String>,
     ) -> Self {
+        let proto_path = proto_path.into();
+        self.extern_protos.push(proto_path.clone());
         self.prost.extern_path(proto_path, rust_path);
         self
     }
@@ -230,6 +247,8 @@ impl Builder {
         self.prost.service_generator(Box::new(Generator {
             codegen: self.codegen,
             failure: Rc::clone(&failure),
+            split: split::split_map(&fds, &self.bytes_paths, &self.extern_protos),
+            split_done: BTreeSet::new(),
         }));
         self.prost.compile_fds(fds)?;
         match failure.take() {
@@ -266,15 +285,43 @@ struct Generator {
     codegen: CodeGenBuilder,
     /// The first error, shared with `compile_fds`.
     failure: Rc<RefCell<Option<Error>>>,
+    /// Messages that can be split for gathered writes.
+    split: split::SplitMap,
+    /// Those whose `SplitLarge` impl was emitted (next to the first service using them).
+    split_done: BTreeSet<String>,
+}
+
+impl Generator {
+    /// The service's code, and `SplitLarge` for its messages that can split and have no
+    /// impl yet.
+    fn code(&mut self, service: &prost_build::Service) -> Result<String, Error> {
+        let mut gathered = BTreeSet::new();
+        let mut impls = proc_macro2::TokenStream::new();
+        let codegen = syntax::parse_path(self.codegen.codegen_path_str(), "codegen path")?;
+        for method in &service.methods {
+            for (proto, rust) in [
+                (&method.input_proto_type, &method.input_type),
+                (&method.output_proto_type, &method.output_type),
+            ] {
+                let Some(fields) = self.split.get(proto) else {
+                    continue;
+                };
+                gathered.insert(rust.clone());
+                if self.split_done.insert(proto.clone()) {
+                    impls.extend(split::split_impl(rust, fields, &codegen)?);
+                }
+            }
+        }
+        self.codegen.set_gathered(gathered);
+        let mut code = self.codegen.generate(service)?;
+        code.extend(impls);
+        crate::syntax::format(code)
+    }
 }
 
 impl prost_build::ServiceGenerator for Generator {
     fn generate(&mut self, service: prost_build::Service, buf: &mut String) {
-        let code = self
-            .codegen
-            .generate(&service)
-            .and_then(crate::syntax::format);
-        match code {
+        match self.code(&service) {
             Ok(code) => buf.push_str(&code),
             Err(error) => {
                 self.failure.borrow_mut().get_or_insert(error);

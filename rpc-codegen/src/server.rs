@@ -40,10 +40,16 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
     let arms = plan.methods.iter().enumerate().map(|(index, method)| {
         let ident = &method.ident;
         let input = &method.input;
+        // Responses with large `bytes` fields send them by gathered write.
+        let unary = if method.gather_output {
+            quote!(unary_gathered)
+        } else {
+            quote!(unary)
+        };
         quote! {
             #index => {
                 let inner = ::std::sync::Arc::clone(&self.inner);
-                #codegen::unary(request, move |request: #codegen::Request<#input>| async move {
+                #codegen::#unary(request, move |request: #codegen::Request<#input>| async move {
                     <T as #service>::#ident(&inner, request).await
                 })
             }

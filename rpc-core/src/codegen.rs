@@ -3,7 +3,8 @@
 use std::future::Future;
 
 pub use crate::service::{
-    method_id, BoxMessage, EncodeMessage, MethodDescriptor, NamedService, Service, ServiceFuture,
+    method_id, BoxMessage, EncodeMessage, Gathered, MethodDescriptor, NamedService, Service,
+    ServiceFuture, SplitLarge,
 };
 pub use crate::{
     Channel, Code, Connection, IntoRequest, Metadata, Payload, Request, Response, Status,
@@ -23,13 +24,39 @@ where
     F: FnOnce(Request<Req>) -> Fut,
     Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
 {
+    unary_boxed(request, f, |m| Box::new(m))
+}
+
+/// Like [`unary`], for a response type whose large `bytes` fields are sent by gathered
+/// write ([`SplitLarge`]).
+pub fn unary_gathered<Req, Resp, F, Fut>(request: Request<Payload<'_>>, f: F) -> ServiceFuture
+where
+    Req: prost::Message + Default + 'static,
+    Resp: SplitLarge + Sync + 'static,
+    F: FnOnce(Request<Req>) -> Fut,
+    Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
+{
+    unary_boxed(request, f, |m| Box::new(Gathered(m)))
+}
+
+fn unary_boxed<Req, Resp, F, Fut>(
+    request: Request<Payload<'_>>,
+    f: F,
+    boxed: fn(Resp) -> BoxMessage,
+) -> ServiceFuture
+where
+    Req: prost::Message + Default + 'static,
+    Resp: Send + 'static,
+    F: FnOnce(Request<Req>) -> Fut,
+    Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
+{
     let (metadata, payload, timeout) = request.into_parts();
     match payload.decode::<Req>() {
         Ok(message) => {
             let fut = f(Request::from_parts(metadata, message, timeout));
             Box::pin(async move {
                 let response = fut.await?;
-                Ok(response.map(|m| Box::new(m) as BoxMessage))
+                Ok(response.map(boxed))
             })
         }
         Err(err) => {

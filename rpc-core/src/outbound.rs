@@ -1,6 +1,6 @@
 //! Building outgoing frames straight into transport buffers.
 
-use bytes::BufMut;
+use bytes::{BufMut, Bytes};
 
 use crate::transport::{Connection, TransportError};
 use crate::wire::{self, FrameKind, Header, HEADER_LEN};
@@ -19,6 +19,57 @@ pub(crate) async fn send_frame<C: Connection>(
     wire::encode_head(&mut header, metadata, &mut buf);
     body(&mut buf);
     conn.send(buf).await
+}
+
+/// Sends a message split by [`SplitLarge`](crate::codegen::SplitLarge): the header, the
+/// metadata and `rest` (`rest_len` bytes, written by `encode_rest`) go into a transport
+/// buffer, and each of `fields` follows as its key and length and then its bytes, sent
+/// from where they lie by the transport's gathered write. The header's payload length is
+/// the whole message's.
+pub(crate) async fn send_split<C: Connection>(
+    conn: &C,
+    mut header: Header,
+    metadata: &Metadata,
+    rest_len: usize,
+    encode_rest: impl FnOnce(&mut C::SendBuf),
+    fields: Vec<(u32, Bytes)>,
+) -> Result<(), TransportError> {
+    // Each field's key (field number, length-delimited) and length, as protobuf varints.
+    let prefixes: Vec<Vec<u8>> = fields
+        .iter()
+        .map(|(number, bytes)| {
+            let mut prefix = Vec::with_capacity(15);
+            prost::encoding::encode_key(
+                *number,
+                prost::encoding::WireType::LengthDelimited,
+                &mut prefix,
+            );
+            prost::encoding::encode_varint(bytes.len() as u64, &mut prefix);
+            prefix
+        })
+        .collect();
+    let payload_len = rest_len
+        + prefixes.iter().map(Vec::len).sum::<usize>()
+        + fields.iter().map(|(_, b)| b.len()).sum::<usize>();
+    header.payload_len = u32::try_from(payload_len).map_err(|_| TransportError::TooLarge {
+        len: payload_len,
+        max: u32::MAX as usize,
+    })?;
+    let first = prefixes.first().map_or(0, Vec::len);
+    let head_len = HEADER_LEN + metadata.encoded_len() + rest_len + first;
+    let mut buf = conn.alloc(head_len).await?;
+    wire::encode_head(&mut header, metadata, &mut buf);
+    encode_rest(&mut buf);
+    let mut tail = Vec::with_capacity(2 * fields.len());
+    for (i, ((_, bytes), prefix)) in fields.into_iter().zip(prefixes).enumerate() {
+        if i == 0 {
+            buf.put_slice(&prefix);
+        } else {
+            tail.push(Bytes::from(prefix));
+        }
+        tail.push(bytes);
+    }
+    conn.send_gathered(buf, tail).await
 }
 
 /// Sends a frame with no metadata and no payload.

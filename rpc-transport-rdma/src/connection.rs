@@ -187,6 +187,13 @@ impl Drop for RegisteredSend {
 #[derive(Debug)]
 pub struct RecvBuf(pub(crate) Received);
 
+impl RecvBuf {
+    /// What it holds, taken out (the emptied buffer's drop does nothing).
+    pub(crate) fn into_received(mut self) -> Received {
+        std::mem::replace(&mut self.0, Received::Header([0; HEADER_LEN]))
+    }
+}
+
 #[derive(Debug)]
 pub(crate) enum Received {
     Slot {

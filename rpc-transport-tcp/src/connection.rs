@@ -17,7 +17,22 @@ use crate::writer::writer_task;
 use crate::TcpConfig;
 
 /// A frame queued for the writer, with the share of the byte budget it holds.
-pub(crate) type Queued = (BytesMut, OwnedSemaphorePermit);
+pub(crate) type Queued = (OutFrame, OwnedSemaphorePermit);
+
+/// A frame to write: `head`, then the `tail` parts in order (a gathered write: large
+/// `bytes` fields are written from where they lie, not copied into `head`).
+#[derive(Debug)]
+pub(crate) struct OutFrame {
+    pub(crate) head: BytesMut,
+    pub(crate) tail: Vec<Bytes>,
+}
+
+impl OutFrame {
+    /// The frame's length.
+    pub(crate) fn len(&self) -> usize {
+        self.head.len() + self.tail.iter().map(Bytes::len).sum::<usize>()
+    }
+}
 
 /// Room reserved in a connection's send queue for one frame, from
 /// [`TcpConnection::reserve`]; dropping it unused gives the room back.
@@ -39,6 +54,8 @@ pub struct TcpConnection {
     /// Permits are bytes queued for the writer (at most `budget`).
     queued_bytes: Arc<Semaphore>,
     budget: usize,
+    /// [`TcpConfig::write_buffer`].
+    write_buffer: usize,
     reader: tokio::sync::Mutex<Reader>,
     closing: Arc<Closing>,
     /// The writer task, awaited by the lingering close.
@@ -165,6 +182,7 @@ impl TcpConnection {
             outbound,
             queued_bytes,
             budget,
+            write_buffer: config.write_buffer.max(1),
             reader: tokio::sync::Mutex::new(Reader::new(
                 read,
                 config,
@@ -206,8 +224,32 @@ impl TcpConnection {
         frame: BytesMut,
         reservation: SendReservation,
     ) -> Result<(), TransportError> {
+        self.queue(frame, Vec::new(), reservation).await
+    }
+
+    /// Queues the frame `head` followed by `tail` (a gathered write: `tail` is written
+    /// from where it lies) into room reserved by [`TcpConnection::reserve`] for the
+    /// whole frame.
+    ///
+    /// # Errors
+    /// The connection's failure, or [`TransportError::Closed`].
+    pub async fn send_reserved_gathered(
+        &self,
+        head: BytesMut,
+        tail: Vec<Bytes>,
+        reservation: SendReservation,
+    ) -> Result<(), TransportError> {
+        self.queue(head, tail, reservation).await
+    }
+
+    async fn queue(
+        &self,
+        head: BytesMut,
+        tail: Vec<Bytes>,
+        reservation: SendReservation,
+    ) -> Result<(), TransportError> {
         self.outbound
-            .send((frame, reservation.0))
+            .send((OutFrame { head, tail }, reservation.0))
             .await
             .map_err(|_| self.closed_error())
     }
@@ -242,6 +284,30 @@ impl Connection for TcpConnection {
     async fn send(&self, frame: BytesMut) -> Result<(), TransportError> {
         let reservation = self.reserve(frame.len()).await?;
         self.send_reserved(frame, reservation).await
+    }
+
+    /// Frames of at least [`KEEP_MIN`](crate::reader::KEEP_MIN) (32 KiB): each was read
+    /// into a buffer of its own (while the process-wide allowance for buffers allocated
+    /// at their declared length lasts; beyond it, a buffer that may hold the start of the
+    /// next frame too), so keeping one pins about itself.
+    fn keep(&self, frame: Bytes) -> Result<Bytes, Bytes> {
+        if frame.len() >= crate::reader::KEEP_MIN {
+            Ok(frame)
+        } else {
+            Err(frame)
+        }
+    }
+
+    /// The writer's coalescing size ([`TcpConfig::write_buffer`]): smaller fields would
+    /// be copied into its buffer anyway.
+    fn gather_min(&self) -> Option<usize> {
+        Some(self.write_buffer)
+    }
+
+    async fn send_gathered(&self, head: BytesMut, tail: Vec<Bytes>) -> Result<(), TransportError> {
+        let len = head.len() + tail.iter().map(Bytes::len).sum::<usize>();
+        let reservation = self.reserve(len).await?;
+        self.queue(head, tail, reservation).await
     }
 
     async fn recv(&self) -> Result<Option<Bytes>, TransportError> {

@@ -1,10 +1,11 @@
 //! Reading frames from the socket: header first, bounds checked before any allocation,
 //! and memory grown with the bytes that arrive, not with the lengths headers claim.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rpc_core::wire::{Flags, Header, HEADER_LEN};
 use rpc_core::TransportError;
 use tokio::io::AsyncReadExt;
@@ -18,6 +19,47 @@ use crate::TcpConfig;
 /// Bytes asked of the socket at least per read.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// Frames at least this long are read into a buffer of their own, allocated at the
+/// frame's declared length while the process-wide [`CLAIM_ALLOWANCE`] lasts (so that they
+/// land without a copy and a kept frame pins exactly itself), and are kept
+/// ([`rpc_core::Connection::keep`]). Smaller frames share the read buffer and are copied
+/// out.
+pub(crate) const KEEP_MIN: usize = 32 * 1024;
+
+/// Bytes of frame buffers allocated at a header's declared length before the bytes
+/// arrived, across all connections of the process. A header's length is a promise: the
+/// memory is only touched as bytes arrive, but lying peers could reserve address space
+/// without end. Beyond this allowance a large frame's buffer grows with what arrives.
+const CLAIM_ALLOWANCE: usize = 64 << 20;
+
+/// Bytes currently claimed against [`CLAIM_ALLOWANCE`].
+static CLAIMED: AtomicUsize = AtomicUsize::new(0);
+
+/// A share of [`CLAIM_ALLOWANCE`], given back when dropped (the frame completed, or the
+/// connection ended).
+#[derive(Debug)]
+struct Claim(usize);
+
+impl Claim {
+    /// `bytes` of the allowance, if that much is left.
+    fn take(bytes: usize) -> Option<Claim> {
+        CLAIMED
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |claimed| {
+                claimed
+                    .checked_add(bytes)
+                    .filter(|&total| total <= CLAIM_ALLOWANCE)
+            })
+            .ok()
+            .map(|_| Claim(bytes))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        CLAIMED.fetch_sub(self.0, Ordering::AcqRel);
+    }
+}
+
 /// The read half and its buffer. Everything that survives a cancelled `next_frame` lives
 /// here, which is what makes `recv` cancel-safe.
 #[derive(Debug)]
@@ -28,6 +70,9 @@ pub(crate) struct Reader {
     max_message_size: usize,
     /// Body bytes of an oversized frame still to skip.
     discard: usize,
+    /// While a large frame is read into a buffer of its own: its length (reads stop
+    /// there) and its claim on the allowance.
+    own_frame: Option<(usize, Claim)>,
     closed: watch::Receiver<bool>,
     closing: Arc<Closing>,
     frame_timeout: Duration,
@@ -56,6 +101,7 @@ impl Reader {
             buf,
             max_message_size: config.max_message_size,
             discard: 0,
+            own_frame: None,
             closed,
             closing,
             frame_timeout: config.frame_timeout,
@@ -85,8 +131,9 @@ impl Reader {
             if *self.closed.borrow() {
                 return self.closing.failure().map_or(Ok(None), Err);
             }
-            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
-                // Grows by what arrives; never by a header's claim.
+            let own_end = self.own_frame.as_ref().map(|(len, _)| *len);
+            if own_end.is_none() && self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+                // Grows by what arrives; never by a header's claim (but see `own_frame`).
                 self.buf.reserve(READ_CHUNK);
             }
             let in_frame = !self.buf.is_empty() || self.discard > 0;
@@ -100,8 +147,11 @@ impl Reader {
             let Some(socket) = self.socket.as_mut() else {
                 return Ok(None);
             };
+            // A frame in a buffer of its own is read up to its end, not into the next one.
+            let room = own_end.map_or(usize::MAX, |end| end - self.buf.len());
+            let mut into = (&mut self.buf).limit(room);
             let read = tokio::select! {
-                read = socket.read_buf(&mut self.buf) => Some(read),
+                read = socket.read_buf(&mut into) => Some(read),
                 _ = self.closed.changed() => None, // checked at the top
                 () = sleep_until(deadline) => return Err(self.timed_out()),
             };
@@ -148,7 +198,17 @@ impl Reader {
         }
         let len = header.frame_len();
         if self.buf.len() >= len {
+            self.own_frame = None;
             return Ok(Some(self.buf.split_to(len).freeze()));
+        }
+        if len >= KEEP_MIN && self.own_frame.is_none() && self.buf.capacity() < len {
+            if let Some(claim) = Claim::take(len) {
+                // What arrived of the frame moves to a buffer of the frame's length.
+                let mut own = BytesMut::with_capacity(len);
+                own.extend_from_slice(&self.buf);
+                self.buf = own;
+                self.own_frame = Some((len, claim));
+            }
         }
         Ok(None)
     }

@@ -1,5 +1,6 @@
 //! The writer task: coalesces queued frames into few system calls.
 
+use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
-use crate::connection::{Closing, Queued};
+use crate::connection::{Closing, OutFrame, Queued};
 use crate::TcpConfig;
 
 /// Writes frames from `queue` until it closes or the connection closes (then it writes
@@ -43,28 +44,32 @@ pub(crate) async fn writer_task(
                     // Closing: what was queued before the close still goes out (a server
                     // that drained its calls gracefully must not lose their responses).
                     while let Ok((frame, _permit)) = queue.try_recv() {
-                        writer.write_all(&frame).await?;
+                        writer.write_frame(&frame).await?;
                     }
                     return Ok(());
                 }
             };
             let mut next = Some(first);
             while let Some((frame, permit)) = next.take() {
-                if frame.len() >= coalesce {
+                let len = frame.len();
+                if len >= coalesce {
                     if !out.is_empty() {
                         writer.write_all(&out).await?;
                         out.clear();
                         held.clear();
                     }
-                    writer.write_all(&frame).await?;
+                    writer.write_frame(&frame).await?;
                     drop(permit);
                 } else {
-                    if out.len() + frame.len() > coalesce {
+                    if out.len() + len > coalesce {
                         writer.write_all(&out).await?;
                         out.clear();
                         held.clear();
                     }
-                    out.extend_from_slice(&frame);
+                    out.extend_from_slice(&frame.head);
+                    for part in &frame.tail {
+                        out.extend_from_slice(part);
+                    }
                     held.push(permit);
                 }
                 next = queue.try_recv().ok();
@@ -92,23 +97,64 @@ struct Writer {
 
 impl Writer {
     /// Writes all of `buf`; fails when one `write` makes no progress within the timeout.
-    async fn write_all(&mut self, mut buf: &[u8]) -> std::io::Result<()> {
-        while !buf.is_empty() {
-            match tokio::time::timeout(self.timeout, self.socket.write(buf)).await {
-                Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(Ok(n)) => buf = &buf[n..],
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!(
-                            "the peer read nothing for {:?} (write timeout)",
-                            self.timeout
-                        ),
-                    ))
-                }
+    async fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.write_parts(&[buf]).await
+    }
+
+    /// Writes a frame's head and tail parts with gathered writes.
+    async fn write_frame(&mut self, frame: &OutFrame) -> std::io::Result<()> {
+        if frame.tail.is_empty() {
+            return self.write_all(&frame.head).await;
+        }
+        let mut parts = Vec::with_capacity(1 + frame.tail.len());
+        parts.push(&frame.head[..]);
+        parts.extend(frame.tail.iter().map(|part| &part[..]));
+        self.write_parts(&parts).await
+    }
+
+    /// Writes all of `parts`, in order, gathered into as few `writev`s as the socket
+    /// takes; fails when one makes no progress within the timeout.
+    async fn write_parts(&mut self, parts: &[&[u8]]) -> std::io::Result<()> {
+        // The first part not completely written, and how much of it was.
+        let (mut first, mut offset) = (0, 0);
+        while first < parts.len() {
+            let slices: Vec<IoSlice<'_>> = std::iter::once(&parts[first][offset..])
+                .chain(parts[first + 1..].iter().copied())
+                .take(MAX_SLICES)
+                .map(IoSlice::new)
+                .collect();
+            let written =
+                match tokio::time::timeout(self.timeout, self.socket.write_vectored(&slices)).await
+                {
+                    Ok(Ok(0)) if slices.iter().any(|s| !s.is_empty()) => {
+                        return Err(std::io::ErrorKind::WriteZero.into())
+                    }
+                    Ok(Ok(n)) => n,
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "the peer read nothing for {:?} (write timeout)",
+                                self.timeout
+                            ),
+                        ))
+                    }
+                };
+            // Steps over what was written.
+            let mut left = written + offset;
+            offset = 0;
+            while first < parts.len() && left >= parts[first].len() {
+                left -= parts[first].len();
+                first += 1;
+            }
+            if first < parts.len() {
+                offset = left;
             }
         }
         Ok(())
     }
 }
+
+/// Slices handed to one `writev` at most (well under any system's `IOV_MAX`).
+const MAX_SLICES: usize = 64;

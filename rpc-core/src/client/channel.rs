@@ -14,9 +14,9 @@ use tracing::Instrument;
 
 use super::calls::{CallTable, NotAdmitted};
 use super::control::ControlQueue;
-use crate::outbound::{send_control, send_frame};
+use crate::outbound::{send_control, send_frame, send_split};
 use crate::payload::{self, Inbound};
-use crate::service::MethodDescriptor;
+use crate::service::{MethodDescriptor, SplitLarge};
 use crate::transport::{Connection, FrameSink, TransportError};
 use crate::wire::{Flags, Frame, FrameKind, Header};
 use crate::{ClientConfig, Code, Metadata, Payload, Request, Response, Status};
@@ -343,13 +343,63 @@ impl<C: Connection> Channel<C> {
     where
         Req: prost::Message,
     {
+        self.call(request, method, None, decode).await
+    }
+
+    /// Like [`Channel::unary`], for a request type whose large `bytes` fields are sent
+    /// from where they lie (a gathered write, on transports that have one) instead of
+    /// being copied into the frame; generated clients use it for such requests.
+    ///
+    /// # Errors
+    /// As [`Channel::unary`].
+    pub async fn unary_gathered<Req, Resp>(
+        &self,
+        request: Request<Req>,
+        method: &MethodDescriptor,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: SplitLarge,
+        Resp: prost::Message + Default,
+    {
+        self.unary_gathered_with(request, method, |payload| payload.decode::<Resp>())
+            .await
+    }
+
+    /// [`Channel::unary_gathered`] with the response decoded by `decode`, as
+    /// [`Channel::unary_with`].
+    ///
+    /// # Errors
+    /// As [`Channel::unary`].
+    pub async fn unary_gathered_with<Req, Resp>(
+        &self,
+        request: Request<Req>,
+        method: &MethodDescriptor,
+        decode: impl FnOnce(Payload<'_>) -> Result<Resp, prost::DecodeError>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: SplitLarge,
+    {
+        self.call(request, method, Some(Req::split_large), decode)
+            .await
+    }
+
+    async fn call<Req, Resp>(
+        &self,
+        request: Request<Req>,
+        method: &MethodDescriptor,
+        split: Option<SplitFn<Req>>,
+        decode: impl FnOnce(Payload<'_>) -> Result<Resp, prost::DecodeError>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message,
+    {
         let span = tracing::debug_span!(
             "rpc-call",
             method = method.path,
             call_id = tracing::field::Empty
         );
         let frame = self
-            .exchange(request, method, &span)
+            .exchange(request, method, split, &span)
             .instrument(span.clone())
             .await?;
         decode_response(&frame, decode)
@@ -360,6 +410,7 @@ impl<C: Connection> Channel<C> {
         &self,
         request: Request<Req>,
         method: &MethodDescriptor,
+        split: Option<SplitFn<Req>>,
         span: &tracing::Span,
     ) -> Result<Inbound<C::RecvBuf>, Status> {
         let (metadata, message, timeout) = request.into_parts();
@@ -383,7 +434,7 @@ impl<C: Connection> Channel<C> {
                 // A retry tells the server the time that is left, not the original timeout.
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                 let frame = self
-                    .attempt(&metadata, &message, method, payload_len, left, span)
+                    .attempt(&metadata, &message, split, method, payload_len, left, span)
                     .await?;
                 // A call the server refused without starting it (it was draining) goes
                 // once more on a fresh connection, if this channel makes them.
@@ -413,10 +464,12 @@ impl<C: Connection> Channel<C> {
     }
 
     /// Sends the request once, on the current connection, and waits for its response.
+    #[allow(clippy::too_many_arguments)]
     async fn attempt<Req: prost::Message>(
         &self,
         metadata: &Metadata,
         message: &Req,
+        split: Option<SplitFn<Req>>,
         method: &MethodDescriptor,
         payload_len: usize,
         timeout: Option<std::time::Duration>,
@@ -448,10 +501,23 @@ impl<C: Connection> Channel<C> {
         header.method_id = method.id;
         header.timeout_us = timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
         header.payload_len = payload_len as u32;
-        let sent = send_frame(&*shared.conn, header, metadata, |buf| {
-            message.encode_raw(buf)
-        })
-        .await;
+        // Large `bytes` fields go by gathered write where the transport has one.
+        let split = split
+            .zip(shared.conn.gather_min())
+            .and_then(|(split, min)| split(message, min));
+        let sent = match split {
+            Some((rest, fields)) => {
+                let rest_len = rest.encoded_len();
+                let encode = |buf: &mut C::SendBuf| rest.encode_raw(buf);
+                send_split(&*shared.conn, header, metadata, rest_len, encode, fields).await
+            }
+            None => {
+                send_frame(&*shared.conn, header, metadata, |buf| {
+                    message.encode_raw(buf)
+                })
+                .await
+            }
+        };
         guard.mark_sent();
         sent?;
         let frame = match response.await {
@@ -474,6 +540,9 @@ impl<C: Connection> Channel<C> {
         })
     }
 }
+
+/// [`SplitLarge::split_large`] of a request type.
+type SplitFn<Req> = fn(&Req, usize) -> Option<(Req, Vec<(u32, bytes::Bytes)>)>;
 
 /// Whether `frame` is a response the server flagged as not started and `UNAVAILABLE`.
 fn is_refused(frame: &[u8]) -> bool {

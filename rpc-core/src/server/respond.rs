@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::outbound::{send_control, send_frame, send_status_flags};
+use crate::outbound::{send_control, send_frame, send_split, send_status_flags};
 use crate::service::BoxMessage;
 use crate::transport::{Connection, TransportError};
 use crate::wire::{Flags, FrameKind, Header};
@@ -41,7 +41,24 @@ pub(super) async fn respond<C: Connection>(
                 let mut header = Header::new(FrameKind::Response, call_id);
                 header.flags = Flags::END_STREAM;
                 header.payload_len = len as u32;
-                match send_frame(conn, header, &metadata, |buf| message.encode_to(buf)).await {
+                // Large `bytes` fields go by gathered write where the transport has one.
+                let split = conn.gather_min().and_then(|min| message.split(min));
+                let sent = match split {
+                    Some((rest, fields)) => {
+                        let rest_len = rest.encoded_len();
+                        send_split(
+                            conn,
+                            header,
+                            &metadata,
+                            rest_len,
+                            |buf| rest.encode_to(buf),
+                            fields,
+                        )
+                        .await
+                    }
+                    None => send_frame(conn, header, &metadata, |buf| message.encode_to(buf)).await,
+                };
+                match sent {
                     Err(TransportError::TooLarge { len, max }) => {
                         let status = Status::resource_exhausted(format!(
                             "response frame of {len} bytes exceeds the transport's maximum of {max}"

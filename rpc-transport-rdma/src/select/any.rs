@@ -139,6 +139,54 @@ impl Connection for AnyConnection {
         }
     }
 
+    fn keep(&self, frame: RecvBuf) -> Result<bytes::Bytes, RecvBuf> {
+        match self {
+            AnyConnection::Tcp(c) => match frame.into_received() {
+                Received::Bytes(bytes) => c.keep(bytes).map_err(|b| RecvBuf(Received::Bytes(b))),
+                other => Err(RecvBuf(other)),
+            },
+            AnyConnection::Rdma(c) => c.keep(frame),
+        }
+    }
+
+    fn gather_min(&self) -> Option<usize> {
+        match self {
+            AnyConnection::Tcp(c) => c.gather_min(),
+            AnyConnection::Rdma(c) => c.gather_min(),
+        }
+    }
+
+    async fn send_gathered(
+        &self,
+        head: SendBuf,
+        tail: Vec<bytes::Bytes>,
+    ) -> Result<(), TransportError> {
+        let SendBuf {
+            target,
+            filled,
+            cap,
+            reservation,
+        } = head;
+        // The head's reservation made room for the head alone: the whole frame reserves
+        // again (after this one is given back, so that it never waits for itself).
+        drop(reservation);
+        match (self, target) {
+            (AnyConnection::Tcp(c), Target::Bytes(bytes)) => c.send_gathered(bytes, tail).await,
+            (AnyConnection::Rdma(c), target) => {
+                let head = SendBuf {
+                    target,
+                    filled,
+                    cap,
+                    reservation: None,
+                };
+                c.send_gathered(head, tail).await
+            }
+            (AnyConnection::Tcp(_), Target::Registered(_)) => Err(TransportError::Other(
+                "an RDMA buffer sent on a TCP connection".into(),
+            )),
+        }
+    }
+
     fn push_to(&self, sink: std::sync::Arc<dyn rpc_core::FrameSink<RecvBuf>>) -> bool {
         match self {
             AnyConnection::Tcp(_) => false,
