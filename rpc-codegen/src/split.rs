@@ -172,7 +172,8 @@ pub(crate) fn split_impl(
                 &self,
                 min: usize,
             ) -> ::core::option::Option<(Self, ::std::vec::Vec<(u32, #codegen::bytes::Bytes)>)> {
-                if !(#(#checks)||*) {
+                let large = #(#checks)||*;
+                if !large {
                     return ::core::option::Option::None;
                 }
                 let mut rest = ::core::clone::Clone::clone(self);
