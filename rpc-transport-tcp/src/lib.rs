@@ -8,8 +8,9 @@
 //! with `RESOURCE_EXHAUSTED`; a malformed byte stream closes that one connection.
 //!
 //! # Layout
-//! - [`TcpConnection`]: one connection (`connection.rs`); reading in `reader.rs`, the
-//!   coalescing writer in `writer.rs`.
+//! - [`TcpConnection`]: one connection (`connection.rs`); reading in `reader.rs` (large
+//!   frames into recycled buffers of their own, `recycle.rs`), the coalescing and
+//!   gathering writer in `writer.rs`.
 //! - [`TcpListener`]: accepts connections for `rpc_core::Server` (`listener.rs`).
 //! - [`TcpConfig`]: settings (`config.rs`).
 //!
@@ -21,6 +22,7 @@ mod config;
 mod connection;
 mod listener;
 mod reader;
+mod recycle;
 mod writer;
 
 pub use config::TcpConfig;

@@ -35,6 +35,17 @@ const CLAIM_ALLOWANCE: usize = 64 << 20;
 /// Bytes currently claimed against [`CLAIM_ALLOWANCE`].
 static CLAIMED: AtomicUsize = AtomicUsize::new(0);
 
+/// A large frame being read into a buffer of its own (a recycled one, see
+/// [`crate::recycle`]), up to its end and not into the next frame.
+#[derive(Debug)]
+struct OwnFrame {
+    buf: Vec<u8>,
+    /// The frame's length.
+    len: usize,
+    /// Its share of the allowance, until it is complete.
+    _claim: Claim,
+}
+
 /// A share of [`CLAIM_ALLOWANCE`], given back when dropped (the frame completed, or the
 /// connection ended).
 #[derive(Debug)]
@@ -70,9 +81,8 @@ pub(crate) struct Reader {
     max_message_size: usize,
     /// Body bytes of an oversized frame still to skip.
     discard: usize,
-    /// While a large frame is read into a buffer of its own: its length (reads stop
-    /// there) and its claim on the allowance.
-    own_frame: Option<(usize, Claim)>,
+    /// A large frame being read into a buffer of its own.
+    own_frame: Option<OwnFrame>,
     closed: watch::Receiver<bool>,
     closing: Arc<Closing>,
     frame_timeout: Duration,
@@ -131,12 +141,11 @@ impl Reader {
             if *self.closed.borrow() {
                 return self.closing.failure().map_or(Ok(None), Err);
             }
-            let own_end = self.own_frame.as_ref().map(|(len, _)| *len);
-            if own_end.is_none() && self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+            if self.own_frame.is_none() && self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
                 // Grows by what arrives; never by a header's claim (but see `own_frame`).
                 self.buf.reserve(READ_CHUNK);
             }
-            let in_frame = !self.buf.is_empty() || self.discard > 0;
+            let in_frame = !self.buf.is_empty() || self.discard > 0 || self.own_frame.is_some();
             let waiting_since = Instant::now();
             let frame_deadline = in_frame
                 .then(|| waiting_since + self.frame_timeout.saturating_sub(self.frame_waited));
@@ -147,11 +156,17 @@ impl Reader {
             let Some(socket) = self.socket.as_mut() else {
                 return Ok(None);
             };
-            // A frame in a buffer of its own is read up to its end, not into the next one.
-            let room = own_end.map_or(usize::MAX, |end| end - self.buf.len());
-            let mut into = (&mut self.buf).limit(room);
             let read = tokio::select! {
-                read = socket.read_buf(&mut into) => Some(read),
+                read = async {
+                    match self.own_frame.as_mut() {
+                        // Up to the frame's end, not into the next frame.
+                        Some(own) => {
+                            let room = own.len - own.buf.len();
+                            socket.read_buf(&mut (&mut own.buf).limit(room)).await
+                        }
+                        None => socket.read_buf(&mut self.buf).await,
+                    }
+                } => Some(read),
                 _ = self.closed.changed() => None, // checked at the top
                 () = sleep_until(deadline) => return Err(self.timed_out()),
             };
@@ -161,7 +176,7 @@ impl Reader {
             let Some(read) = read else { continue };
             let read = read?;
             if read == 0 {
-                return if self.buf.is_empty() && self.discard == 0 {
+                return if self.buf.is_empty() && self.discard == 0 && self.own_frame.is_none() {
                     Ok(None)
                 } else {
                     Err(TransportError::Io(std::io::Error::new(
@@ -175,6 +190,13 @@ impl Reader {
 
     /// A complete frame from the buffer, if there is one; skips oversized bodies.
     fn parse(&mut self) -> Result<Option<Bytes>, TransportError> {
+        if let Some(own) = &self.own_frame {
+            if own.buf.len() < own.len {
+                return Ok(None);
+            }
+            let own = self.own_frame.take().expect("checked");
+            return Ok(Some(crate::recycle::into_bytes(own.buf)));
+        }
         if self.discard > 0 {
             let n = self.discard.min(self.buf.len());
             self.buf.advance(n);
@@ -198,16 +220,19 @@ impl Reader {
         }
         let len = header.frame_len();
         if self.buf.len() >= len {
-            self.own_frame = None;
             return Ok(Some(self.buf.split_to(len).freeze()));
         }
-        if len >= KEEP_MIN && self.own_frame.is_none() && self.buf.capacity() < len {
+        if len >= KEEP_MIN && self.buf.capacity() < len {
             if let Some(claim) = Claim::take(len) {
                 // What arrived of the frame moves to a buffer of the frame's length.
-                let mut own = BytesMut::with_capacity(len);
-                own.extend_from_slice(&self.buf);
-                self.buf = own;
-                self.own_frame = Some((len, claim));
+                let mut buf = crate::recycle::take(len);
+                buf.extend_from_slice(&self.buf);
+                self.buf.clear();
+                self.own_frame = Some(OwnFrame {
+                    buf,
+                    len,
+                    _claim: claim,
+                });
             }
         }
         Ok(None)
