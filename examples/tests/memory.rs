@@ -60,3 +60,21 @@ async fn unknown_method_oversized_and_garbage_protobuf() {
 async fn concurrency_limit() {
     concurrency_limit_is_respected(Memory::default()).await;
 }
+
+#[tokio::test]
+async fn large_payloads_are_not_copied_and_stay_valid_while_held() {
+    large_payloads_are_slices_of_the_frames_and_stay_valid_while_held(
+        Memory::default(),
+        256 << 10,
+        8,
+        true,
+    )
+    .await;
+    large_payloads_are_slices_of_the_frames_and_stay_valid_while_held(
+        Memory::default(),
+        1 << 10,
+        4,
+        false,
+    )
+    .await;
+}

@@ -13,10 +13,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use examples::echo::echo_client::EchoClient;
-use examples::echo::EchoRequest;
+use examples::echo::{EchoReply, EchoRequest};
 use examples::kv::kv_client::KvClient;
 use examples::kv::{GetRequest, PutRequest};
-use rpc_core::{Channel, ClientConfig, Code, Endpoint, Server, TransportKind};
+use rpc_core::{Channel, ClientConfig, Code, Endpoint, Request, Server, TransportKind};
 use rpc_transport_rdma::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
 use suite::*;
 
@@ -113,6 +113,93 @@ shared_net_test!(
     large_value_put_then_get(Rdma, 16 << 20)
 );
 shared_net_test!(payload_sizes_take_the_right_path, payload_sizes());
+shared_net_test!(
+    large_payloads_are_not_copied_and_stay_valid_while_held,
+    large_payloads_not_copied()
+);
+shared_net_test!(
+    kept_frames_are_bounded_by_keep_bytes,
+    kept_frames_are_bounded()
+);
+
+async fn large_payloads_not_copied() {
+    let size = 256 << 10;
+    let channel =
+        large_payloads_are_slices_of_the_frames_and_stay_valid_while_held(Rdma, size, 8, true)
+            .await;
+    let c = channel.connection().rdma_counters().unwrap();
+    // Every reply was kept here; the server lent each from the request it kept: only the
+    // field's bytes were READ (the frame's first bytes came inline).
+    assert_eq!(c.kept_frames, 12, "{c:?}");
+    assert_eq!(c.bytes_read, 12 * size as u64, "{c:?}");
+    assert_eq!(c.kept_bytes, 0, "released once dropped: {c:?}");
+    // A kept reply sent on is lent from where it lies, not copied.
+    let method = &examples::echo::echo_methods::METHODS[0];
+    let fresh = bytes::Bytes::from(vec![5u8; size]);
+    let first: EchoReply = channel
+        .unary_gathered(Request::new(echo_request(fresh.clone())), method)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        channel.connection().rdma_counters().unwrap().lent_in_place,
+        0
+    );
+    let second: EchoReply = channel
+        .unary_gathered(Request::new(echo_request(first.payload.clone())), method)
+        .await
+        .unwrap()
+        .into_inner();
+    let c = channel.connection().rdma_counters().unwrap();
+    assert_eq!(c.lent_in_place, 1, "{c:?}");
+    assert!(second.payload == fresh && first.payload == fresh);
+    assert_eq!(c.errors, 0);
+    // Eager-sized payloads are copied out of their receive slots.
+    large_payloads_are_slices_of_the_frames_and_stay_valid_while_held(Rdma, 1 << 10, 4, false)
+        .await;
+}
+
+fn echo_request(payload: bytes::Bytes) -> EchoRequest {
+    EchoRequest {
+        payload,
+        ..Default::default()
+    }
+}
+
+/// An application that keeps every reply holds registered memory only up to
+/// `keep_bytes`; past it, replies are copied out, and all stay correct.
+async fn kept_frames_are_bounded() {
+    let addr = Rdma
+        .start(server_with(Probe::default(), big_config()))
+        .await;
+    let mut s = settings(BIG);
+    s.rdma.keep_bytes = 1 << 20;
+    let channel = rdma_channel(&addr, BIG, &s).await;
+    let client = EchoClient::new(channel.clone());
+    let size = 200 << 10; // a 256 KiB buffer each: four fit the budget
+    let mut held = Vec::new();
+    for i in 0..8u8 {
+        let sent = bytes::Bytes::from(vec![i; size]);
+        let reply = client.echo(echo_request(sent.clone())).await.unwrap();
+        let payload = reply.into_inner().payload;
+        assert_eq!(payload, sent);
+        held.push(payload);
+    }
+    let c = channel.connection().rdma_counters().unwrap();
+    assert_eq!(c.kept_frames, 4, "{c:?}");
+    assert_eq!(c.kept_bytes, 1 << 20, "{c:?}");
+    for (i, payload) in held.iter().enumerate() {
+        assert!(payload.iter().all(|&b| b == i as u8), "reply {i} changed");
+    }
+    drop(held);
+    assert_eq!(channel.connection().rdma_counters().unwrap().kept_bytes, 0);
+    let reply = client
+        .echo(echo_request(vec![9u8; size].into()))
+        .await
+        .unwrap();
+    assert_eq!(reply.into_inner().payload.len(), size);
+    assert_eq!(channel.connection().rdma_counters().unwrap().kept_frames, 5);
+}
 
 async fn sixty_four_callers() {
     let addr = Rdma
@@ -197,8 +284,13 @@ async fn payload_sizes() {
                 (0, 1, 1),
                 "{size} B should go by READ"
             );
-            // The reply frame was pulled: same size as the request's.
-            assert_eq!(read_bytes, frame_len as u64, "{size} B");
+            // The reply frame was pulled: same size as the request's; or, where the
+            // server kept the request (within its `keep_bytes`) and the field is more
+            // than a slot, only the field, lent from where the request landed (the
+            // frame's first bytes inline in the descriptor).
+            let lent_in_place = size > eager_limit && size < 8 << 20;
+            let expected = if lent_in_place { size } else { frame_len };
+            assert_eq!(read_bytes, expected as u64, "{size} B");
         }
     }
 }

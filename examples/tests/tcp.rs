@@ -76,6 +76,15 @@ async fn concurrency_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_payloads_are_not_copied_and_stay_valid_while_held() {
+    // 1 MiB: read into recycled buffers of their own, sent by gathered write.
+    large_payloads_are_slices_of_the_frames_and_stay_valid_while_held(Tcp, 1 << 20, 8, true).await;
+    // Just over the size kept (32 KiB), and a small one, copied out.
+    large_payloads_are_slices_of_the_frames_and_stay_valid_while_held(Tcp, 40 << 10, 4, true).await;
+    large_payloads_are_slices_of_the_frames_and_stay_valid_while_held(Tcp, 1 << 10, 4, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_byte_strings_do_not_stop_the_server() {
     let addr = Tcp.start(server_with(Probe::default(), big_config())).await;
     // A well-behaved client connected before the garbage, and one after.

@@ -60,11 +60,18 @@ pub fn rdma_control(data: &[u8]) {
                 }
             }
         }
-        ControlBody::Rendezvous { len, header, .. } => {
+        ControlBody::Rendezvous {
+            len, header, head, ..
+        } => {
             assert_eq!(data[0], 2);
-            assert_eq!(body_len, RENDEZVOUS_LEN, "rendezvous body length");
+            assert_eq!(
+                body_len,
+                RENDEZVOUS_LEN + usize::from(m.n_tokens),
+                "rendezvous body length"
+            );
+            assert_eq!(head[..], data[PREFIX_LEN + RENDEZVOUS_LEN..], "inline head");
             assert_eq!(*len, read_le(data, PREFIX_LEN + 8, 8).expect("in the body"));
-            let embedded = &data[PREFIX_LEN + 32..];
+            let embedded = &data[PREFIX_LEN + 32..PREFIX_LEN + RENDEZVOUS_LEN];
             assert_eq!(*header, Header::decode(embedded));
             expected[PREFIX_LEN + 20..PREFIX_LEN + 24].fill(0);
             crate::frame::frame(embedded);

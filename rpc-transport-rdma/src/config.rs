@@ -54,6 +54,11 @@ pub struct RdmaConfig {
     /// Idle rendezvous buffers kept registered per connection and direction. Default
     /// 64 MiB.
     pub pool_keep_bytes: usize,
+    /// Registered memory of received rendezvous frames the application may keep per
+    /// connection (their `bytes` fields are slices of the READ target; the read-done
+    /// goes out when the frame is taken, so the peer's loan never waits for the
+    /// application). Beyond it, payloads are copied out. Default 16 MiB.
+    pub keep_bytes: usize,
     /// Bytes a SEND may carry inline (copied into the work request at post time, so the
     /// NIC does not DMA-read the slot: one PCIe round trip less on hardware). Default 256,
     /// enough for a small call's frame (16-byte slot prefix, 40-byte header, metadata and
@@ -96,6 +101,7 @@ impl Default for RdmaConfig {
             ping_timeout: Duration::from_secs(5),
             read_chunk: 1 << 20,
             pool_keep_bytes: 64 << 20,
+            keep_bytes: 16 << 20,
             max_inline: 256,
             ack_timeout: 14,
             handshake_timeout: Duration::from_secs(10),

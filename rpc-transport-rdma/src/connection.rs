@@ -13,8 +13,9 @@
 //! hands eager frames up in their receive slot (re-posted when the [`RecvBuf`] is
 //! dropped) and pulls rendezvous frames with RDMA READ into a buffer of the local pool.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -64,6 +65,8 @@ pub(crate) struct Inner {
     pub(crate) arrived: Notify,
     pub(crate) tx_pool: LargePool,
     pub(crate) rx_pool: LargePool,
+    /// Registered memory of received frames the application keeps.
+    pub(crate) kept: Arc<KeptBytes>,
     pub(crate) peer: String,
     /// Largest frame accepted or sent.
     pub(crate) max_frame: usize,
@@ -200,13 +203,16 @@ pub(crate) enum Received {
         inner: Arc<Inner>,
         slot: Option<RecvSlot>,
     },
-    /// A frame pulled by READ; its read-done is sent when it is dropped, so the peer's
-    /// loan (and the borrower's count) lasts until the runtime is done with the frame:
-    /// frames read but not consumed stay within what this side announced.
+    /// A frame pulled by READ; its read-done is sent when it is dropped (or kept), so
+    /// the peer's loan (and the borrower's count) lasts until the runtime is done with
+    /// the frame: frames read but not consumed stay within what this side announced.
     Large {
         inner: Arc<Inner>,
         buf: LargeBuf,
+        /// The frame's length.
         len: usize,
+        /// Bytes the peer lent for it (acknowledged by the read-done).
+        lent: usize,
         token: u64,
     },
     Header([u8; HEADER_LEN]),
@@ -233,6 +239,93 @@ impl SlotHold {
             .inner
             .rings
             .received(self.slot.as_ref().expect("present until drop"))[PREFIX_LEN..]
+    }
+}
+
+/// Registered bytes of received frames the application keeps, the most it may, and
+/// where they lie (so that one sent on is lent from where it is).
+#[derive(Debug)]
+pub(crate) struct KeptBytes {
+    pub(crate) held: AtomicUsize,
+    pub(crate) max: usize,
+    /// The kept buffers by start address.
+    pub(crate) regions: Mutex<BTreeMap<usize, Weak<LargeBuf>>>,
+}
+
+impl KeptBytes {
+    /// The kept buffer `bytes` lie in, and their offset in it.
+    fn find(&self, bytes: &[u8]) -> Option<(Arc<LargeBuf>, usize)> {
+        let start = bytes.as_ptr() as usize;
+        let regions = self.regions.lock();
+        let (&base, buf) = regions.range(..=start).next_back()?;
+        let buf = buf.upgrade()?;
+        let offset = start - base;
+        (offset + bytes.len() <= buf.region().len()).then_some((buf, offset))
+    }
+}
+
+/// A received rendezvous frame the application keeps: its READ target, back to the
+/// pool (or deregistered) when the last slice of it (and the last loan of it) is gone.
+/// It holds neither the connection nor the peer's loan (the read-done went out when it
+/// was kept).
+struct Kept {
+    buf: Arc<LargeBuf>,
+    len: usize,
+    count: Arc<KeptBytes>,
+}
+
+impl AsRef<[u8]> for Kept {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf.region().as_slice()[..self.len]
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        let region = self.buf.region();
+        self.count
+            .regions
+            .lock()
+            .remove(&(region.as_slice().as_ptr() as usize));
+        self.count.held.fetch_sub(region.len(), Ordering::AcqRel);
+    }
+}
+
+impl RecvBuf {
+    /// The frame as kept memory, if it is a rendezvous frame and the connection's
+    /// budget for kept frames has room for its buffer; its read-done goes out now.
+    pub(crate) fn keep(self) -> Result<bytes::Bytes, RecvBuf> {
+        let Received::Large { inner, buf, .. } = &self.0 else {
+            return Err(self);
+        };
+        let size = buf.region().len();
+        let count = inner.kept.clone();
+        let reserved = count
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(size).filter(|&total| total <= count.max)
+            })
+            .is_ok();
+        if !reserved {
+            return Err(self);
+        }
+        let Received::Large {
+            inner,
+            buf,
+            len,
+            lent,
+            token,
+        } = self.into_received()
+        else {
+            unreachable!("matched above");
+        };
+        inner.state.lock().session.frame_consumed(token, lent);
+        inner.flush_control();
+        Counters::bump(&inner.counters.kept_frames, 1);
+        let buf = Arc::new(buf);
+        let base = buf.region().as_slice().as_ptr() as usize;
+        count.regions.lock().insert(base, Arc::downgrade(&buf));
+        Ok(bytes::Bytes::from_owner(Kept { buf, len, count }))
     }
 }
 
@@ -268,9 +361,9 @@ impl Drop for RecvBuf {
                 }
             }
             Received::Large {
-                inner, token, len, ..
+                inner, token, lent, ..
             } => {
-                inner.state.lock().session.frame_consumed(*token, *len);
+                inner.state.lock().session.frame_consumed(*token, *lent);
                 inner.flush_control();
             }
             Received::Header(_) | Received::Bytes(_) | Received::Shared { .. } => {}
@@ -402,7 +495,7 @@ impl Inner {
     }
 
     pub(crate) fn send(&self, mut send: RegisteredSend) -> Result<(), TransportError> {
-        let mut slot = send.slot.take().expect("slot present until sent");
+        let slot = send.slot.take().expect("slot present until sent");
         let large = send.large.take();
         let mut state = self.state.lock();
         if state.session.is_closed() {
@@ -419,7 +512,6 @@ impl Inner {
                 return Err(self.post_failed(e));
             }
         }
-        let advert = state.session.advertise();
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&buf.region().as_slice()[..HEADER_LEN]);
         // Lent (its own key, valid on this connection's QP only) before the descriptor
@@ -436,33 +528,139 @@ impl Inner {
                 return Err(TransportError::Other(reason));
             }
         };
+        self.post_descriptor(state, slot, lent, send.len, header, Vec::new())
+    }
+
+    /// Sends a rendezvous descriptor in `slot` for the frame `head` + the `len` bytes of
+    /// `lent` (lent already; an empty head: the whole frame is lent).
+    fn post_descriptor(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        mut slot: SendSlot,
+        lent: crate::verbs::Lent,
+        len: usize,
+        header: [u8; HEADER_LEN],
+        head: Vec<u8>,
+    ) -> Result<(), TransportError> {
+        let advert = state.session.advertise();
         let token = state.session.lend(lent.key, Instant::now());
+        let head_len = head.len();
         let descriptor = Rendezvous {
             offset: lent.remote.addr,
-            len: send.len as u64,
+            len: len as u64,
             rkey: lent.remote.rkey,
             token,
             header,
+            head,
         };
         tracing::trace!(
             token,
-            len = send.len,
+            len,
+            head_len,
             rkey = lent.remote.rkey,
             "lending a rendezvous frame"
         );
         let bytes = self.rings.slot_mut(&mut slot);
-        advert.prefix(Kind::Rendezvous, 0).encode(bytes);
+        advert
+            .prefix(Kind::Rendezvous, head_len as u16)
+            .encode(bytes);
         descriptor.encode(&mut bytes[PREFIX_LEN..]);
         Counters::bump(&self.counters.rendezvous_sends, 1);
         let posted = state.post(
             &self.rings,
             slot,
-            PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN,
+            PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN + head_len,
         );
         drop(state);
         posted.map_err(|e| self.post_failed(e))?;
         self.frame_sent();
         Ok(())
+    }
+
+    /// Sends the frame `head` + `tail` (a gathered send, see
+    /// [`Connection::send_gathered`]). A single tail part that lies in a received frame
+    /// the application kept on this connection is lent from where it is, the head going
+    /// inline in the descriptor: no copy. Anything else is copied into one buffer and
+    /// sent as usual.
+    pub(crate) async fn send_gathered(
+        self: &Arc<Self>,
+        mut head: RegisteredSend,
+        tail: Vec<bytes::Bytes>,
+    ) -> Result<(), TransportError> {
+        // The head is small: copied out, its slot (and credit) go back at once, so that
+        // a sender waiting for lending budget below holds no slot.
+        let head_bytes = head.area_mut().to_vec();
+        drop(head);
+        let total = head_bytes.len() + tail.iter().map(bytes::Bytes::len).sum::<usize>();
+        let fits_inline = head_bytes.len() >= HEADER_LEN
+            && PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN + head_bytes.len()
+                <= self.rings.slot_size();
+        let found = match tail.as_slice() {
+            [part] if fits_inline && total <= self.max_frame => self.kept.find(part),
+            _ => None,
+        };
+        let Some((buf, offset)) = found else {
+            return self.send_copied(&head_bytes, &tail, total).await;
+        };
+        let part = tail.into_iter().next().expect("one part");
+        let len = part.len();
+        // Budget first, then the slot, as `alloc` does.
+        let charge = self.reserve_lending(len).await?;
+        let guard = Lending {
+            inner: self,
+            bytes: charge,
+        };
+        let slot = self.take_slot().await?;
+        std::mem::forget(guard);
+        let mut state = self.state.lock();
+        if state.session.is_closed() {
+            state.session.release_lending(charge);
+            state.free_send.push(slot);
+            return Err(self.close_error());
+        }
+        // Frames waiting in a batch go first: frames arrive in the order sent.
+        if let Some(batch) = state.batch.take() {
+            if let Err(e) = self.post_batch(&mut state, batch) {
+                drop(state);
+                return Err(self.post_failed(e));
+            }
+        }
+        let lent = match self.rings.lend_shared(buf, offset, len, part, charge) {
+            Ok(lent) => lent,
+            Err(e) => {
+                state.session.release_lending(charge);
+                state.free_send.push(slot);
+                drop(state);
+                let reason = format!("lending a kept frame failed: {e}");
+                self.fail(Close::Failed(reason.clone()));
+                return Err(TransportError::Other(reason));
+            }
+        };
+        Counters::bump(&self.counters.lent_in_place, 1);
+        let mut header = [0u8; HEADER_LEN];
+        header.copy_from_slice(&head_bytes[..HEADER_LEN]);
+        self.post_descriptor(state, slot, lent, len, header, head_bytes)
+    }
+
+    /// Sends `head` + `tail` (`total` bytes) copied into one frame.
+    async fn send_copied(
+        self: &Arc<Self>,
+        head: &[u8],
+        tail: &[bytes::Bytes],
+        total: usize,
+    ) -> Result<(), TransportError> {
+        let SendBuf { target, .. } = self.alloc(total).await?;
+        let Target::Registered(mut frame) = target else {
+            unreachable!("an RDMA connection allocates registered memory");
+        };
+        let area = frame.area_mut();
+        area[..head.len()].copy_from_slice(head);
+        let mut at = head.len();
+        for part in tail {
+            area[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        self.send(frame)
     }
 
     /// Sends an eager frame of `len` bytes written in `slot`: at once when fewer than
@@ -552,6 +750,7 @@ impl Inner {
         self.counters.snapshot(
             self.tx_pool.registrations() + self.rx_pool.registrations(),
             (self.rings.send_slots(), self.rings.recv_slots()),
+            self.kept.held.load(Ordering::Relaxed) as u64,
         )
     }
 }
@@ -591,6 +790,38 @@ impl Connection for RdmaConnection {
                 "a TCP buffer sent on an RDMA connection".into(),
             )),
         }
+    }
+
+    /// Fields of more than a slot's worth: those that lie in a kept received frame are
+    /// lent from where they are ([`Inner::send_gathered`]); others are copied.
+    fn gather_min(&self) -> Option<usize> {
+        Some(self.inner.eager_limit + 1)
+    }
+
+    async fn send_gathered(
+        &self,
+        head: SendBuf,
+        tail: Vec<bytes::Bytes>,
+    ) -> Result<(), TransportError> {
+        match head.target {
+            Target::Registered(send) if head.filled == head.cap => {
+                self.inner.send_gathered(send, tail).await
+            }
+            Target::Registered(_) => Err(TransportError::Other(format!(
+                "frame head of {} bytes sent with {} written",
+                head.cap, head.filled
+            ))),
+            Target::Bytes(_) => Err(TransportError::Other(
+                "a TCP buffer sent on an RDMA connection".into(),
+            )),
+        }
+    }
+
+    /// Rendezvous frames (pulled by READ into a buffer of their own) while the
+    /// connection's [`RdmaConfig::keep_bytes`](crate::RdmaConfig::keep_bytes) has room;
+    /// never eager ones, which hold a receive slot (and with it the peer's credit).
+    fn keep(&self, frame: RecvBuf) -> Result<bytes::Bytes, RecvBuf> {
+        frame.keep()
     }
 
     /// Takes the next frame the session has in order; when there is none, polls the

@@ -32,6 +32,15 @@ pub struct RdmaCounters {
     pub recv_slots: u64,
     /// Fatal errors (the connection failed).
     pub errors: u64,
+    /// Received rendezvous frames handed to the application as kept memory (their
+    /// `bytes` fields are slices of the READ target, not copies).
+    pub kept_frames: u64,
+    /// Frames sent with their large field lent from a kept received frame (a gathered
+    /// send of a message that forwards or echoes what it received): no copy.
+    pub lent_in_place: u64,
+    /// Registered bytes of kept frames the application holds now (at most
+    /// [`RdmaConfig::keep_bytes`](crate::RdmaConfig::keep_bytes)).
+    pub kept_bytes: u64,
 }
 
 /// The live counters.
@@ -46,6 +55,8 @@ pub(crate) struct Counters {
     pub(crate) control_sends: AtomicU64,
     pub(crate) credit_stalls: AtomicU64,
     pub(crate) errors: AtomicU64,
+    pub(crate) kept_frames: AtomicU64,
+    pub(crate) lent_in_place: AtomicU64,
 }
 
 impl Counters {
@@ -53,7 +64,12 @@ impl Counters {
         counter.fetch_add(by, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, registrations: u64, slots: (u32, u32)) -> RdmaCounters {
+    pub(crate) fn snapshot(
+        &self,
+        registrations: u64,
+        slots: (u32, u32),
+        kept_bytes: u64,
+    ) -> RdmaCounters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         RdmaCounters {
             eager_sends: get(&self.eager_sends),
@@ -68,6 +84,9 @@ impl Counters {
             send_slots: u64::from(slots.0),
             recv_slots: u64::from(slots.1),
             errors: get(&self.errors),
+            kept_frames: get(&self.kept_frames),
+            lent_in_place: get(&self.lent_in_place),
+            kept_bytes,
         }
     }
 }

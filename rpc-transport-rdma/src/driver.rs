@@ -228,14 +228,15 @@ fn handle(inner: &Arc<Inner>, event: Event, cause: Option<&str>) -> Result<(), C
                 .state
                 .lock()
                 .session
-                .handle_read_complete(tag, |token, len| {
+                .handle_read_complete(tag, |token, len, lent| {
                     Counters::bump(&inner.counters.rendezvous_reads, 1);
-                    Counters::bump(&inner.counters.bytes_read, len as u64);
+                    Counters::bump(&inner.counters.bytes_read, lent as u64);
                     // The read-done goes out when the frame is dropped (`RecvBuf`'s drop).
                     RecvBuf(Received::Large {
                         inner: inner.clone(),
                         buf,
                         len,
+                        lent,
                         token,
                     })
                 })
@@ -378,17 +379,20 @@ fn start_reads(inner: &Inner) -> Result<(), Close> {
             rkey = read.rkey,
             "pulling a rendezvous frame"
         );
-        let buf = inner
+        let head = read.head.len();
+        let mut buf = inner
             .rx_pool
-            .take(read.len)
+            .take(head + read.len)
             .map_err(|e| Close::Failed(format!("rendezvous buffer: {e}")))?;
+        // The frame's first bytes came inline; the lent ones land after them.
+        buf.region_mut().as_mut_slice()[..head].copy_from_slice(&read.head);
         let remote = crate::verbs::RemoteBuf {
             addr: read.offset,
             rkey: read.rkey,
         };
         if let Err((_buf, e)) = inner
             .rings
-            .post_read(buf, read.len, remote, read.chunk, read.tag)
+            .post_read(buf, head, read.len, remote, read.chunk, read.tag)
         {
             return Err(Close::Failed(format!("posting an RDMA READ failed: {e}")));
         }

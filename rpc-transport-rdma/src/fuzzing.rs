@@ -58,6 +58,8 @@ pub enum ControlBody {
         token: u64,
         /// `Header::decode` of the embedded rpc header.
         header: Result<Option<Header>, FrameError>,
+        /// The frame's first bytes, inline (the prefix's token count is their length).
+        head: Vec<u8>,
     },
     /// Read-done tokens (the flags carry PING and PONG).
     Control {
@@ -99,6 +101,7 @@ pub fn decode_control(data: &[u8]) -> Result<ControlMessage, String> {
                 rkey: descriptor.rkey,
                 token: descriptor.token,
                 header: Header::decode(&descriptor.header),
+                head: descriptor.head,
             }
         }
         Kind::Control => {

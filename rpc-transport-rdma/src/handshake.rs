@@ -18,8 +18,10 @@
 //! `rdv_budget_kib` and `max_loans` are what the sender of the block accepts to be lent
 //! at once (bytes of rendezvous frames, in KiB, and descriptors) before it has sent their
 //! read-done: the other side lends within them (and its own limits) and is closed if it
-//! lends more. `flags` is zero in version 2 (descriptors carry offsets into memory
-//! windows, always).
+//! lends more. `flags` is zero. Version 3: a rendezvous descriptor may carry the
+//! frame's first bytes inline (its prefix's token count is their length), the rest
+//! being lent from where it lies; version 2 peers would refuse such a descriptor, so the
+//! versions do not mix.
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -35,7 +37,7 @@ pub(crate) const NONE: &[u8; 8] = b"RDMANONE";
 /// Client's QP is ready.
 pub(crate) const READY: &[u8; 8] = b"RDMAREDY";
 /// Handshake version.
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// Size of HELLO and OKAY.
 pub(crate) const BLOCK: usize = 64;
 /// Longest NONE reason accepted.

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
 use crate::completion::Membership;
-use crate::connection::{max_frame, Inner, RdmaConnection, State};
+use crate::connection::{max_frame, Inner, KeptBytes, RdmaConnection, State};
 use crate::counters::Counters;
 use crate::device::Device;
 use crate::driver::{self, READ_WR_BUDGET};
@@ -182,7 +182,14 @@ impl Connected {
             frames: Default::default(),
             arrived: Notify::new(),
             tx_pool: LargePool::new(self.pd.clone(), Access::Lendable, config.pool_keep_bytes),
-            rx_pool: LargePool::new(self.pd.clone(), Access::Local, config.pool_keep_bytes),
+            // Lendable too: a kept frame sent on is lent from where it lies. Only this
+            // connection's frames ever land in them.
+            rx_pool: LargePool::new(self.pd.clone(), Access::Lendable, config.pool_keep_bytes),
+            kept: Arc::new(KeptBytes {
+                held: Default::default(),
+                max: config.keep_bytes,
+                regions: Default::default(),
+            }),
             peer,
             max_frame,
             eager_limit,

@@ -263,7 +263,25 @@ async fn forged_descriptors() {
 
     // Each case: a fresh forger, one lie, its connection closed, others served.
     type Case = fn(&mut RawPeer, SocketAddr, &[u8]);
-    let cases: [(&str, Case); 8] = [
+    let cases: [(&str, Case); 10] = [
+        (
+            "an inline head that is not the frame's start",
+            |peer, _, frame| {
+                let mut d = peer.lend(&frame[100..], 1).unwrap();
+                d.header = frame[..rpc_core::wire::HEADER_LEN].try_into().unwrap();
+                d.head = frame[..100].to_vec();
+                d.head[4] ^= 0xff; // the header inline differs from the one declared
+                peer.send_descriptor(d).unwrap();
+            },
+        ),
+        (
+            "an inline head and lent bytes that overrun the frame",
+            |peer, _, frame| {
+                let mut d = peer.lend(frame, 1).unwrap();
+                d.head = frame[..100].to_vec(); // and the whole frame lent besides
+                peer.send_descriptor(d).unwrap();
+            },
+        ),
         (
             "a batch announcing more frames than it holds",
             |peer, _, _| {
@@ -354,6 +372,32 @@ async fn forged_descriptors() {
         good_call(&server.addr).await;
     }
 
+    // An honest descriptor with the frame's first bytes inline is served, and so is the
+    // reply: lent from where the request landed, its own first bytes inline.
+    let echoed = blocking(move || {
+        let mut peer = connect(addr);
+        let mut d = peer.lend(&small[100..], 1).unwrap();
+        d.header = small[..rpc_core::wire::HEADER_LEN].try_into().unwrap();
+        d.head = small[..100].to_vec();
+        peer.send_descriptor(d).unwrap();
+        let mut tokens = Vec::new();
+        let reply = next_descriptor(&mut peer, &mut tokens);
+        let lent = peer
+            .read(reply.offset, reply.rkey, reply.len as usize)
+            .expect("reads the reply");
+        peer.send_read_done(&[reply.token]).unwrap();
+        let bytes = [reply.head.clone(), lent].concat();
+        let frame = Frame::parse(&bytes).expect("a response frame");
+        EchoReply::decode(frame.payload)
+            .expect("an echo reply")
+            .payload
+    })
+    .await;
+    assert!(
+        echoed == pattern(1, 20_000),
+        "the inline-head request's echo"
+    );
+
     // An honest batch (three requests in one message) is answered call by call.
     let answered = blocking(move || {
         let mut peer = connect(addr);
@@ -420,8 +464,9 @@ async fn reads_only_its_own_loans() {
     let secret = pattern(0x5ec7e7, 64 * 1024);
     let expected = secret.clone();
     let outcome = blocking(move || {
-        // The victim lends its request (64 KiB: rendezvous); the server reads it and
-        // lends the echoed reply back through a window bound on the victim's QP.
+        // The victim lends its request (64 KiB: rendezvous); the server reads it, keeps
+        // it, and lends the echoed payload back from where it landed (the reply's first
+        // bytes inline in the descriptor), by a key valid on the victim's QP only.
         let mut victim = connect(addr);
         let frame = echo_frame(
             1,
@@ -434,7 +479,11 @@ async fn reads_only_its_own_loans() {
         victim.send_descriptor(d).unwrap();
         let mut tokens = Vec::new();
         let reply = next_descriptor(&mut victim, &mut tokens);
-        assert_eq!(reply.offset, 0, "descriptors carry offsets, not addresses");
+        assert!(
+            reply.offset < 1 << 20,
+            "descriptors carry offsets, not addresses: {}",
+            reply.offset
+        );
         eprintln!(
             "victim's reply lent: {} bytes, rkey {:#x}",
             reply.len, reply.rkey
@@ -457,9 +506,10 @@ async fn reads_only_its_own_loans() {
         }
 
         // The victim reads its own loan: the secret.
-        let bytes = victim
+        let lent = victim
             .read(reply.offset, reply.rkey, reply.len as usize)
             .expect("the victim reads its loan");
+        let bytes = [reply.head.clone(), lent.clone()].concat();
         let frame = Frame::parse(&bytes).expect("a frame");
         let echoed = EchoReply::decode(frame.payload).expect("a reply").payload;
         // After its read-done the victim may still read the buffer with the key (a
@@ -469,7 +519,7 @@ async fn reads_only_its_own_loans() {
         std::thread::sleep(Duration::from_millis(200));
         let stale = victim
             .read(reply.offset, reply.rkey, 64)
-            .map(|b| b == bytes[..64]);
+            .map(|b| b == lent[..64]);
         (stolen, thief_closed, guesses, echoed, stale)
     })
     .await;

@@ -364,3 +364,142 @@ pub async fn concurrency_limit_is_respected<H: Harness>(h: H) {
         "peak concurrency {peak} with a limit of 3"
     );
 }
+
+/// An `echo.Echo` service written against the runtime's `Service` trait, so that it sees
+/// the request's payload as the transport handed it: it checks that a large request was
+/// kept (its `bytes` field decoded as a slice of the frame), keeps every request's
+/// payload, and answers with it (sent by gathered write where the transport has one).
+#[derive(Clone, Default)]
+pub struct Keeper {
+    /// Request payloads held by the service, in arrival order.
+    pub held: Arc<parking_lot::Mutex<Vec<bytes::Bytes>>>,
+    /// Requests whose payload was not kept, or whose field was not a slice of it.
+    pub copied: Arc<AtomicUsize>,
+}
+
+impl rpc_core::codegen::NamedService for Keeper {
+    const NAME: &'static str = "echo.Echo";
+}
+
+impl rpc_core::codegen::Service for Keeper {
+    fn name(&self) -> &'static str {
+        "echo.Echo"
+    }
+
+    fn methods(&self) -> &'static [MethodDescriptor] {
+        &examples::echo::echo_methods::METHODS
+    }
+
+    fn call(
+        &self,
+        _: usize,
+        request: Request<rpc_core::Payload<'_>>,
+    ) -> rpc_core::codegen::ServiceFuture {
+        let payload = request.into_inner();
+        let shared = match &payload {
+            rpc_core::Payload::Shared(frame) => Some(frame.as_ptr_range()),
+            rpc_core::Payload::Borrowed(_) => None,
+        };
+        let message: EchoRequest = match payload.decode() {
+            Ok(m) => m,
+            Err(e) => {
+                let status = Status::invalid_argument(e.to_string());
+                return Box::pin(std::future::ready(Err(status)));
+            }
+        };
+        let inside = shared.is_some_and(|frame| {
+            let field = message.payload.as_ptr_range();
+            frame.start <= field.start && field.end <= frame.end
+        });
+        if !inside {
+            self.copied.fetch_add(1, Ordering::SeqCst);
+        }
+        self.held.lock().push(message.payload.clone());
+        let reply = EchoReply {
+            payload: message.payload,
+        };
+        Box::pin(std::future::ready(Ok(Response::new(
+            Box::new(rpc_core::codegen::Gathered(reply)) as rpc_core::codegen::BoxMessage,
+        ))))
+    }
+}
+
+/// Large requests and replies are not copied above the transport: the server's decoded
+/// field is a slice of the received frame, and so is the client's; both sides hold what
+/// they received across later calls (which would reuse the memory were it released) and
+/// find it intact; and dropping it all releases it (the calls after still work). With
+/// `kept` false (a payload under the transport's size for keeping) the fields are copies
+/// instead, and everything else holds the same.
+pub async fn large_payloads_are_slices_of_the_frames_and_stay_valid_while_held<H: Harness>(
+    h: H,
+    size: usize,
+    calls: usize,
+    kept: bool,
+) -> Channel<H::Conn> {
+    let keeper = Keeper::default();
+    let server = Server::builder()
+        .add_service(keeper.clone())
+        .unwrap()
+        .config(big_config())
+        .build();
+    let addr = h.start(server).await;
+    let channel = h.connect(&addr, BIG).await;
+    let method = &examples::echo::echo_methods::METHODS[0];
+    let mut held = Vec::new();
+    for i in 0..calls {
+        let sent = bytes::Bytes::from(payload(i, size));
+        let request = Request::new(EchoRequest {
+            payload: sent.clone(),
+            ..Default::default()
+        });
+        let mut slice = false;
+        let reply: EchoReply = channel
+            .unary_gathered_with(request, method, |payload| {
+                let frame = payload.as_slice().as_ptr_range();
+                let reply: EchoReply = payload.decode()?;
+                let field = reply.payload.as_ptr_range();
+                slice = frame.start <= field.start && field.end <= frame.end;
+                Ok(reply)
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            slice, kept,
+            "call {i}: is the reply's field a slice of its frame?"
+        );
+        assert_eq!(reply.payload, sent, "call {i}: reply differs");
+        held.push((i, reply.payload));
+    }
+    assert_eq!(
+        keeper.copied.load(Ordering::SeqCst),
+        if kept { 0 } else { calls },
+        "requests whose field was copied out of the frame"
+    );
+    // Everything held on both sides is as it arrived.
+    for (i, bytes) in &held {
+        assert!(
+            bytes[..] == payload(*i, size)[..],
+            "reply {i} changed while held"
+        );
+    }
+    for (i, bytes) in keeper.held.lock().iter().enumerate() {
+        assert!(
+            bytes[..] == payload(i, size)[..],
+            "request {i} changed while held"
+        );
+    }
+    drop(held);
+    keeper.held.lock().clear();
+    // Released memory is reused without harm.
+    for i in calls..calls + 4 {
+        let sent = bytes::Bytes::from(payload(i, size));
+        let request = Request::new(EchoRequest {
+            payload: sent.clone(),
+            ..Default::default()
+        });
+        let reply: Response<EchoReply> = channel.unary_gathered(request, method).await.unwrap();
+        assert_eq!(reply.into_inner().payload, sent);
+    }
+    channel
+}

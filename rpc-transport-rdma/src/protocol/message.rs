@@ -8,6 +8,9 @@
 //!  DATA:        body = one whole rpc frame (header, metadata, payload); with n >= 2
 //!               (`n_tokens`), n whole frames back to back (a batch, see `split_batch`)
 //!  RENDEZVOUS:  body = offset u64 | len u64 | rkey u32 | pad u32 | token u64 | rpc header (40)
+//!               | head (`n_tokens` bytes): the frame is `head` followed by the `len` lent
+//!               bytes (a frame whose large field is lent from where it lies, its first
+//!               bytes inline); `n_tokens` = 0: the frame is the `len` lent bytes
 //!  CONTROL:     body = n_tokens x u64 tokens of finished READs (read-done);
 //!               flags: PING / PONG
 //! ```
@@ -90,7 +93,7 @@ impl Prefix {
         let body = slot.len() - PREFIX_LEN;
         let ok = match kind {
             Kind::Data => true,
-            Kind::Rendezvous => body == RENDEZVOUS_LEN,
+            Kind::Rendezvous => body == RENDEZVOUS_LEN + prefix.n_tokens as usize,
             Kind::Control => body == 8 * prefix.n_tokens as usize,
         };
         if !ok {
@@ -147,15 +150,18 @@ pub(crate) fn split_batch(body: &[u8], n: u16) -> Result<Vec<std::ops::Range<usi
 /// `rkey` is a memory window bound for this transfer only, on the sender's queue pair,
 /// and invalidated once the read-done arrives; `offset` is where the frame starts in that
 /// window (the lender's regions are addressed from 0: no heap address crosses the wire).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Rendezvous {
     pub(crate) offset: u64,
+    /// Bytes lent (the frame's length less `head`).
     pub(crate) len: u64,
     pub(crate) rkey: u32,
     /// Names the lent buffer in the read-done that releases it.
     pub(crate) token: u64,
     /// The frame's rpc header, so the receiver can refuse an oversized frame unread.
     pub(crate) header: [u8; HEADER_LEN],
+    /// The frame's first bytes, carried inline (empty: the whole frame is lent).
+    pub(crate) head: Vec<u8>,
 }
 
 impl Rendezvous {
@@ -166,8 +172,11 @@ impl Rendezvous {
         out[20..24].fill(0);
         out[24..32].copy_from_slice(&self.token.to_le_bytes());
         out[32..32 + HEADER_LEN].copy_from_slice(&self.header);
+        out[RENDEZVOUS_LEN..RENDEZVOUS_LEN + self.head.len()].copy_from_slice(&self.head);
     }
 
+    /// Decodes a body of [`RENDEZVOUS_LEN`] bytes and the inline head after them (the
+    /// prefix checked the length).
     pub(crate) fn decode(body: &[u8]) -> Rendezvous {
         let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().expect("8 bytes"));
         Rendezvous {
@@ -176,6 +185,7 @@ impl Rendezvous {
             rkey: u32::from_le_bytes(body[16..20].try_into().expect("4 bytes")),
             token: u64_at(24),
             header: body[32..32 + HEADER_LEN].try_into().expect("header"),
+            head: body[RENDEZVOUS_LEN..].to_vec(),
         }
     }
 }
@@ -258,10 +268,19 @@ mod tests {
             rkey: 0x1234,
             token: 77,
             header: [7; HEADER_LEN],
+            head: Vec::new(),
         };
         let mut b = [0u8; RENDEZVOUS_LEN];
         r.encode(&mut b);
         assert_eq!(Rendezvous::decode(&b), r);
+        let with_head = Rendezvous {
+            head: vec![1, 2, 3],
+            ..r
+        };
+        let mut b = [0u8; RENDEZVOUS_LEN + 3];
+        with_head.encode(&mut b);
+        assert_eq!(&b[RENDEZVOUS_LEN..], &[1, 2, 3]);
+        assert_eq!(Rendezvous::decode(&b), with_head);
     }
 }
 

@@ -120,15 +120,18 @@ impl fmt::Display for Close {
     }
 }
 
-/// A READ the driver is to post: pull `len` bytes at `offset` under `rkey` in chunks of
-/// `chunk`, tagged `tag` (given back to [`Session::handle_read_complete`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A READ the driver is to post: write `head` at the start of a buffer, then pull `len`
+/// bytes at `offset` under `rkey` after it, in chunks of `chunk`, tagged `tag` (given
+/// back to [`Session::handle_read_complete`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Read {
     pub(crate) tag: u64,
     pub(crate) offset: u64,
     pub(crate) rkey: u32,
     pub(crate) len: usize,
     pub(crate) chunk: usize,
+    /// The frame's first bytes, carried inline by the descriptor (often empty).
+    pub(crate) head: Vec<u8>,
 }
 
 /// A control message the driver is to send (a send slot and a credit are taken).
@@ -181,7 +184,10 @@ struct Loan {
 #[derive(Debug)]
 struct Reading {
     token: u64,
-    len: usize,
+    /// The frame's length (inline head and lent bytes).
+    frame_len: usize,
+    /// Bytes lent (what the borrower counts for the loan).
+    lent: usize,
     chunks: usize,
 }
 
@@ -451,7 +457,8 @@ impl<F> Session<F> {
     /// A lie (a length other than its header's), a malformed header, or a loan beyond
     /// what this side announced.
     pub(crate) fn handle_descriptor(&mut self, d: Rendezvous) -> Result<Option<Header>, Close> {
-        let len = usize::try_from(d.len).unwrap_or(usize::MAX);
+        let lent = usize::try_from(d.len).unwrap_or(usize::MAX);
+        let len = lent.saturating_add(d.head.len());
         let header = match Header::decode(&d.header) {
             Ok(Some(header)) => header,
             Ok(None) => {
@@ -470,12 +477,22 @@ impl<F> Session<F> {
         if d.offset.checked_add(d.len).is_none() {
             return Err(Close::Violation("rendezvous descriptor wraps".into()));
         }
+        if !d.head.is_empty()
+            && (lent == 0 || d.head.get(..rpc_core::wire::HEADER_LEN) != Some(&d.header[..]))
+        {
+            return Err(Close::Violation(
+                "rendezvous descriptor whose inline head is not the frame's start, or that lends nothing"
+                    .into(),
+            ));
+        }
         if header.payload_len as usize > self.cfg.max_message_size || len > self.cfg.max_frame {
-            self.borrower.accept(len, false).map_err(Close::Violation)?;
+            self.borrower
+                .accept(lent, false)
+                .map_err(Close::Violation)?;
             self.done.push((d.token, 0));
             return Ok(Some(header));
         }
-        self.borrower.accept(len, true).map_err(Close::Violation)?;
+        self.borrower.accept(lent, true).map_err(Close::Violation)?;
         let tag = self.next_tag;
         self.next_tag += 1;
         self.in_order.push_back(InOrder::Reading(tag));
@@ -506,7 +523,8 @@ impl<F> Session<F> {
             tag,
             Reading {
                 token: d.token,
-                len,
+                frame_len: d.head.len() + len,
+                lent: len,
                 chunks,
             },
         );
@@ -516,18 +534,20 @@ impl<F> Session<F> {
             rkey: d.rkey,
             len,
             chunk,
+            head: d.head,
         })
     }
 
-    /// The READ tagged `tag` completed; `frame(token, len)` makes the frame it filled,
-    /// which takes its place in the arrival order.
+    /// The READ tagged `tag` completed; `frame(token, frame_len, lent)` makes the frame
+    /// it filled (`lent`: the bytes to acknowledge in [`Session::frame_consumed`]), which
+    /// takes its place in the arrival order.
     ///
     /// # Errors
     /// A completion for a READ not posted.
     pub(crate) fn handle_read_complete(
         &mut self,
         tag: u64,
-        frame: impl FnOnce(u64, usize) -> F,
+        frame: impl FnOnce(u64, usize, usize) -> F,
     ) -> Result<(), Close> {
         let Some(reading) = self.reading.remove(&tag) else {
             return Err(Close::Failed(format!(
@@ -535,7 +555,7 @@ impl<F> Session<F> {
             )));
         };
         self.read_wrs -= reading.chunks.min(self.read_wrs);
-        let frame = frame(reading.token, reading.len);
+        let frame = frame(reading.token, reading.frame_len, reading.lent);
         if self.is_closed() {
             self.discarded.push(frame);
             return Ok(());

@@ -21,6 +21,7 @@
 //! max_loans = 128             # rendezvous frames lent at once at most
 //! max_inline = 256            # bytes a SEND carries inline
 //! pool_keep_bytes = 67108864  # idle rendezvous buffers kept registered per direction
+//! keep_bytes = 16777216       # received rendezvous frames the application may keep
 //!
 //! [tcp]
 //! send_queue_bytes = 8388608  # bytes queued for a peer before senders wait
@@ -220,6 +221,8 @@ section! {
         max_inline: u32 => |c, v| c.max_inline = v,
         /// See [`RdmaConfig::pool_keep_bytes`](crate::RdmaConfig::pool_keep_bytes).
         pool_keep_bytes: usize => |c, v| c.pool_keep_bytes = v,
+        /// See [`RdmaConfig::keep_bytes`](crate::RdmaConfig::keep_bytes).
+        keep_bytes: usize => |c, v| c.keep_bytes = v,
     }
 }
 
@@ -409,6 +412,7 @@ mod tests {
                 max_loans: Some(7),
                 max_inline: Some(7),
                 pool_keep_bytes: Some(7),
+                keep_bytes: Some(7),
             }
         );
         assert_eq!(file.server.drain_timeout_ms, Some(7));
@@ -418,6 +422,7 @@ mod tests {
         file.rdma.apply_to(&mut settings.rdma);
         assert_eq!(settings.rdma.await_spin, Duration::from_micros(7));
         assert_eq!(settings.rdma.pool_keep_bytes, 7);
+        assert_eq!(settings.rdma.keep_bytes, 7);
         let bad = FileConfig::from_vars(|n| (n == "RPC_RDMA_MAX_LOANS").then(|| "70000".into()));
         assert!(bad
             .unwrap_err()

@@ -85,7 +85,7 @@ pub(crate) use qp::{QpConfig, QpEndpoint, QueuePair};
 pub(crate) use qp_state::{Init, QpStage, QpState, RecvReady, Reset, Rtr, Rts};
 pub use sendbuf::SendBuf;
 pub(crate) use sendbuf::{RegisteredTarget, Target};
-pub(crate) use tracker::{Event, PreparedRings, RecvSlot, RingGeometry, Rings, SendSlot};
+pub(crate) use tracker::{Event, Lent, PreparedRings, RecvSlot, RingGeometry, Rings, SendSlot};
 pub(crate) use wc::{Completion, WcOpcode, WcStatus, WrId};
 
 /// Default number of entries of a completion queue.

@@ -53,11 +53,11 @@ impl Default for HelloLimits {
 }
 
 /// A rendezvous descriptor as it travels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Descriptor {
-    /// Where the frame starts in the lent memory (a window offset, from this crate).
+    /// Where the lent bytes start in the lent memory (an offset, from this crate).
     pub offset: u64,
-    /// Frame length.
+    /// Bytes lent: the frame's length less `head`.
     pub len: u64,
     /// The key to READ it with.
     pub rkey: u32,
@@ -65,6 +65,8 @@ pub struct Descriptor {
     pub token: u64,
     /// The frame's rpc header.
     pub header: [u8; HEADER_LEN],
+    /// The frame's first bytes, inline (empty: the whole frame is lent).
+    pub head: Vec<u8>,
 }
 
 /// A message received from the other side.
@@ -276,16 +278,18 @@ impl RawPeer {
     /// # Errors
     /// No credit, or the send failed.
     pub fn send_descriptor(&mut self, d: Descriptor) -> Result<(), String> {
-        let mut body = [0u8; RENDEZVOUS_LEN];
+        let mut body = vec![0u8; RENDEZVOUS_LEN + d.head.len()];
+        let n = u16::try_from(d.head.len()).map_err(err)?;
         Rendezvous {
             offset: d.offset,
             len: d.len,
             rkey: d.rkey,
             token: d.token,
             header: d.header,
+            head: d.head,
         }
         .encode(&mut body);
-        self.send_slot(Kind::Rendezvous, 0, 0, &body)
+        self.send_slot(Kind::Rendezvous, 0, n, &body)
     }
 
     /// Sends read-done `tokens` (CONTROL), known to the other side or not.
@@ -312,6 +316,7 @@ impl RawPeer {
             rkey: region.rkey(),
             token,
             header: frame[..HEADER_LEN].try_into().map_err(err)?,
+            head: Vec::new(),
         };
         self.lent.push(region);
         Ok(d)
@@ -368,6 +373,7 @@ impl RawPeer {
                             rkey: r.rkey,
                             token: r.token,
                             header: r.header,
+                            head: r.head,
                         })
                     }
                     Kind::Control => Message::Control {

@@ -91,8 +91,19 @@ pub(crate) enum Event {
 /// connection's own PD), owned by the tracker until the loan ends.
 #[derive(Debug)]
 struct Loan {
-    buf: LargeBuf,
+    /// Held until the loan ends, so the lent memory stays registered and unchanged.
+    buf: LoanBuf,
     charge: usize,
+}
+
+/// What a loan holds.
+#[derive(Debug)]
+enum LoanBuf {
+    /// A rendezvous buffer the frame was encoded into.
+    Pool(LargeBuf),
+    /// A received frame the application kept and sends on (its `Bytes` keep the buffer
+    /// from going back to the pool; nothing writes to it while they live).
+    Shared(Arc<LargeBuf>, bytes::Bytes),
 }
 
 /// What the peer is told of a loan.
@@ -326,6 +337,11 @@ impl Rings {
         self.geometry
     }
 
+    /// Bytes per slot.
+    pub(crate) fn slot_size(&self) -> usize {
+        self.geometry.slot_size as usize
+    }
+
     /// Send slots now.
     pub(crate) fn send_slots(&self) -> u32 {
         self.send.slots()
@@ -459,8 +475,9 @@ impl Rings {
         unsafe { self.qp.post_recv(wr_id, region, offset, slot_size) }
     }
 
-    /// Pulls `len` bytes at `remote` into `buf[..len]` with RDMA READs of at most `chunk`
-    /// bytes each; `buf` comes back with `tag` in [`Event::Read`] once all completed.
+    /// Pulls `len` bytes at `remote` into `buf[at..at + len]` with RDMA READs of at most
+    /// `chunk` bytes each; `buf` comes back with `tag` in [`Event::Read`] once all
+    /// completed.
     ///
     /// # Errors
     /// The verbs error of the first chunk, with `buf` given back; a failure of a later
@@ -468,6 +485,7 @@ impl Rings {
     pub(crate) fn post_read(
         &self,
         buf: LargeBuf,
+        at: usize,
         len: usize,
         remote: RemoteBuf,
         chunk: usize,
@@ -475,7 +493,7 @@ impl Rings {
     ) -> std::result::Result<(), (LargeBuf, Error)> {
         let chunk = chunk.max(1);
         let chunks = len.div_ceil(chunk).max(1);
-        if let Err(e) = buf.region().check_range(0, len) {
+        if let Err(e) = buf.region().check_range(at, len) {
             return Err((buf, e));
         }
         // The remote address is the peer's word: its range must not wrap.
@@ -508,7 +526,7 @@ impl Rings {
             // references it. It outlives the QP (field order). Chunks do not overlap.
             let posted = unsafe {
                 self.qp
-                    .post_read(wr_id, pending.buf.region(), offset, n, target)
+                    .post_read(wr_id, pending.buf.region(), at + offset, n, target)
             };
             if let Err(e) = posted {
                 if i == 0 {
@@ -600,10 +618,50 @@ impl Rings {
             ));
         }
         let rkey = buf.region().rkey();
-        let key = self.loans.lock().insert(Loan { buf, charge }) as u32;
+        let loan = Loan {
+            buf: LoanBuf::Pool(buf),
+            charge,
+        };
+        let key = self.loans.lock().insert(loan) as u32;
         Ok(Lent {
             key,
             remote: RemoteBuf { addr: 0, rkey },
+        })
+    }
+
+    /// Lends `buf[offset..offset + len]`, a received frame the application kept (of this
+    /// connection's READ targets, [`Access::Lendable`] in its own PD), by the buffer's own
+    /// key; `hold` (the application's bytes in it) is held with it until
+    /// [`Rings::reclaim`], so the buffer neither returns to its pool nor changes meanwhile.
+    ///
+    /// # Errors
+    /// The range beyond the buffer, or a buffer registered otherwise.
+    pub(crate) fn lend_shared(
+        &self,
+        buf: Arc<LargeBuf>,
+        offset: usize,
+        len: usize,
+        hold: bytes::Bytes,
+        charge: usize,
+    ) -> Result<Lent> {
+        buf.region().check_range(offset, len)?;
+        if buf.region().access() != Access::Lendable {
+            return Err(Error::Unsupported {
+                what: "lending a buffer not registered as lendable",
+            });
+        }
+        let rkey = buf.region().rkey();
+        let loan = Loan {
+            buf: LoanBuf::Shared(buf, hold),
+            charge,
+        };
+        let key = self.loans.lock().insert(loan) as u32;
+        Ok(Lent {
+            key,
+            remote: RemoteBuf {
+                addr: offset as u64,
+                rkey,
+            },
         })
     }
 

@@ -211,6 +211,7 @@ impl World {
                     rkey: key,
                     token,
                     header: header_bytes(frame),
+                    head: Vec::new(),
                 })
             } else {
                 Body::Data(frame)
@@ -358,7 +359,7 @@ impl World {
                 let reads = std::mem::take(&mut side.reads);
                 for (_, read, frame) in reads {
                     side.s
-                        .handle_read_complete(read.tag, |token, len| Up::Large {
+                        .handle_read_complete(read.tag, |token, len, _| Up::Large {
                             id: frame.id,
                             token,
                             len,
@@ -378,7 +379,7 @@ impl World {
                 if side.reads[k].0 <= now && rng.chance(70) {
                     let (_, read, frame) = side.reads.swap_remove(k);
                     side.s
-                        .handle_read_complete(read.tag, |token, len| Up::Large {
+                        .handle_read_complete(read.tag, |token, len, _| Up::Large {
                             id: frame.id,
                             token,
                             len,
@@ -686,6 +687,7 @@ fn a_lying_peer_is_caught() {
         rkey: 1,
         token,
         header: header_bytes(f),
+        head: Vec::new(),
     };
     // A length other than the header's.
     assert!(matches!(
@@ -716,7 +718,9 @@ fn a_lying_peer_is_caught() {
         s.handle_read_dones([42]),
         Err(Close::Violation(_))
     ));
-    assert!(s.handle_read_complete(99, |_, _| Up::Refused(0)).is_err());
+    assert!(s
+        .handle_read_complete(99, |_, _, _| Up::Refused(0))
+        .is_err());
     // A malformed eager header.
     assert!(s.classify_eager(&[0xff; HEADER_LEN]).is_err());
 }
@@ -738,6 +742,7 @@ fn held_frames_are_bounded_and_given_back_on_close() {
         rkey: 1,
         token: 1,
         header: header_bytes(f),
+        head: Vec::new(),
     };
     assert!(s.handle_descriptor(d).unwrap().is_none());
     let read = s.poll_read().expect("within budget");
@@ -757,7 +762,7 @@ fn held_frames_are_bounded_and_given_back_on_close() {
         "every held frame is given back, the refused one too"
     );
     assert!(s.close(Close::Local).is_none());
-    s.handle_read_complete(read.tag, |token, len| Up::Large { id: 1, token, len })
+    s.handle_read_complete(read.tag, |token, len, _| Up::Large { id: 1, token, len })
         .unwrap();
     assert!(s.poll_deliver().is_none());
     assert_eq!(
@@ -855,6 +860,79 @@ fn a_peer_grows_our_rings_only_up_to_their_maximum_and_cannot_claim_absurd_grant
     assert!(!s.growth_due(16));
     assert!(matches!(
         s.handle_message(&want(MAX_GRANT + 1)),
+        Err(Close::Violation(_))
+    ));
+}
+
+#[test]
+fn a_descriptor_may_carry_the_frame_start_inline_and_lies_about_it_close() {
+    let now = Instant::now();
+    let borrow = LoanLimit {
+        bytes: 100_000,
+        loans: 8,
+    };
+    let mut s: Session<Up> = Session::new(fixed(13, borrow, 50_000), now);
+    let f = AppFrame { id: 1, len: 10_000 };
+    let mut head = header_bytes(f).to_vec();
+    head.resize(100, 7);
+    let d = Rendezvous {
+        offset: 64,
+        len: 9_900,
+        rkey: 1,
+        token: 5,
+        header: header_bytes(f),
+        head: head.clone(),
+    };
+    assert!(s.handle_descriptor(d.clone()).unwrap().is_none());
+    let read = s.poll_read().expect("within budget");
+    assert_eq!(
+        (read.offset, read.len),
+        (64, 9_900),
+        "only the lent bytes are READ"
+    );
+    assert_eq!(read.head, head, "the head is written before them");
+    let mut sizes = None;
+    s.handle_read_complete(read.tag, |token, len, lent| {
+        sizes = Some((len, lent));
+        Up::Large { id: 1, token, len }
+    })
+    .unwrap();
+    assert_eq!(
+        sizes,
+        Some((10_000, 9_900)),
+        "frame length, bytes acknowledged"
+    );
+    assert!(s.poll_deliver().is_some());
+
+    // Lies: head and lent bytes that do not add up to the header's frame, a head that
+    // is not the frame's start, a head with nothing lent.
+    let lie = |edit: fn(&mut Rendezvous)| {
+        let mut s: Session<Up> = Session::new(fixed(13, borrow, 50_000), now);
+        let mut d = d.clone();
+        edit(&mut d);
+        s.handle_descriptor(d)
+    };
+    assert!(matches!(lie(|d| d.len += 1), Err(Close::Violation(_))));
+    assert!(matches!(
+        lie(|d| {
+            d.head.truncate(50);
+            d.len = 9_950;
+            d.head[3] ^= 1;
+        }),
+        Err(Close::Violation(_))
+    ));
+    assert!(matches!(
+        lie(|d| {
+            d.head.truncate(20);
+            d.len = 9_980;
+        }),
+        Err(Close::Violation(_))
+    ));
+    assert!(matches!(
+        lie(|d| {
+            d.head.resize(10_000, 0);
+            d.len = 0;
+        }),
         Err(Close::Violation(_))
     ));
 }
