@@ -391,7 +391,7 @@ mod tests {
         names.extend(TcpSection::variables());
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
-        assert_eq!(names.len(), 15 + 4 + 7 + 4);
+        assert_eq!(names.len(), 16 + 4 + 7 + 4);
         let file =
             FileConfig::from_vars(|n| names.iter().any(|v| v == n).then(|| "7".into())).unwrap();
         assert_eq!(
