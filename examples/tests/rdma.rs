@@ -355,7 +355,7 @@ async fn hello_with_a_forged_gid_is_refused() {
     // host (10.77.0.99) than the one the connection comes from.
     let mut hello = [0u8; 64];
     hello[..8].copy_from_slice(b"RDMAHELO");
-    hello[8..12].copy_from_slice(&2u32.to_le_bytes());
+    hello[8..12].copy_from_slice(&3u32.to_le_bytes()); // version
     hello[12] = 1; // rdma
     hello[16..20].copy_from_slice(&0x42u32.to_le_bytes());
     hello[20..24].copy_from_slice(&0x77u32.to_le_bytes());
