@@ -793,7 +793,8 @@ impl Connection for RdmaConnection {
     }
 
     /// Fields of more than a slot's worth: those that lie in a kept received frame are
-    /// lent from where they are ([`Inner::send_gathered`]); others are copied.
+    /// lent from where they are (the frame's first bytes inline in the descriptor);
+    /// others are copied.
     fn gather_min(&self) -> Option<usize> {
         Some(self.inner.eager_limit + 1)
     }
