@@ -154,6 +154,27 @@ async fn large_payloads_not_copied() {
     assert_eq!(c.lent_in_place, 1, "{c:?}");
     assert!(second.payload == fresh && first.payload == fresh);
     assert_eq!(c.errors, 0);
+    drop((first, second));
+    // A field built in a message buffer (registered memory of the connection) is lent
+    // from where it lies too.
+    let mut buf = channel.connection().message_buf(size);
+    assert!(buf.is_registered());
+    for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    let built = buf.freeze();
+    let held = channel.connection().rdma_counters().unwrap().kept_bytes;
+    assert!(held >= size as u64, "the buffer counts while held: {held}");
+    let reply: EchoReply = channel
+        .unary_gathered(Request::new(echo_request(built.clone())), method)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.payload, built);
+    let c = channel.connection().rdma_counters().unwrap();
+    assert_eq!(c.lent_in_place, 2, "{c:?}");
+    drop((built, reply));
+    assert_eq!(channel.connection().rdma_counters().unwrap().kept_bytes, 0);
     // Eager-sized payloads are copied out of their receive slots.
     large_payloads_are_slices_of_the_frames_and_stay_valid_while_held(Rdma, 1 << 10, 4, false)
         .await;
@@ -191,6 +212,15 @@ async fn kept_frames_are_bounded() {
     for (i, payload) in held.iter().enumerate() {
         assert!(payload.iter().all(|&b| b == i as u8), "reply {i} changed");
     }
+    // A message buffer beyond the budget is heap memory, and works the same.
+    let mut buf = channel.connection().message_buf(size);
+    assert!(
+        !buf.is_registered(),
+        "the budget is spent by the replies held"
+    );
+    buf.as_mut_slice().fill(42);
+    let reply = client.echo(echo_request(buf.freeze())).await.unwrap();
+    assert!(reply.into_inner().payload.iter().all(|&b| b == 42));
     drop(held);
     assert_eq!(channel.connection().rdma_counters().unwrap().kept_bytes, 0);
     let reply = client

@@ -135,7 +135,7 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     let offer = |magic: &[u8; 8], mode: u8, mtu: u32, slots: u32, size: u32| {
         let mut b = vec![0u8; HELLO_LEN];
         b[..8].copy_from_slice(magic);
-        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        b[8..12].copy_from_slice(&3u32.to_le_bytes());
         b[12] = mode;
         b[16..20].copy_from_slice(&0x00_0123u32.to_le_bytes());
         b[20..24].copy_from_slice(&0x00ab_cdefu32.to_le_bytes());

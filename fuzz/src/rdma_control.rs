@@ -185,6 +185,21 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     rendezvous.extend_from_slice(&42u64.to_le_bytes());
     rendezvous.extend_from_slice(&big.encode());
 
+    // A descriptor with the frame's first 64 bytes inline (a field lent in place).
+    let mut head = crate::frame::build(request, &md, &[0x0a; 64]);
+    head.truncate(64);
+    let mut big_head = request;
+    big_head.payload_len = 1 << 20;
+    let mut with_head = prefix(2, 0, head.len() as u16, 9);
+    with_head.extend_from_slice(&128u64.to_le_bytes());
+    with_head.extend_from_slice(&((big_head.frame_len() - head.len()) as u64).to_le_bytes());
+    with_head.extend_from_slice(&0x1234u32.to_le_bytes());
+    with_head.extend_from_slice(&[0; 4]);
+    with_head.extend_from_slice(&43u64.to_le_bytes());
+    with_head.extend_from_slice(&big_head.encode());
+    head[..HEADER_LEN].copy_from_slice(&big_head.encode());
+    with_head.extend_from_slice(&head);
+
     let mut read_done = prefix(3, 0, 3, 17);
     for token in [1u64, 2, u64::MAX] {
         read_done.extend_from_slice(&token.to_le_bytes());
@@ -198,6 +213,7 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         ("seed-data-response".into(), data_response),
         ("seed-batch".into(), batch),
         ("seed-rendezvous".into(), rendezvous),
+        ("seed-rendezvous-head".into(), with_head),
         ("seed-credits".into(), prefix(3, 0, 0, 64)),
         ("seed-read-done".into(), read_done),
         ("seed-ping".into(), prefix(3, 1, 0, 1)),

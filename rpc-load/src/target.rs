@@ -5,8 +5,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use prost_reflect::{DynamicMessage, MessageDescriptor};
-use rpc_core::codegen::MethodDescriptor;
+use prost_reflect::{
+    Cardinality, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, ReflectMessage, Value,
+};
+use rpc_core::codegen::{MethodDescriptor, SplitLarge};
 use rpc_core::{Channel, Connection, Metadata, Payload, Request};
 
 use crate::stats::CallError;
@@ -61,15 +63,114 @@ impl<C: Connection> RpcTarget<C> {
 
 impl<C: Connection> Target for RpcTarget<C> {
     async fn call(&self, message: DynamicMessage) -> Result<(), CallError> {
-        let request = Request::from_parts(self.metadata.clone(), message, self.timeout);
+        let request = Request::from_parts(self.metadata.clone(), Outgoing(message), self.timeout);
         let output = &self.output;
         self.channel
-            .unary_with(request, &self.method, |payload| match payload {
+            .unary_gathered_with(request, &self.method, |payload| match payload {
                 Payload::Borrowed(bytes) => DynamicMessage::decode(output.clone(), bytes),
                 Payload::Shared(bytes) => DynamicMessage::decode(output.clone(), bytes),
             })
             .await
             .map(drop)
             .map_err(|status| CallError::new(status.code(), status.message()))
+    }
+}
+
+/// A request as rpc-load sends it: its large top-level `bytes` fields go by gathered
+/// write where the transport has one ([`SplitLarge`]), as they do from generated clients.
+#[derive(Debug, Clone)]
+struct Outgoing(DynamicMessage);
+
+impl prost::Message for Outgoing {
+    fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
+        self.0.encode_raw(buf);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        self.0.merge_field(tag, wire_type, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.encoded_len()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl SplitLarge for Outgoing {
+    fn split_large(&self, min: usize) -> Option<(Self, Vec<(u32, bytes::Bytes)>)> {
+        // Singular `bytes` fields outside real oneofs and not proto2-required: taken out,
+        // they are not encoded at all, so the split encoding keeps the message's length.
+        let large: Vec<FieldDescriptor> = self
+            .0
+            .descriptor()
+            .fields()
+            .filter(|f| {
+                f.kind() == Kind::Bytes
+                    && !f.is_list()
+                    && !f.is_map()
+                    && f.cardinality() != Cardinality::Required
+                    && f.containing_oneof().is_none_or(|o| o.is_synthetic())
+                    && matches!(&*self.0.get_field(f), Value::Bytes(b) if b.len() >= min)
+            })
+            .collect();
+        if large.is_empty() {
+            return None;
+        }
+        let mut rest = self.0.clone();
+        let fields = large
+            .iter()
+            .filter_map(|f| match rest.take_field(f) {
+                Some(Value::Bytes(b)) => Some((f.number(), b)),
+                _ => None,
+            })
+            .collect();
+        Some((Outgoing(rest), fields))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use prost::Message;
+    use prost_reflect::{DynamicMessage, Value};
+    use rpc_core::codegen::SplitLarge;
+
+    use super::Outgoing;
+
+    #[test]
+    fn a_split_request_decodes_to_the_same_message_and_is_as_long() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let pool =
+            crate::proto::load_descriptors(&root.join("proto/echo.proto"), &[root.join("proto")])
+                .unwrap();
+        let desc = pool.get_message_by_name("echo.EchoRequest").unwrap();
+        let mut message = DynamicMessage::new(desc.clone());
+        let payload = bytes::Bytes::from(vec![7u8; 100_000]);
+        message.set_field_by_name("payload", Value::Bytes(payload.clone()));
+        message.set_field_by_name("delay_ms", Value::U32(3));
+        let outgoing = Outgoing(message.clone());
+        assert!(
+            outgoing.split_large(200_000).is_none(),
+            "nothing that large"
+        );
+        let (rest, fields) = outgoing.split_large(64 << 10).expect("the payload splits");
+        assert_eq!(fields.len(), 1);
+        assert_eq!(fields[0].0, 1);
+        assert_eq!(fields[0].1.as_ptr(), payload.as_ptr(), "taken, not copied");
+        // The rest, then the field (key, length, bytes): what rpc-core sends.
+        let mut wire = rest.encode_to_vec();
+        prost::encoding::bytes::encode(1, &fields[0].1, &mut wire);
+        assert_eq!(wire.len(), outgoing.encoded_len());
+        assert_eq!(DynamicMessage::decode(desc, &wire[..]).unwrap(), message);
     }
 }

@@ -274,6 +274,27 @@ struct Kept {
     count: Arc<KeptBytes>,
 }
 
+impl Kept {
+    /// `buf` (whose size the caller counted in `count`) holding `len` bytes.
+    fn new(buf: LargeBuf, len: usize, count: Arc<KeptBytes>) -> Kept {
+        Kept {
+            buf: Arc::new(buf),
+            len,
+            count,
+        }
+    }
+
+    /// As `Bytes`, registered where a send on the connection finds it.
+    fn into_bytes(self) -> bytes::Bytes {
+        let base = self.buf.region().as_slice().as_ptr() as usize;
+        self.count
+            .regions
+            .lock()
+            .insert(base, Arc::downgrade(&self.buf));
+        bytes::Bytes::from_owner(self)
+    }
+}
+
 impl AsRef<[u8]> for Kept {
     fn as_ref(&self) -> &[u8] {
         &self.buf.region().as_slice()[..self.len]
@@ -322,10 +343,7 @@ impl RecvBuf {
         inner.state.lock().session.frame_consumed(token, lent);
         inner.flush_control();
         Counters::bump(&inner.counters.kept_frames, 1);
-        let buf = Arc::new(buf);
-        let base = buf.region().as_slice().as_ptr() as usize;
-        count.regions.lock().insert(base, Arc::downgrade(&buf));
-        Ok(bytes::Bytes::from_owner(Kept { buf, len, count }))
+        Ok(Kept::new(buf, len, count).into_bytes())
     }
 }
 
@@ -764,6 +782,107 @@ impl RdmaConnection {
     /// Largest frame that travels eagerly (by one SEND) on this connection.
     pub fn eager_limit(&self) -> usize {
         self.inner.eager_limit
+    }
+
+    /// A buffer of `len` bytes for a large message field, in this connection's
+    /// registered memory (as eRPC's `alloc_msg_buffer`): fill it, [`MessageBuf::freeze`]
+    /// it into `Bytes`, put those in a message's `bytes` field, and a call on this
+    /// connection lends the field from where it lies instead of copying it. It counts
+    /// against [`RdmaConfig::keep_bytes`](crate::RdmaConfig::keep_bytes) while held;
+    /// beyond that (or if registering fails) the buffer is ordinary heap memory, and the
+    /// field is copied when sent, as any other.
+    pub fn message_buf(&self, len: usize) -> MessageBuf {
+        MessageBuf::registered(&self.inner, len).unwrap_or_else(|| MessageBuf::heap(len))
+    }
+}
+
+/// Memory for a large message field: registered memory of one RDMA connection (sent
+/// from where it lies on that connection), or heap memory. See
+/// [`RdmaConnection::message_buf`]. Its initial contents are unspecified.
+pub struct MessageBuf(MessageMemory);
+
+enum MessageMemory {
+    Registered(Kept),
+    Heap(Vec<u8>),
+}
+
+impl std::fmt::Debug for MessageBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageBuf")
+            .field("len", &self.len())
+            .field("registered", &self.is_registered())
+            .finish()
+    }
+}
+
+impl MessageBuf {
+    /// `len` bytes of heap memory.
+    pub(crate) fn heap(len: usize) -> MessageBuf {
+        MessageBuf(MessageMemory::Heap(vec![0; len]))
+    }
+
+    /// `len` bytes of `inner`'s lendable memory, if its budget for held registered
+    /// memory has room and registering works.
+    fn registered(inner: &Arc<Inner>, len: usize) -> Option<MessageBuf> {
+        let count = inner.kept.clone();
+        let size = crate::pool::class_of(len);
+        count
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(size).filter(|&total| total <= count.max)
+            })
+            .ok()?;
+        let buf = match inner.tx_pool.take(len) {
+            Ok(buf) => buf,
+            Err(e) => {
+                count.held.fetch_sub(size, Ordering::AcqRel);
+                tracing::debug!("message buffer of {len} bytes in heap memory: {e}");
+                return None;
+            }
+        };
+        debug_assert_eq!(buf.region().len(), size);
+        Some(MessageBuf(MessageMemory::Registered(Kept::new(
+            buf, len, count,
+        ))))
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            MessageMemory::Registered(kept) => kept.len,
+            MessageMemory::Heap(v) => v.len(),
+        }
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether it is registered memory (sent without a copy on its connection).
+    pub fn is_registered(&self) -> bool {
+        matches!(self.0, MessageMemory::Registered(_))
+    }
+
+    /// The bytes, to fill.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &mut self.0 {
+            MessageMemory::Registered(kept) => {
+                let len = kept.len;
+                let buf = Arc::get_mut(&mut kept.buf).expect("not shared before freeze");
+                &mut buf.region_mut().as_mut_slice()[..len]
+            }
+            MessageMemory::Heap(v) => v,
+        }
+    }
+
+    /// The filled buffer as `Bytes`, for a message field. Registered memory goes back
+    /// to the connection's pool when the last of them (and the last loan of it) is gone.
+    pub fn freeze(self) -> bytes::Bytes {
+        match self.0 {
+            MessageMemory::Registered(kept) => kept.into_bytes(),
+            MessageMemory::Heap(v) => bytes::Bytes::from(v),
+        }
     }
 }
 

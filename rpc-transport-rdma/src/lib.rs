@@ -66,7 +66,7 @@ mod setup;
 mod verbs;
 
 pub use config::{RdmaConfig, MIN_SLOT_SIZE};
-pub use connection::{RdmaConnection, RecvBuf};
+pub use connection::{MessageBuf, RdmaConnection, RecvBuf};
 pub use counters::RdmaCounters;
 pub use select::{connect, AnyConnection, AnyListener, TransportSettings};
 pub use select::{ClientSection, FileConfig, RdmaSection, ServerSection, TcpSection};

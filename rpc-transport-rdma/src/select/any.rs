@@ -76,6 +76,16 @@ impl AnyConnection {
         }
     }
 
+    /// A buffer of `len` bytes for a large message field: registered memory of the RDMA
+    /// connection (sent from where it lies, see [`RdmaConnection::message_buf`]), or heap
+    /// memory over TCP (where a large field is written from where it lies anyway).
+    pub fn message_buf(&self, len: usize) -> crate::MessageBuf {
+        match self {
+            AnyConnection::Rdma(c) => c.message_buf(len),
+            AnyConnection::Tcp(_) => crate::MessageBuf::heap(len),
+        }
+    }
+
     /// RDMA counters, when on RDMA.
     pub fn rdma_counters(&self) -> Option<RdmaCounters> {
         match self {
