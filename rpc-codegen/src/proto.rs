@@ -153,8 +153,9 @@ impl Builder {
         S: AsRef<str>,
     {
         let paths: Vec<String> = paths.into_iter().map(|p| p.as_ref().to_owned()).collect();
+        // prost-build replaces its paths on each call: so does this record of them.
         self.prost.bytes(&paths);
-        self.bytes_paths.extend(paths);
+        self.bytes_paths = paths;
         self
     }
 
@@ -172,6 +173,10 @@ impl Builder {
     }
 
     /// Any other prost-build option.
+    ///
+    /// Set `bytes` and `extern_path` with [`Builder::bytes`] and [`Builder::extern_path`],
+    /// not here: the `SplitLarge` impls generated for messages with `Bytes` fields follow
+    /// those two, and would not see paths set here.
     ///
     /// Do not set a service generator or an output directory there:
     /// [`compile_fds`](Self::compile_fds) replaces both.
@@ -303,12 +308,19 @@ impl Generator {
                 (&method.input_proto_type, &method.input_type),
                 (&method.output_proto_type, &method.output_type),
             ] {
-                let Some(fields) = self.split.get(proto) else {
+                // Only messages of the service's own package: their impl goes into that
+                // package's file, which every user of the service includes. (A message of
+                // another package is sent as it always was, copied.)
+                let Some(message) = self
+                    .split
+                    .get(proto)
+                    .filter(|m| m.package == service.package)
+                else {
                     continue;
                 };
                 gathered.insert(rust.clone());
                 if self.split_done.insert(proto.clone()) {
-                    impls.extend(split::split_impl(rust, fields, &codegen)?);
+                    impls.extend(split::split_impl(rust, &message.fields, &codegen)?);
                 }
             }
         }

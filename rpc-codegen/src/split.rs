@@ -27,8 +27,15 @@ pub(crate) struct SplitField {
     optional: bool,
 }
 
+/// A qualifying message: its package and its fields to split.
+#[derive(Debug, Clone)]
+pub(crate) struct SplitMessage {
+    pub(crate) package: String,
+    pub(crate) fields: Vec<SplitField>,
+}
+
 /// Qualifying messages by fully qualified proto name (`.package.Message`).
-pub(crate) type SplitMap = BTreeMap<String, Vec<SplitField>>;
+pub(crate) type SplitMap = BTreeMap<String, SplitMessage>;
 
 /// The qualifying messages of `fds`, given the builder's `bytes` paths, leaving out
 /// those under an extern path (generated, and split or not, by another crate).
@@ -49,7 +56,14 @@ pub(crate) fn split_map(
             format!(".{}", file.package())
         };
         for message in &file.message_type {
-            visit(message, &prefix, proto2, bytes_paths, &mut map);
+            visit(
+                message,
+                &prefix,
+                file.package(),
+                proto2,
+                bytes_paths,
+                &mut map,
+            );
         }
     }
     map.retain(|name, _| {
@@ -63,6 +77,7 @@ pub(crate) fn split_map(
 fn visit(
     message: &DescriptorProto,
     parent: &str,
+    package: &str,
     proto2: bool,
     bytes_paths: &[String],
     map: &mut SplitMap,
@@ -87,17 +102,18 @@ fn visit(
         })
         .collect();
     if !fields.is_empty() {
-        map.insert(full_name.clone(), fields);
+        let package = package.to_owned();
+        map.insert(full_name.clone(), SplitMessage { package, fields });
     }
     for nested in &message.nested_type {
-        visit(nested, &full_name, proto2, bytes_paths, map);
+        visit(nested, &full_name, package, proto2, bytes_paths, map);
     }
 }
 
 /// Whether prost-build's path matching selects the field `field` (`.pkg.Msg.field`) for
-/// one of `paths`: `.` selects everything; a path with a leading dot is fully qualified
-/// and selects what it names and everything below; one without selects any field whose
-/// name contains it as whole segments.
+/// one of `paths` (its `sub_path_iter`): `.` selects everything; a path with a leading
+/// dot is fully qualified and selects what it names and everything below; one without
+/// selects the fields whose name ends with it, in whole segments.
 fn matches_any(paths: &[String], field: &str) -> bool {
     let segments: Vec<&str> = field.trim_start_matches('.').split('.').collect();
     paths.iter().any(|path| {
@@ -109,9 +125,7 @@ fn matches_any(paths: &[String], field: &str) -> bool {
             return segments.starts_with(&wanted);
         }
         let wanted: Vec<&str> = path.split('.').collect();
-        segments
-            .windows(wanted.len())
-            .any(|w| w == wanted.as_slice())
+        segments.ends_with(&wanted)
     })
 }
 
@@ -201,7 +215,10 @@ mod tests {
         assert!(!m(".store"));
         assert!(m("Item.blob"));
         assert!(m("blob"));
-        assert!(m("store.Item"));
+        assert!(m("acme.store.Item.blob"));
+        assert!(!m("store.Item"), "relative paths match suffixes only");
+        assert!(!m("Item"));
+        assert!(!m("acme"));
         assert!(!m("Ite"));
     }
 

@@ -65,6 +65,8 @@ pub(crate) struct Inner {
     pub(crate) arrived: Notify,
     pub(crate) tx_pool: LargePool,
     pub(crate) rx_pool: LargePool,
+    /// Message buffers: lendable, never kept idle (each is registered for one use).
+    pub(crate) msg_pool: LargePool,
     /// Registered memory of received frames the application keeps.
     pub(crate) kept: Arc<KeptBytes>,
     pub(crate) peer: String,
@@ -610,7 +612,9 @@ impl Inner {
         let head_bytes = head.area_mut().to_vec();
         drop(head);
         let total = head_bytes.len() + tail.iter().map(bytes::Bytes::len).sum::<usize>();
+        // The prefix's token count carries the head's length: 16 bits.
         let fits_inline = head_bytes.len() >= HEADER_LEN
+            && head_bytes.len() <= usize::from(u16::MAX)
             && PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN + head_bytes.len()
                 <= self.rings.slot_size();
         let found = match tail.as_slice() {
@@ -791,6 +795,11 @@ impl RdmaConnection {
     /// against [`RdmaConfig::keep_bytes`](crate::RdmaConfig::keep_bytes) while held;
     /// beyond that (or if registering fails) the buffer is ordinary heap memory, and the
     /// field is copied when sent, as any other.
+    ///
+    /// Each buffer is registered for its own use and deregistered when the last of its
+    /// `Bytes` is dropped (a registration per buffer: worth it for large fields), so that
+    /// the peer, which may read it once it was lent, never sees anything else in it. Fill
+    /// it only with what this connection's peer may see.
     pub fn message_buf(&self, len: usize) -> MessageBuf {
         MessageBuf::registered(&self.inner, len).unwrap_or_else(|| MessageBuf::heap(len))
     }
@@ -832,7 +841,9 @@ impl MessageBuf {
                 held.checked_add(size).filter(|&total| total <= count.max)
             })
             .ok()?;
-        let buf = match inner.tx_pool.take(len) {
+        // A registration of its own, deregistered when dropped, never reused: once lent,
+        // its key is known to the peer, so it must never hold anything else.
+        let buf = match inner.msg_pool.take(len) {
             Ok(buf) => buf,
             Err(e) => {
                 count.held.fetch_sub(size, Ordering::AcqRel);

@@ -185,6 +185,7 @@ impl Connected {
             // Lendable too: a kept frame sent on is lent from where it lies. Only this
             // connection's frames ever land in them.
             rx_pool: LargePool::new(self.pd.clone(), Access::Lendable, config.pool_keep_bytes),
+            msg_pool: LargePool::new(self.pd.clone(), Access::Lendable, 0),
             kept: Arc::new(KeptBytes {
                 held: Default::default(),
                 max: config.keep_bytes,

@@ -286,10 +286,8 @@ impl Connection for TcpConnection {
         self.send_reserved(frame, reservation).await
     }
 
-    /// Frames of at least 32 KiB: each was read into a buffer of its own (while the
-    /// process-wide allowance for buffers allocated at their declared length lasts;
-    /// beyond it, a buffer that may hold the start of the next frame too), so keeping one
-    /// pins about itself.
+    /// Frames of at least 32 KiB: each is in a buffer of its own (read into it, or moved
+    /// there once complete), so keeping one pins only itself.
     fn keep(&self, frame: Bytes) -> Result<Bytes, Bytes> {
         if frame.len() >= crate::reader::KEEP_MIN {
             Ok(frame)

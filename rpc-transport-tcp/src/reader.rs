@@ -21,9 +21,9 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// Frames at least this long are read into a buffer of their own, allocated at the
 /// frame's declared length while the process-wide [`CLAIM_ALLOWANCE`] lasts (so that they
-/// land without a copy and a kept frame pins exactly itself), and are kept
-/// ([`rpc_core::Connection::keep`]). Smaller frames share the read buffer and are copied
-/// out.
+/// land without a copy), or moved into one once complete (when they arrived in the shared
+/// buffer), and are kept ([`rpc_core::Connection::keep`]): a kept frame pins only itself.
+/// Smaller frames share the read buffer and are copied out.
 pub(crate) const KEEP_MIN: usize = 32 * 1024;
 
 /// Bytes of frame buffers allocated at a header's declared length before the bytes
@@ -220,10 +220,19 @@ impl Reader {
         }
         let len = header.frame_len();
         if self.buf.len() >= len {
+            if len >= KEEP_MIN {
+                // A large frame that arrived in the shared buffer (it fit, or the
+                // allowance was spent) moves to a buffer of its own: every frame that is
+                // kept pins only itself, never the read buffer and the frames after it.
+                let mut own = crate::recycle::take(len);
+                own.extend_from_slice(&self.buf[..len]);
+                self.buf.advance(len);
+                return Ok(Some(crate::recycle::into_bytes(own)));
+            }
             return Ok(Some(self.buf.split_to(len).freeze()));
         }
         if len >= KEEP_MIN && self.buf.capacity() < len {
-            if let Some(claim) = Claim::take(len) {
+            if let Some(claim) = Claim::take(crate::recycle::class_of(len)) {
                 // What arrived of the frame moves to a buffer of the frame's length.
                 let mut buf = crate::recycle::take(len);
                 buf.extend_from_slice(&self.buf);

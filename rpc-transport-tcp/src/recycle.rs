@@ -70,7 +70,7 @@ impl Drop for Recycled {
 }
 
 /// The class (buffer size) serving `len` bytes.
-fn class_of(len: usize) -> usize {
+pub(crate) fn class_of(len: usize) -> usize {
     len.max(MIN_CLASS).next_power_of_two()
 }
 
