@@ -224,6 +224,23 @@ async fn headers_claiming_huge_frames_reserve_nothing() {
     assert!(alive, "the server survives");
     served.expect("and serves");
     assert!(rss.saturating_sub(rss0) < 64 * 1024);
+    // The liars hold the process-wide allowance for buffers allocated at a header's
+    // length: an honest large call is still served, its frame buffer growing with what
+    // arrives, then moved to a buffer of its own.
+    let client = peer::channel(server.port, 4 << 20).await;
+    let payload = bytes::Bytes::from((0..3_000_000u32).map(|i| (i / 7) as u8).collect::<Vec<_>>());
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.echo(EchoRequest {
+            payload: payload.clone(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("served in time")
+    .expect("a large call beside the liars");
+    assert!(reply.into_inner().payload == payload, "echoed content");
+    drop(sockets);
 }
 
 /// Item 5: a response over the server's size limit.
