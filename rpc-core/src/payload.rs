@@ -40,25 +40,6 @@ impl Payload<'_> {
             Payload::Shared(bytes) => bytes,
         }
     }
-
-    /// Whether the payload is a kept frame (its `bytes` fields decode without a copy).
-    pub fn is_shared(&self) -> bool {
-        matches!(self, Payload::Shared(_))
-    }
-
-    /// The payload as `Bytes`: the kept frame's slice, or a copy of the borrowed bytes.
-    pub fn into_bytes(self) -> Bytes {
-        match self {
-            Payload::Borrowed(slice) => Bytes::copy_from_slice(slice),
-            Payload::Shared(bytes) => bytes,
-        }
-    }
-}
-
-impl AsRef<[u8]> for Payload<'_> {
-    fn as_ref(&self) -> &[u8] {
-        self.as_slice()
-    }
 }
 
 /// A received frame as the runtime holds it: still the transport's, or kept.

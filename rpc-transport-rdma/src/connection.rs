@@ -255,6 +255,15 @@ pub(crate) struct KeptBytes {
 }
 
 impl KeptBytes {
+    /// Counts `size` more bytes held, if that stays within the budget.
+    fn reserve(&self, size: usize) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(size).filter(|&total| total <= self.max)
+            })
+            .is_ok()
+    }
+
     /// The kept buffer `bytes` lie in, and their offset in it.
     fn find(&self, bytes: &[u8]) -> Option<(Arc<LargeBuf>, usize)> {
         let start = bytes.as_ptr() as usize;
@@ -321,15 +330,8 @@ impl RecvBuf {
         let Received::Large { inner, buf, .. } = &self.0 else {
             return Err(self);
         };
-        let size = buf.region().len();
         let count = inner.kept.clone();
-        let reserved = count
-            .held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                held.checked_add(size).filter(|&total| total <= count.max)
-            })
-            .is_ok();
-        if !reserved {
+        if !count.reserve(buf.region().len()) {
             return Err(self);
         }
         let Received::Large {
@@ -835,12 +837,9 @@ impl MessageBuf {
     fn registered(inner: &Arc<Inner>, len: usize) -> Option<MessageBuf> {
         let count = inner.kept.clone();
         let size = crate::pool::class_of(len);
-        count
-            .held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                held.checked_add(size).filter(|&total| total <= count.max)
-            })
-            .ok()?;
+        if !count.reserve(size) {
+            return None;
+        }
         // A registration of its own, deregistered when dropped, never reused: once lent,
         // its key is known to the peer, so it must never hold anything else.
         let buf = match inner.msg_pool.take(len) {
