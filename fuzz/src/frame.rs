@@ -147,6 +147,8 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         FrameKind::Pong,
         FrameKind::GoAway,
         FrameKind::Credit,
+        FrameKind::Message,
+        FrameKind::WindowUpdate,
     ];
     let mut seeds = Vec::new();
     for (i, kind) in kinds.into_iter().enumerate() {

@@ -20,30 +20,83 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
         let input = &method.input;
         let output = &method.output;
         let docs = docs_or(&method.docs, format!("Calls `{}`.", method.route));
-        // Requests with large `bytes` fields send them by gathered write.
-        let call = if method.gather_input {
-            quote!(unary_gathered)
-        } else {
-            quote!(unary)
-        };
-        quote! {
-            #docs
+        let descriptor = quote!(&super::#methods_module::METHODS[#index]);
+        let errors = quote! {
             ///
             /// # Errors
             ///
             /// The `Status` returned by the server's handler, or the one the channel fails the
             /// call with (e.g. `UNAVAILABLE`, `DEADLINE_EXCEEDED`).
-            pub async fn #ident(
-                &self,
-                request: impl #codegen::IntoRequest<#input>,
-            ) -> ::core::result::Result<#codegen::Response<#output>, #codegen::Status> {
-                self.inner
-                    .#call(
-                        #codegen::IntoRequest::into_request(request),
-                        &super::#methods_module::METHODS[#index],
-                    )
-                    .await
+        };
+        match (method.client_streaming, method.server_streaming) {
+            (false, false) => {
+                // Requests with large `bytes` fields send them by gathered write.
+                let call = if method.gather_input {
+                    quote!(unary_gathered)
+                } else {
+                    quote!(unary)
+                };
+                quote! {
+                    #docs
+                    #errors
+                    pub async fn #ident(
+                        &self,
+                        request: impl #codegen::IntoRequest<#input>,
+                    ) -> ::core::result::Result<#codegen::Response<#output>, #codegen::Status> {
+                        self.inner
+                            .#call(#codegen::IntoRequest::into_request(request), #descriptor)
+                            .await
+                    }
+                }
             }
+            (false, true) => quote! {
+                #docs
+                ///
+                /// Resolves with the response headers; the messages come from the returned
+                /// `Streaming`, which cancels the call when dropped.
+                #errors
+                pub async fn #ident(
+                    &self,
+                    request: impl #codegen::IntoRequest<#input>,
+                ) -> ::core::result::Result<
+                    #codegen::Response<#codegen::Streaming<#output>>,
+                    #codegen::Status,
+                > {
+                    self.inner
+                        .server_streaming(#codegen::IntoRequest::into_request(request), #descriptor)
+                        .await
+                }
+            },
+            (true, false) => quote! {
+                #docs
+                ///
+                /// Sends the messages of `request` (a `Stream`, or a `Request` of one) as the
+                /// server's window allows, then waits for the response.
+                #errors
+                pub async fn #ident(
+                    &self,
+                    request: impl #codegen::IntoStreamingRequest<Message = #input>,
+                ) -> ::core::result::Result<#codegen::Response<#output>, #codegen::Status> {
+                    self.inner.client_streaming(request, #descriptor).await
+                }
+            },
+            (true, true) => quote! {
+                #docs
+                ///
+                /// Sends the messages of `request` (a `Stream`, or a `Request` of one) while
+                /// the responses come from the returned `Streaming`, which cancels the call
+                /// when dropped.
+                #errors
+                pub async fn #ident(
+                    &self,
+                    request: impl #codegen::IntoStreamingRequest<Message = #input>,
+                ) -> ::core::result::Result<
+                    #codegen::Response<#codegen::Streaming<#output>>,
+                    #codegen::Status,
+                > {
+                    self.inner.streaming(request, #descriptor).await
+                }
+            },
         }
     });
 

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use heck::ToUpperCamelCase;
 use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
@@ -106,8 +107,7 @@ impl CodeGenBuilder {
     ///
     /// # Errors
     ///
-    /// - [`Error::UnsupportedStreaming`] if a method streams requests or responses;
-    /// - [`Error::InvalidSyntax`] if a name, a type or the codegen path does not parse as Rust.
+    /// [`Error::InvalidSyntax`] if a name, a type or the codegen path does not parse as Rust.
     pub fn generate<S: Service>(&self, service: &S) -> Result<TokenStream, Error> {
         if !self.build_client && !self.build_server {
             return Ok(TokenStream::new());
@@ -163,6 +163,25 @@ pub(crate) struct MethodPlan {
     pub(crate) gather_input: bool,
     /// Whether the response type implements `SplitLarge`.
     pub(crate) gather_output: bool,
+    /// Whether the client sends a stream.
+    pub(crate) client_streaming: bool,
+    /// Whether the server answers with a stream.
+    pub(crate) server_streaming: bool,
+    /// The server trait's associated type for the response stream: `WatchStream`.
+    pub(crate) stream_type: Ident,
+}
+
+impl MethodPlan {
+    /// The `MethodKind` variant of this method.
+    pub(crate) fn kind(&self) -> Ident {
+        let kind = match (self.client_streaming, self.server_streaming) {
+            (false, false) => "Unary",
+            (false, true) => "ServerStreaming",
+            (true, false) => "ClientStreaming",
+            (true, true) => "Streaming",
+        };
+        Ident::new(kind, proc_macro2::Span::call_site())
+    }
 }
 
 impl ServicePlan {
@@ -182,9 +201,10 @@ impl ServicePlan {
             .map(|method| {
                 let context = format!("{full_name}/{}", method.proto_name());
                 syntax::check_name(method.proto_name(), "method name", &context)?;
-                if method.client_streaming() || method.server_streaming() {
-                    return Err(Error::UnsupportedStreaming { method: context });
-                }
+                let stream_type = syntax::type_ident(
+                    &format!("{}Stream", method.proto_name().to_upper_camel_case()),
+                    &context,
+                )?;
                 Ok(MethodPlan {
                     ident: syntax::method_ident(method.name(), &context)?,
                     route: format!("/{context}"),
@@ -193,9 +213,12 @@ impl ServicePlan {
                     output: syntax::resolve_type(method.output_type(), "output type", &context)?,
                     gather_input: gathered.contains(method.input_type()),
                     gather_output: gathered.contains(method.output_type()),
+                    client_streaming: method.client_streaming(),
+                    server_streaming: method.server_streaming(),
+                    stream_type,
                 })
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, Error>>()?;
         Ok(Self {
             methods_module: syntax::module_ident(service.name(), "methods"),
             client_module: syntax::module_ident(service.name(), "client"),
@@ -230,7 +253,15 @@ fn methods_module(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
         plan.full_name
     );
     let count = plan.methods.len();
-    let routes = plan.methods.iter().map(|method| &method.route);
+    let descriptors = plan.methods.iter().map(|method| {
+        let route = &method.route;
+        if method.client_streaming || method.server_streaming {
+            let kind = method.kind();
+            quote!(#codegen::MethodDescriptor::with_kind(#route, #codegen::MethodKind::#kind))
+        } else {
+            quote!(#codegen::MethodDescriptor::new(#route))
+        }
+    });
     let mut static_doc = vec![
         format!(
             "The methods of `{}`; an index into this table is what `Service::call` receives.",
@@ -250,7 +281,7 @@ fn methods_module(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
         pub mod #module {
             #static_doc
             pub static METHODS: [#codegen::MethodDescriptor; #count] = [
-                #(#codegen::MethodDescriptor::new(#routes),)*
+                #(#descriptors,)*
             ];
         }
     }

@@ -13,13 +13,6 @@ pub enum Error {
     #[error("failed to compile .proto files: {0}")]
     Proto(#[from] protox::Error),
 
-    /// A method streams requests or responses; only unary RPCs are supported so far.
-    #[error("streaming RPC {method} is not supported yet (only unary)")]
-    UnsupportedStreaming {
-        /// The method as `package.Service/Method`.
-        method: String,
-    },
-
     /// A name or a Rust type given by a front end does not parse as Rust.
     #[error("invalid {what} `{value}` in {context}: {reason}")]
     InvalidSyntax {

@@ -54,13 +54,12 @@ pub trait Method {
     /// The Rust type of the response message; resolved like [`input_type`](Self::input_type).
     fn output_type(&self) -> &str;
 
-    /// Whether the client sends a stream of messages. Not supported yet: the emitter rejects it.
+    /// Whether the client sends a stream of messages.
     fn client_streaming(&self) -> bool {
         false
     }
 
-    /// Whether the server answers with a stream of messages. Not supported yet: the emitter
-    /// rejects it.
+    /// Whether the server answers with a stream of messages.
     fn server_streaming(&self) -> bool {
         false
     }

@@ -22,13 +22,20 @@
 //! | --- | --- |
 //! | `echo_methods::METHODS` | `static [MethodDescriptor; N]`: path `/echo.Echo/Echo` and its method id, in index order |
 //! | `echo_client::EchoClient<C>` | `new(Channel<C>)`, `channel()`, and `async fn echo(&self, impl IntoRequest<EchoRequest>) -> Result<Response<EchoReply>, Status>` |
-//! | `echo_server::Echo` | the trait to implement, one `fn echo(&self, Request<EchoRequest>) -> impl Future<…> + Send` per RPC (write it as an `async fn`) |
+//! | `echo_server::Echo` | the trait to implement, one `fn echo(&self, Request<EchoRequest>) -> impl Future<…> + Send` per RPC (write it as an `async fn`), and one `type FooStream` per method `Foo` that streams responses |
 //! | `echo_server::EchoServer<T>` | `new(T)`, `from_arc(Arc<T>)`; implements `NamedService` (`"echo.Echo"`) and `Service` |
 //!
 //! Generated code names only `rpc_core::codegen::*` (configurable with `codegen_path`), `core`
 //! and `std`, so a user crate depends on just `rpc-core` and `prost`. Proto comments become doc
-//! comments, method names become `snake_case`. Only unary RPCs are supported: a streaming one
-//! fails the build with [`Error::UnsupportedStreaming`].
+//! comments, method names become `snake_case`.
+//!
+//! Streaming methods follow tonic: a server-streaming method `Watch` gets an associated
+//! type `WatchStream` (a `Stream<Item = Result<Reply, Status>> + Send + 'static`) in the
+//! trait, which the handler answers with; a client-streaming or bidirectional handler
+//! receives `Request<Streaming<Req>>`. The client's methods return
+//! `Response<Streaming<Reply>>` for streamed responses and take any
+//! `IntoStreamingRequest` (a `Stream` of requests, or a `Request` of one) for streamed
+//! requests.
 //!
 //! # Layout
 //!

@@ -197,7 +197,6 @@ impl Builder {
     /// # Errors
     ///
     /// - [`Error::Proto`] if a file cannot be found, read, parsed or type-checked;
-    /// - [`Error::UnsupportedStreaming`] if a method streams;
     /// - [`Error::Io`] if the output cannot be written.
     pub fn compile_protos(
         self,
@@ -234,10 +233,9 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`Error::UnsupportedStreaming`] if a method streams, [`Error::InvalidSyntax`] if the
-    /// codegen path is not a path, [`Error::Io`] if prost-build or writing fails.
+    /// [`Error::InvalidSyntax`] if the codegen path is not a path, [`Error::Io`] if
+    /// prost-build or writing fails.
     pub fn compile_fds(mut self, fds: FileDescriptorSet) -> Result<(), Error> {
-        reject_streaming(&fds)?;
         syntax::parse_path(self.codegen.codegen_path_str(), "codegen path")?;
         if let Some(path) = &self.file_descriptor_set_path {
             fs::write(path, fds.encode_to_vec())?;
@@ -261,25 +259,6 @@ impl Builder {
             None => Ok(()),
         }
     }
-}
-
-/// Fails on the first streaming method, before anything is written.
-fn reject_streaming(fds: &FileDescriptorSet) -> Result<(), Error> {
-    for file in &fds.file {
-        for service in &file.service {
-            let streaming = service
-                .method
-                .iter()
-                .find(|method| method.client_streaming() || method.server_streaming());
-            if let Some(method) = streaming {
-                let service = syntax::qualified_name(file.package(), service.name());
-                return Err(Error::UnsupportedStreaming {
-                    method: format!("{service}/{}", method.name()),
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The `prost_build::ServiceGenerator`: runs the emitter and appends its formatted output to the

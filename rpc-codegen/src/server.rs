@@ -26,40 +26,112 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
         let input = &method.input;
         let output = &method.output;
         let docs = docs_or(&method.docs, format!("Handles `{}`.", method.route));
-        quote! {
-            #docs
-            fn #ident(
-                &self,
-                request: #codegen::Request<#input>,
-            ) -> impl ::core::future::Future<
-                Output = ::core::result::Result<#codegen::Response<#output>, #codegen::Status>,
-            > + ::core::marker::Send;
-        }
-    });
-
-    let arms = plan.methods.iter().enumerate().map(|(index, method)| {
-        let ident = &method.ident;
-        let input = &method.input;
-        // Responses with large `bytes` fields send them by gathered write.
-        let unary = if method.gather_output {
-            quote!(unary_gathered)
+        let request = if method.client_streaming {
+            quote!(#codegen::Request<#codegen::Streaming<#input>>)
         } else {
-            quote!(unary)
+            quote!(#codegen::Request<#input>)
         };
-        quote! {
-            #index => {
-                let inner = ::std::sync::Arc::clone(&self.inner);
-                #codegen::#unary(request, move |request: #codegen::Request<#input>| async move {
-                    <T as #service>::#ident(&inner, request).await
-                })
+        if method.server_streaming {
+            let stream = &method.stream_type;
+            let stream_doc = format!(" The stream of responses of `{}`.", method.route);
+            quote! {
+                #[doc = #stream_doc]
+                type #stream: #codegen::Stream<
+                        Item = ::core::result::Result<#output, #codegen::Status>,
+                    > + ::core::marker::Send
+                    + 'static;
+
+                #docs
+                fn #ident(
+                    &self,
+                    request: #request,
+                ) -> impl ::core::future::Future<
+                    Output = ::core::result::Result<
+                        #codegen::Response<Self::#stream>,
+                        #codegen::Status,
+                    >,
+                > + ::core::marker::Send;
+            }
+        } else {
+            quote! {
+                #docs
+                fn #ident(
+                    &self,
+                    request: #request,
+                ) -> impl ::core::future::Future<
+                    Output = ::core::result::Result<#codegen::Response<#output>, #codegen::Status>,
+                > + ::core::marker::Send;
             }
         }
     });
+
+    let unary_arms = plan
+        .methods
+        .iter()
+        .enumerate()
+        .filter(|(_, method)| !method.client_streaming && !method.server_streaming)
+        .map(|(index, method)| {
+            let ident = &method.ident;
+            let input = &method.input;
+            // Responses with large `bytes` fields send them by gathered write.
+            let unary = if method.gather_output {
+                quote!(unary_gathered)
+            } else {
+                quote!(unary)
+            };
+            quote! {
+                #index => {
+                    let inner = ::std::sync::Arc::clone(&self.inner);
+                    #codegen::#unary(request, move |request: #codegen::Request<#input>| async move {
+                        <T as #service>::#ident(&inner, request).await
+                    })
+                }
+            }
+        })
+        .collect::<Vec<_>>();
+    let streaming_arms = plan
+        .methods
+        .iter()
+        .enumerate()
+        .filter(|(_, method)| method.client_streaming || method.server_streaming)
+        .map(|(index, method)| {
+            let ident = &method.ident;
+            let input = &method.input;
+            let boxed = if method.gather_output {
+                quote!(#codegen::boxed_gathered)
+            } else {
+                quote!(#codegen::boxed)
+            };
+            let (helper, request) = match (method.client_streaming, method.server_streaming) {
+                (false, _) => (quote!(server_streaming), quote!(#codegen::Request<#input>)),
+                (true, false) => (
+                    quote!(client_streaming),
+                    quote!(#codegen::Request<#codegen::Streaming<#input>>),
+                ),
+                (true, true) => (
+                    quote!(streaming),
+                    quote!(#codegen::Request<#codegen::Streaming<#input>>),
+                ),
+            };
+            quote! {
+                #index => {
+                    let inner = ::std::sync::Arc::clone(&self.inner);
+                    #codegen::#helper(
+                        request,
+                        move |request: #request| async move {
+                            <T as #service>::#ident(&inner, request).await
+                        },
+                        #boxed,
+                    )
+                }
+            }
+        })
+        .collect::<Vec<_>>();
     // Out-of-range indexes do not come from the router, which only uses `methods()`; the path
     // in the error names the index anyway.
     let unknown = format!("/{full_name}/#{{}}");
     // A `match` with only the wildcard arm would trip `clippy::match_single_binding`.
-    let call_body = if plan.methods.is_empty() {
+    let call_body = if unary_arms.is_empty() {
         quote! {
             let _ = request;
             #codegen::unimplemented(&::std::format!(#unknown, index))
@@ -67,8 +139,26 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
     } else {
         quote! {
             match index {
-                #(#arms)*
+                #(#unary_arms)*
                 _ => #codegen::unimplemented(&::std::format!(#unknown, index)),
+            }
+        }
+    };
+    let call_streaming = if streaming_arms.is_empty() {
+        quote!()
+    } else {
+        quote! {
+            fn call_streaming(
+                &self,
+                index: usize,
+                request: #codegen::Request<#codegen::StreamRequest<'_>>,
+            ) -> #codegen::StreamingFuture {
+                match index {
+                    #(#streaming_arms)*
+                    _ => ::std::boxed::Box::pin(::core::future::ready(::core::result::Result::Err(
+                        #codegen::Status::unimplemented(::std::format!(#unknown, index)),
+                    ))),
+                }
             }
         }
     };
@@ -143,6 +233,8 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
                 ) -> #codegen::ServiceFuture {
                     #call_body
                 }
+
+                #call_streaming
             }
         }
     }

@@ -65,28 +65,33 @@ fn echo_service() -> manual::Service {
 }
 
 #[test]
-fn streaming_rpcs_are_rejected_with_the_method_name() {
-    for (rpc, name) in [
-        ("rpc Chat(stream Msg) returns (stream Msg);", "Chat"),
-        ("rpc Upload(stream Msg) returns (Msg);", "Upload"),
-        ("rpc Watch(Msg) returns (stream Msg);", "Watch"),
+fn streaming_rpcs_generate_each_kind() {
+    let proto = "syntax = \"proto3\"; package echo; message Msg {}\n\
+         service Echo { rpc Ok(Msg) returns (Msg); rpc Chat(stream Msg) returns (stream Msg);\
+         rpc Upload(stream Msg) returns (Msg); rpc Watch(Msg) returns (stream Msg); }";
+    let (dir, result) = compile(&[("echo.proto", proto)], |b| b);
+    result.unwrap();
+    let code = std::fs::read_to_string(dir.path().join("echo.rs")).unwrap();
+    let flat: String = code.split_whitespace().collect::<Vec<_>>().join(" ");
+    for expected in [
+        "MethodDescriptor::new(\"/echo.Echo/Ok\")",
+        "with_kind( \"/echo.Echo/Chat\", rpc_core::codegen::MethodKind::Streaming, )",
+        "with_kind( \"/echo.Echo/Upload\", rpc_core::codegen::MethodKind::ClientStreaming, )",
+        "with_kind( \"/echo.Echo/Watch\", rpc_core::codegen::MethodKind::ServerStreaming, )",
+        "type ChatStream: rpc_core::codegen::Stream<",
+        "type WatchStream: rpc_core::codegen::Stream<",
+        "request: rpc_core::codegen::Request<rpc_core::codegen::Streaming<super::Msg>>",
+        "impl rpc_core::codegen::IntoStreamingRequest<Message = super::Msg>",
+        "rpc_core::codegen::Response<rpc_core::codegen::Streaming<super::Msg>>",
+        "fn call_streaming(",
     ] {
-        let proto = format!(
-            "syntax = \"proto3\"; package echo; message Msg {{}}\n\
-             service Echo {{ rpc Ok(Msg) returns (Msg); {rpc} }}"
-        );
-        let (dir, result) = compile(&[("echo.proto", &proto)], |b| b);
-        let error = result.unwrap_err();
-        assert!(
-            matches!(error, Error::UnsupportedStreaming { .. }),
-            "{error:?}"
-        );
-        assert_eq!(
-            error.to_string(),
-            format!("streaming RPC echo.Echo/{name} is not supported yet (only unary)")
-        );
-        assert!(!dir.path().join("echo.rs").exists(), "nothing is written");
+        assert!(flat.contains(expected), "missing {expected:?} in:\n{code}");
     }
+    assert!(
+        !code.contains("type UploadStream"),
+        "only streamed responses get a type"
+    );
+    assert!(!code.contains("type OkStream"));
 }
 
 #[test]

@@ -2,15 +2,124 @@
 
 use std::future::Future;
 
+use futures_util::StreamExt;
+
 pub use crate::service::{
-    method_id, BoxMessage, EncodeMessage, Gathered, MethodDescriptor, NamedService, Service,
-    ServiceFuture, SplitLarge,
+    method_id, BoxMessage, BoxMessageStream, EncodeMessage, Gathered, MethodDescriptor, MethodKind,
+    NamedService, Service, ServiceFuture, SplitLarge, StreamRequest, StreamResponse,
+    StreamingFuture,
 };
 pub use crate::{
-    Channel, Code, Connection, IntoRequest, Metadata, Payload, Request, Response, Status,
+    Channel, Code, Connection, IntoRequest, IntoStreamingRequest, Metadata, Payload, Request,
+    Response, Status, Streaming,
 };
 pub use bytes;
+pub use futures_util::Stream;
 pub use prost;
+
+/// Boxes a response message (see [`boxed_gathered`] for ones with large `bytes` fields).
+pub fn boxed<M: prost::Message + Sync + 'static>(message: M) -> BoxMessage {
+    Box::new(message)
+}
+
+/// Boxes a response message whose large `bytes` fields go by gathered write.
+pub fn boxed_gathered<M: SplitLarge + Sync + 'static>(message: M) -> BoxMessage {
+    Box::new(Gathered(message))
+}
+
+/// Runs a server-streaming handler `f` on `request`'s decoded message; its stream's
+/// messages are boxed with `boxed` ([`boxed`] or [`boxed_gathered`]).
+pub fn server_streaming<Req, Resp, S, F, Fut>(
+    request: Request<StreamRequest<'_>>,
+    f: F,
+    boxed: fn(Resp) -> BoxMessage,
+) -> StreamingFuture
+where
+    Req: prost::Message + Default + 'static,
+    Resp: 'static,
+    S: Stream<Item = Result<Resp, Status>> + Send + 'static,
+    F: FnOnce(Request<Req>) -> Fut,
+    Fut: Future<Output = Result<Response<S>, Status>> + Send + 'static,
+{
+    let (metadata, body, timeout) = request.into_parts();
+    let decoded = match body {
+        StreamRequest::Message(payload) => payload
+            .decode::<Req>()
+            .map_err(|e| Status::invalid_argument(format!("failed to decode request: {e}"))),
+        StreamRequest::Stream(_) => Err(Status::internal("expected one request message")),
+    };
+    match decoded {
+        Ok(message) => {
+            let fut = f(Request::from_parts(metadata, message, timeout));
+            Box::pin(async move { Ok(fut.await?.map(|s| box_stream(s, boxed))) })
+        }
+        Err(status) => Box::pin(std::future::ready(Err(status))),
+    }
+}
+
+/// Runs a client-streaming handler `f` on `request`'s stream of `Req`.
+pub fn client_streaming<Req, Resp, F, Fut>(
+    request: Request<StreamRequest<'_>>,
+    f: F,
+    boxed: fn(Resp) -> BoxMessage,
+) -> StreamingFuture
+where
+    Req: prost::Message + Default + 'static,
+    Resp: 'static,
+    F: FnOnce(Request<Streaming<Req>>) -> Fut,
+    Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
+{
+    match request_stream(request) {
+        Ok(request) => {
+            let fut = f(request);
+            Box::pin(async move { Ok(fut.await?.map(|m| StreamResponse::Message(boxed(m)))) })
+        }
+        Err(status) => Box::pin(std::future::ready(Err(status))),
+    }
+}
+
+/// Runs a bidirectional streaming handler `f` on `request`'s stream of `Req`.
+pub fn streaming<Req, Resp, S, F, Fut>(
+    request: Request<StreamRequest<'_>>,
+    f: F,
+    boxed: fn(Resp) -> BoxMessage,
+) -> StreamingFuture
+where
+    Req: prost::Message + Default + 'static,
+    Resp: 'static,
+    S: Stream<Item = Result<Resp, Status>> + Send + 'static,
+    F: FnOnce(Request<Streaming<Req>>) -> Fut,
+    Fut: Future<Output = Result<Response<S>, Status>> + Send + 'static,
+{
+    match request_stream(request) {
+        Ok(request) => {
+            let fut = f(request);
+            Box::pin(async move { Ok(fut.await?.map(|s| box_stream(s, boxed))) })
+        }
+        Err(status) => Box::pin(std::future::ready(Err(status))),
+    }
+}
+
+fn request_stream<Req: prost::Message + Default + 'static>(
+    request: Request<StreamRequest<'_>>,
+) -> Result<Request<Streaming<Req>>, Status> {
+    let (metadata, body, timeout) = request.into_parts();
+    match body {
+        StreamRequest::Stream(stream) => Ok(Request::from_parts(
+            metadata,
+            stream.decoded::<Req>(),
+            timeout,
+        )),
+        StreamRequest::Message(_) => Err(Status::internal("expected a request stream")),
+    }
+}
+
+fn box_stream<Resp: 'static, S>(stream: S, boxed: fn(Resp) -> BoxMessage) -> StreamResponse
+where
+    S: Stream<Item = Result<Resp, Status>> + Send + 'static,
+{
+    StreamResponse::Stream(Box::pin(stream.map(move |item| item.map(boxed))))
+}
 
 /// Decodes `request`'s payload as `Req` and runs `f` on it.
 ///

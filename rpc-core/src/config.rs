@@ -5,6 +5,9 @@ use std::time::Duration;
 /// The default maximum message size: 4 MiB, as in gRPC.
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 4 * 1024 * 1024;
 
+/// The default window of each received stream: 1 MiB of frames.
+pub const DEFAULT_STREAM_WINDOW: u32 = 1024 * 1024;
+
 /// Client-side settings of a [`Channel`](crate::Channel).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -35,6 +38,10 @@ pub struct ClientConfig {
     /// How long one dial of a reconnecting channel may take (connect and transport
     /// handshake) before it counts as failed. Default 20 s.
     pub connect_timeout: Duration,
+    /// How many bytes of messages (counted as whole frames) the server may send on one
+    /// response stream before the application reads them: what a stream buffers is at
+    /// most this plus one message. Default [`DEFAULT_STREAM_WINDOW`].
+    pub stream_window: u32,
 }
 
 impl Default for ClientConfig {
@@ -47,11 +54,18 @@ impl Default for ClientConfig {
             max_transparent_retries: 3,
             wait_for_ready: false,
             connect_timeout: Duration::from_secs(20),
+            stream_window: DEFAULT_STREAM_WINDOW,
         }
     }
 }
 
 impl ClientConfig {
+    /// Sets [`ClientConfig::stream_window`].
+    pub fn stream_window(&mut self, bytes: u32) -> &mut Self {
+        self.stream_window = bytes;
+        self
+    }
+
     /// Sets [`ClientConfig::max_message_size`].
     ///
     /// ```
@@ -119,6 +133,11 @@ pub struct ServerConfig {
     /// to acknowledge (its own GOAWAY, or closing): requests that crossed the GOAWAY are
     /// answered as refused meanwhile, so the client can send them elsewhere. Default 2 s.
     pub drain_timeout: Duration,
+    /// How many bytes of messages (counted as whole frames) a client may send on one
+    /// request stream before the handler reads them: what a stream buffers is at most
+    /// this plus one message. Granted when the call starts (a call waiting for a permit
+    /// is granted nothing). Default [`DEFAULT_STREAM_WINDOW`].
+    pub stream_window: u32,
 }
 
 impl Default for ServerConfig {
@@ -132,6 +151,7 @@ impl Default for ServerConfig {
             max_queued_replies: 64,
             shutdown_grace: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(2),
+            stream_window: DEFAULT_STREAM_WINDOW,
         }
     }
 }
@@ -181,6 +201,12 @@ impl ServerConfig {
     /// Sets [`ServerConfig::drain_timeout`].
     pub fn drain_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.drain_timeout = timeout;
+        self
+    }
+
+    /// Sets [`ServerConfig::stream_window`].
+    pub fn stream_window(&mut self, bytes: u32) -> &mut Self {
+        self.stream_window = bytes;
         self
     }
 

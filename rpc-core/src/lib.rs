@@ -13,6 +13,7 @@
 //! - [`Status`], [`Code`], [`Request`], [`Response`], [`Metadata`]: what calls carry.
 //! - [`Endpoint`]: `tcp://`, `rdma://`, `auto://` URLs.
 //! - [`Payload`]: received message bytes, borrowed or kept (`payload.rs`).
+//! - [`Streaming`]: the received side of a streaming call, flow-controlled (`stream.rs`).
 //! - [`memory`]: an in-memory transport for tests.
 //! - [`codegen`]: what generated code uses.
 //!
@@ -23,6 +24,7 @@
 mod client;
 pub mod codegen;
 mod config;
+mod control;
 mod endpoint;
 pub mod memory;
 mod metadata;
@@ -32,18 +34,25 @@ mod request;
 mod server;
 mod service;
 mod status;
+mod stream;
 mod transport;
 pub mod wire;
 
 pub use client::{Channel, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
-pub use config::{ClientConfig, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE};
+pub use config::{ClientConfig, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_STREAM_WINDOW};
 pub use endpoint::{Endpoint, TransportKind};
 pub use metadata::{Metadata, MAX_METADATA_LEN};
 pub use payload::Payload;
 pub use request::{IntoRequest, Request, Response};
 pub use server::{Server, ServerBuilder};
 pub use status::{Code, Status};
+pub use stream::{IntoStreamingRequest, Streaming};
 pub use transport::{Connection, FrameSink, Listener, TransportError};
+
+/// A boxed stream of messages, as a streaming handler may answer (`type FooStream =
+/// BoxStream<FooReply>;`).
+pub type BoxStream<T> =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// The crate's result type: errors are [`Status`].
 pub type Result<T, E = Status> = std::result::Result<T, E>;

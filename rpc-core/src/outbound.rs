@@ -81,6 +81,43 @@ pub(crate) async fn send_control<C: Connection>(
     send_frame(conn, Header::new(kind, call_id), &Metadata::new(), |_| {}).await
 }
 
+/// Sends a frame with no metadata and no payload, with `credits` (a window update).
+pub(crate) async fn send_control_credits<C: Connection>(
+    conn: &C,
+    (kind, call_id, credits): crate::control::Control,
+) -> Result<(), TransportError> {
+    let mut header = Header::new(kind, call_id);
+    header.credits = credits;
+    send_frame(conn, header, &Metadata::new(), |_| {}).await
+}
+
+/// Sends `message` in `header` (whose `payload_len` is set here), its large `bytes`
+/// fields by gathered write where the transport has one.
+pub(crate) async fn send_message<C: Connection>(
+    conn: &C,
+    mut header: Header,
+    metadata: &Metadata,
+    message: &dyn crate::service::EncodeMessage,
+) -> Result<(), TransportError> {
+    header.payload_len = message.encoded_len() as u32;
+    let split = conn.gather_min().and_then(|min| message.split(min));
+    match split {
+        Some((rest, fields)) => {
+            let rest_len = rest.encoded_len();
+            send_split(
+                conn,
+                header,
+                metadata,
+                rest_len,
+                |buf| rest.encode_to(buf),
+                fields,
+            )
+            .await
+        }
+        None => send_frame(conn, header, metadata, |buf| message.encode_to(buf)).await,
+    }
+}
+
 /// The longest status message sent; longer ones are cut (at a character boundary).
 pub(crate) const MAX_STATUS_MESSAGE: usize = 4096;
 

@@ -103,10 +103,16 @@ impl<T> IntoRequest<T> for Request<T> {
 }
 
 /// A response message with metadata.
+///
+/// On a streaming response, the metadata goes first (the response headers) and the
+/// trailers after the last message; on a unary response, over this framework's own
+/// transports, both arrive with the message and the client sees the trailers appended to
+/// the metadata.
 #[derive(Debug, Clone, Default)]
 pub struct Response<T> {
     metadata: Metadata,
     message: T,
+    trailers: Metadata,
 }
 
 impl<T> Response<T> {
@@ -115,12 +121,32 @@ impl<T> Response<T> {
         Response {
             metadata: Metadata::new(),
             message,
+            trailers: Metadata::new(),
         }
     }
 
     /// Builds a response from its parts.
     pub fn from_parts(metadata: Metadata, message: T) -> Response<T> {
-        Response { metadata, message }
+        Response {
+            metadata,
+            message,
+            trailers: Metadata::new(),
+        }
+    }
+
+    /// The trailing metadata (server side: sent when the call ends).
+    pub fn trailers(&self) -> &Metadata {
+        &self.trailers
+    }
+
+    /// The trailing metadata, mutably.
+    pub fn trailers_mut(&mut self) -> &mut Metadata {
+        &mut self.trailers
+    }
+
+    /// Metadata, message and trailers.
+    pub fn into_all_parts(self) -> (Metadata, T, Metadata) {
+        (self.metadata, self.message, self.trailers)
     }
 
     /// The message.
@@ -158,6 +184,7 @@ impl<T> Response<T> {
         Response {
             metadata: self.metadata,
             message: f(self.message),
+            trailers: self.trailers,
         }
     }
 }

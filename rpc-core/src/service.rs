@@ -4,8 +4,34 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bytes::{BufMut, Bytes};
+use futures_util::Stream;
 
-use crate::{Payload, Request, Response, Status};
+use crate::{Payload, Request, Response, Status, Streaming};
+
+/// Which side of a method sends a stream of messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MethodKind {
+    /// One request, one response.
+    Unary,
+    /// One request, a stream of responses.
+    ServerStreaming,
+    /// A stream of requests, one response.
+    ClientStreaming,
+    /// A stream each way.
+    Streaming,
+}
+
+impl MethodKind {
+    /// Whether the client sends a stream.
+    pub const fn client_streams(self) -> bool {
+        matches!(self, MethodKind::ClientStreaming | MethodKind::Streaming)
+    }
+
+    /// Whether the server answers with a stream.
+    pub const fn server_streams(self) -> bool {
+        matches!(self, MethodKind::ServerStreaming | MethodKind::Streaming)
+    }
+}
 
 /// A method as routed on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,14 +40,22 @@ pub struct MethodDescriptor {
     pub path: &'static str,
     /// The method id sent in request headers: [`method_id`] of `path`.
     pub id: u32,
+    /// Which side streams.
+    pub kind: MethodKind,
 }
 
 impl MethodDescriptor {
-    /// The descriptor of `path` (`/package.Service/Method`).
+    /// The descriptor of unary method `path` (`/package.Service/Method`).
     pub const fn new(path: &'static str) -> MethodDescriptor {
+        MethodDescriptor::with_kind(path, MethodKind::Unary)
+    }
+
+    /// The descriptor of method `path` of `kind`.
+    pub const fn with_kind(path: &'static str, kind: MethodKind) -> MethodDescriptor {
         MethodDescriptor {
             path,
             id: method_id(path),
+            kind,
         }
     }
 }
@@ -104,6 +138,40 @@ pub type BoxMessage = Box<dyn EncodeMessage>;
 /// The future a service returns for one call.
 pub type ServiceFuture = Pin<Box<dyn Future<Output = Result<Response<BoxMessage>, Status>> + Send>>;
 
+/// The request of a streaming call as the server hands it to a service.
+#[derive(Debug)]
+pub enum StreamRequest<'a> {
+    /// A server-streaming call's one request message.
+    Message(Payload<'a>),
+    /// A client-streaming or bidirectional call's request payloads.
+    Stream(Streaming<Bytes>),
+}
+
+/// What a streaming call's handler answers.
+pub enum StreamResponse {
+    /// A client-streaming call's one response message.
+    Message(BoxMessage),
+    /// A server-streaming or bidirectional call's responses; an `Err` item ends the call
+    /// with that status.
+    Stream(BoxMessageStream),
+}
+
+impl std::fmt::Debug for StreamResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StreamResponse::Message(_) => f.write_str("StreamResponse::Message"),
+            StreamResponse::Stream(_) => f.write_str("StreamResponse::Stream"),
+        }
+    }
+}
+
+/// A stream of responses whose message type is erased.
+pub type BoxMessageStream = Pin<Box<dyn Stream<Item = Result<BoxMessage, Status>> + Send>>;
+
+/// The future a service returns for one streaming call.
+pub type StreamingFuture =
+    Pin<Box<dyn Future<Output = Result<Response<StreamResponse>, Status>> + Send>>;
+
 /// A service's fully qualified name, `package.Service`.
 pub trait NamedService {
     /// `package.Service`.
@@ -120,6 +188,17 @@ pub trait Service: Send + Sync + 'static {
     /// from the transport: implementations decode it before returning and never keep the
     /// borrow; a [`Payload::Shared`] one may be kept.
     fn call(&self, index: usize, request: Request<Payload<'_>>) -> ServiceFuture;
+
+    /// Starts the call of streaming method `index` (one whose descriptor's kind is not
+    /// [`MethodKind::Unary`]): a [`StreamRequest::Message`] for a server-streaming
+    /// method, a [`StreamRequest::Stream`] otherwise. The default answers
+    /// `UNIMPLEMENTED`.
+    fn call_streaming(&self, index: usize, request: Request<StreamRequest<'_>>) -> StreamingFuture {
+        let _ = request;
+        let path = self.methods().get(index).map_or("?", |m| m.path);
+        let status = Status::unimplemented(format!("method {path} is not implemented"));
+        Box::pin(std::future::ready(Err(status)))
+    }
 }
 
 #[cfg(test)]

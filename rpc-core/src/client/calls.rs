@@ -1,8 +1,11 @@
 //! The in-flight call table: call ids to waiting callers. Sans-IO.
 
+use std::sync::Arc;
+
 use slab::Slab;
 use tokio::sync::oneshot;
 
+use crate::stream::{Inbox, Outbox};
 use crate::Status;
 
 /// What a waiting caller receives: the response frame, or why the call failed.
@@ -13,7 +16,6 @@ pub(crate) type Outcome<T> = Result<T, Status>;
 /// A call id is `generation << 32 | slab key`: the key makes lookup O(1) without hashing,
 /// the generation makes a late response to a call that was already given up (deadline,
 /// cancellation) miss instead of reaching the next call that reuses the key.
-#[derive(Debug)]
 pub(crate) struct CallTable<T> {
     slots: Slab<Entry<T>>,
     generation: u32,
@@ -37,10 +39,51 @@ pub(crate) enum NotAdmitted {
     Draining,
 }
 
-#[derive(Debug)]
 struct Entry<T> {
     generation: u32,
-    waiter: oneshot::Sender<Outcome<T>>,
+    waiter: Waiter<T>,
+}
+
+impl<T> std::fmt::Debug for CallTable<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallTable")
+            .field("calls", &self.slots.len())
+            .field("closed", &self.closed)
+            .field("draining", &self.draining)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Who waits for a call's frames.
+pub(crate) enum Waiter<T> {
+    /// A unary call: its one response.
+    Once(oneshot::Sender<Outcome<T>>),
+    /// A client-streaming call: its one response, and the window for its requests.
+    Upload(oneshot::Sender<Outcome<T>>, Arc<Outbox>),
+    /// A server-streaming or bidirectional call: its responses, and (bidirectional) the
+    /// window for its requests.
+    Stream(Arc<Inbox>, Option<Arc<Outbox>>),
+}
+
+impl<T> Waiter<T> {
+    /// The call failed with `status`.
+    fn fail(self, status: Status) {
+        match self {
+            Waiter::Once(tx) => {
+                let _ = tx.send(Err(status));
+            }
+            Waiter::Upload(tx, outbox) => {
+                outbox.close(status.clone());
+                let _ = tx.send(Err(status));
+            }
+            Waiter::Stream(inbox, outbox) => {
+                if let Some(outbox) = outbox {
+                    outbox.close(status.clone());
+                }
+                inbox.fail(status, false);
+            }
+        }
+    }
 }
 
 impl<T> CallTable<T> {
@@ -60,6 +103,20 @@ impl<T> CallTable<T> {
     /// # Errors
     /// The status the table was closed with, or [`NotAdmitted::Draining`].
     pub(crate) fn insert(&mut self) -> Result<(u64, oneshot::Receiver<Outcome<T>>), NotAdmitted> {
+        let (tx, rx) = oneshot::channel();
+        let call_id = self.insert_with(|_| Waiter::Once(tx))?;
+        Ok((call_id, rx))
+    }
+
+    /// Registers a new call whose waiter `make` builds from its call id; counted as
+    /// unsent as [`CallTable::insert`].
+    ///
+    /// # Errors
+    /// As [`CallTable::insert`].
+    pub(crate) fn insert_with(
+        &mut self,
+        make: impl FnOnce(u64) -> Waiter<T>,
+    ) -> Result<u64, NotAdmitted> {
         if let Some(status) = &self.closed {
             return Err(NotAdmitted::Closed(status.clone()));
         }
@@ -67,14 +124,15 @@ impl<T> CallTable<T> {
             return Err(NotAdmitted::Draining);
         }
         self.unsent += 1;
-        let (tx, rx) = oneshot::channel();
         self.generation = self.generation.wrapping_add(1);
         let generation = self.generation;
-        let key = self.slots.insert(Entry {
+        let entry = self.slots.vacant_entry();
+        let call_id = ((generation as u64) << 32) | entry.key() as u64;
+        entry.insert(Entry {
             generation,
-            waiter: tx,
+            waiter: make(call_id),
         });
-        Ok((((generation as u64) << 32) | key as u64, rx))
+        Ok(call_id)
     }
 
     /// One call inserted before has been handed to the transport, or gave up before.
@@ -114,9 +172,18 @@ impl<T> CallTable<T> {
     /// given up, or the id is bogus).
     pub(crate) fn complete(&mut self, call_id: u64, outcome: Outcome<T>) -> bool {
         match self.take(call_id) {
-            Some(waiter) => {
+            Some(Waiter::Once(tx)) => {
                 // The caller may have just dropped its receiver; that is not an error.
-                let _ = waiter.send(outcome);
+                let _ = tx.send(outcome);
+                true
+            }
+            Some(Waiter::Upload(tx, outbox)) => {
+                outbox.close(Status::cancelled("the call ended"));
+                let _ = tx.send(outcome);
+                true
+            }
+            Some(waiter @ Waiter::Stream(..)) => {
+                waiter.fail(Status::internal("unexpected response"));
                 true
             }
             None => false,
@@ -125,22 +192,35 @@ impl<T> CallTable<T> {
 
     /// Forgets call `call_id`. Returns whether it was still waiting.
     pub(crate) fn remove(&mut self, call_id: u64) -> bool {
-        self.take(call_id).is_some()
+        match self.take(call_id) {
+            Some(waiter) => {
+                waiter.fail(Status::cancelled("the call was cancelled"));
+                true
+            }
+            None => false,
+        }
     }
 
-    fn take(&mut self, call_id: u64) -> Option<oneshot::Sender<Outcome<T>>> {
+    /// The waiter of call `call_id`, if it still waits.
+    pub(crate) fn get(&self, call_id: u64) -> Option<&Waiter<T>> {
         let key = (call_id & 0xffff_ffff) as usize;
         let generation = (call_id >> 32) as u32;
         match self.slots.get(key) {
-            Some(entry) if entry.generation == generation => Some(self.slots.remove(key).waiter),
+            Some(entry) if entry.generation == generation => Some(&entry.waiter),
             _ => None,
         }
+    }
+
+    /// Removes call `call_id` and returns its waiter.
+    pub(crate) fn take(&mut self, call_id: u64) -> Option<Waiter<T>> {
+        self.get(call_id)?;
+        Some(self.slots.remove((call_id & 0xffff_ffff) as usize).waiter)
     }
 
     /// Fails every waiting call with `status` and refuses new ones.
     pub(crate) fn close(&mut self, status: Status) {
         for entry in self.slots.drain() {
-            let _ = entry.waiter.send(Err(status.clone()));
+            entry.waiter.fail(status.clone());
         }
         self.closed = Some(status);
     }

@@ -12,14 +12,21 @@ use std::time::Instant;
 use parking_lot::{Mutex, RwLock};
 use tracing::Instrument;
 
-use super::calls::{CallTable, NotAdmitted};
-use super::control::ControlQueue;
-use crate::outbound::{send_control, send_frame, send_split};
+use futures_util::future::{AbortHandle, Abortable};
+use futures_util::StreamExt;
+
+use super::calls::{CallTable, NotAdmitted, Waiter};
+use crate::control::ControlQueue;
+use crate::outbound::{send_control_credits, send_frame, send_split};
 use crate::payload::{self, Inbound};
-use crate::service::{MethodDescriptor, SplitLarge};
+use crate::service::{MethodDescriptor, MethodKind, SplitLarge};
+use crate::stream::{CallHandle, Inbox, Outbox};
 use crate::transport::{Connection, FrameSink, TransportError};
-use crate::wire::{Flags, Frame, FrameKind, Header};
-use crate::{ClientConfig, Code, Metadata, Payload, Request, Response, Status};
+use crate::wire::{Flags, Frame, FrameKind, Header, HEADER_LEN};
+use crate::{
+    ClientConfig, Code, IntoStreamingRequest, Metadata, Payload, Request, Response, Status,
+    Streaming,
+};
 
 /// A client's handle on one connection. Cheap to clone; every clone shares the
 /// connection, and calls from all of them run concurrently over it, matched to their
@@ -383,6 +390,190 @@ impl<C: Connection> Channel<C> {
             .await
     }
 
+    /// Makes a server-streaming call of `method`: one request, a stream of responses.
+    ///
+    /// Resolves once the server answered with its response headers (or failed the
+    /// call); the messages then come from the returned [`Streaming`]. The request's (or
+    /// the channel's default) timeout covers the whole stream. Dropping the
+    /// [`Streaming`] (or this future) cancels the call on the server.
+    ///
+    /// # Errors
+    /// As [`Channel::unary`], for the call's start.
+    pub async fn server_streaming<Req, Resp>(
+        &self,
+        request: Request<Req>,
+        method: &MethodDescriptor,
+    ) -> Result<Response<Streaming<Resp>>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let (metadata, message, timeout) = request.into_parts();
+        let open = self
+            .open(
+                &metadata,
+                Some(&message),
+                method,
+                timeout,
+                MethodKind::ServerStreaming,
+            )
+            .await?;
+        open.streaming().await
+    }
+
+    /// Makes a client-streaming call of `method`: the messages of `request`'s stream,
+    /// sent as the server's window allows, then its one response.
+    ///
+    /// # Errors
+    /// As [`Channel::unary`].
+    pub async fn client_streaming<S, Resp>(
+        &self,
+        request: S,
+        method: &MethodDescriptor,
+    ) -> Result<Response<Resp>, Status>
+    where
+        S: IntoStreamingRequest,
+        S::Message: prost::Message + 'static,
+        Resp: prost::Message + Default,
+    {
+        let (metadata, stream, timeout) = request.into_streaming_request().into_parts();
+        let open = self
+            .open::<S::Message>(
+                &metadata,
+                None,
+                method,
+                timeout,
+                MethodKind::ClientStreaming,
+            )
+            .await?;
+        let mut open = open.pump(stream, self.inner.config.max_message_size);
+        let result = open.response().await?;
+        decode_response(&result, |payload| payload.decode::<Resp>())
+    }
+
+    /// Makes a bidirectional streaming call of `method`: `request`'s stream is sent as
+    /// the server's window allows, while the responses come from the returned
+    /// [`Streaming`] (once the server sent its response headers).
+    ///
+    /// # Errors
+    /// As [`Channel::server_streaming`].
+    pub async fn streaming<S, Resp>(
+        &self,
+        request: S,
+        method: &MethodDescriptor,
+    ) -> Result<Response<Streaming<Resp>>, Status>
+    where
+        S: IntoStreamingRequest,
+        S::Message: prost::Message + 'static,
+        Resp: prost::Message + Default,
+    {
+        let (metadata, stream, timeout) = request.into_streaming_request().into_parts();
+        let open = self
+            .open::<S::Message>(&metadata, None, method, timeout, MethodKind::Streaming)
+            .await?;
+        open.pump(stream, self.inner.config.max_message_size)
+            .streaming()
+            .await
+    }
+
+    /// Registers a streaming call and sends its opening request (with `message`, for a
+    /// server-streaming call).
+    async fn open<Req: prost::Message>(
+        &self,
+        metadata: &Metadata,
+        message: Option<&Req>,
+        method: &MethodDescriptor,
+        timeout: Option<std::time::Duration>,
+        kind: MethodKind,
+    ) -> Result<OpenStream<C>, Status> {
+        let config = &self.inner.config;
+        let timeout = timeout.or(config.timeout);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let payload_len = message.map_or(0, |m| m.encoded_len());
+        let max = config.max_message_size.min(u32::MAX as usize);
+        if payload_len > max {
+            return Err(Status::resource_exhausted(format!(
+                "request message of {payload_len} bytes exceeds the maximum of {max}"
+            )));
+        }
+        metadata
+            .check()
+            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
+        let window = config
+            .stream_window
+            .clamp(1, crate::wire::MAX_STREAM_WINDOW as u32);
+        let open = async {
+            let shared = self.ready().await?;
+            let mut inbox = None;
+            let mut outbox = None;
+            let mut response = None;
+            let inserted = shared.calls.lock().insert_with(|call_id| {
+                // The server grants the request stream's window when the call starts.
+                let outgoing = kind
+                    .client_streams()
+                    .then(|| Arc::new(Outbox::closed_window()));
+                outbox.clone_from(&outgoing);
+                if kind.server_streams() {
+                    let incoming =
+                        Arc::new(Inbox::new(call_id, shared.control.clone(), window, window));
+                    inbox = Some(incoming.clone());
+                    Waiter::Stream(incoming, outgoing)
+                } else {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    response = Some(rx);
+                    Waiter::Upload(tx, outgoing.expect("client-streaming"))
+                }
+            });
+            let call_id = match inserted {
+                Ok(call_id) => call_id,
+                Err(NotAdmitted::Closed(status)) => return Err(status),
+                Err(NotAdmitted::Draining) => {
+                    return Err(Status::unavailable("server is shutting down (GOAWAY)"))
+                }
+            };
+            let mut guard = StreamGuard {
+                shared: shared.clone(),
+                call_id,
+                sent: false,
+                pump: None,
+            };
+            let mut header = Header::new(FrameKind::Request, call_id);
+            header.method_id = method.id;
+            header.timeout_us =
+                timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
+            if kind.server_streams() {
+                header.credits = window;
+            }
+            if message.is_some() {
+                header.flags = Flags::END_STREAM;
+                header.payload_len = payload_len as u32;
+            }
+            let sent = send_frame(&*shared.conn, header, metadata, |buf| {
+                if let Some(message) = message {
+                    message.encode_raw(buf);
+                }
+            })
+            .await;
+            guard.mark_sent();
+            sent?;
+            Ok(OpenStream {
+                guard,
+                inbox,
+                outbox,
+                response,
+                deadline,
+            })
+        };
+        match timeout {
+            Some(t) => tokio::time::timeout(t, open).await.unwrap_or_else(|_| {
+                Err(Status::deadline_exceeded(format!(
+                    "deadline of {t:?} exceeded"
+                )))
+            }),
+            None => open.await,
+        }
+    }
+
     async fn call<Req, Resp>(
         &self,
         request: Request<Req>,
@@ -541,6 +732,158 @@ impl<C: Connection> Channel<C> {
     }
 }
 
+/// A streaming call whose opening request was sent.
+struct OpenStream<C: Connection> {
+    guard: StreamGuard<C>,
+    inbox: Option<Arc<Inbox>>,
+    outbox: Option<Arc<Outbox>>,
+    response: Option<tokio::sync::oneshot::Receiver<super::calls::Outcome<C::RecvBuf>>>,
+    deadline: Option<Instant>,
+}
+
+impl<C: Connection> OpenStream<C> {
+    /// Starts sending `stream`'s messages on a task of their own, as the window allows,
+    /// then the half-close. The task ends with the call.
+    fn pump<S>(mut self, stream: S, max_message_size: usize) -> Self
+    where
+        S: futures_util::Stream + Send + 'static,
+        S::Item: prost::Message + 'static,
+    {
+        let outbox = self.outbox.clone().expect("a client-streaming call");
+        let shared = self.guard.shared.clone();
+        let call_id = self.guard.call_id;
+        let (handle, registration) = AbortHandle::new_pair();
+        self.guard.pump = Some(handle);
+        let task = async move {
+            let max = max_message_size.min(u32::MAX as usize);
+            let mut stream = std::pin::pin!(stream);
+            while let Some(message) = stream.next().await {
+                let len = prost::Message::encoded_len(&message);
+                if len > max {
+                    // The call fails here; the server is told.
+                    let status = Status::resource_exhausted(format!(
+                        "request message of {len} bytes exceeds the maximum of {max}"
+                    ));
+                    let waiter = shared.calls.lock().take(call_id);
+                    if let Some(waiter) = waiter {
+                        waiter_fail(waiter, status);
+                        shared.control.cancel(call_id);
+                    }
+                    return;
+                }
+                if outbox.reserve(HEADER_LEN + len).await.is_err() {
+                    return; // the call is over
+                }
+                let mut header = Header::new(FrameKind::Message, call_id);
+                header.payload_len = len as u32;
+                let sent = send_frame(&*shared.conn, header, &Metadata::new(), |buf| {
+                    prost::Message::encode_raw(&message, buf)
+                })
+                .await;
+                if sent.is_err() {
+                    return; // the connection failed: the receive side fails the call
+                }
+            }
+            let mut header = Header::new(FrameKind::Message, call_id);
+            header.flags = Flags::END_STREAM;
+            let _ = send_frame(&*shared.conn, header, &Metadata::new(), |_| {}).await;
+        };
+        tokio::spawn(
+            Abortable::new(task, registration)
+                .instrument(tracing::debug_span!("rpc-stream-send", call_id)),
+        );
+        self
+    }
+
+    /// Waits for the response headers and hands out the response stream.
+    async fn streaming<Resp: prost::Message + Default>(
+        self,
+    ) -> Result<Response<Streaming<Resp>>, Status> {
+        let inbox = self.inbox.clone().expect("a server-streaming call");
+        let headers = std::future::poll_fn(|cx| inbox.poll_headers(cx));
+        let headers = match self.deadline {
+            Some(d) => tokio::time::timeout_at(d.into(), headers)
+                .await
+                .unwrap_or_else(|_| Err(Status::deadline_exceeded("deadline exceeded"))),
+            None => headers.await,
+        }?;
+        let mut stream = Streaming::raw(inbox, Code::Internal).decoded::<Resp>();
+        stream.attach(Box::new(self.guard), self.deadline);
+        Ok(Response::from_parts(headers, stream))
+    }
+
+    /// Waits for a client-streaming call's response frame.
+    async fn response(&mut self) -> Result<Inbound<C::RecvBuf>, Status> {
+        let rx = self.response.take().expect("a client-streaming call");
+        let frame = async {
+            match rx.await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(Status::unavailable("connection closed")),
+            }
+        };
+        let frame = match self.deadline {
+            Some(d) => tokio::time::timeout_at(d.into(), frame)
+                .await
+                .unwrap_or_else(|_| Err(Status::deadline_exceeded("deadline exceeded"))),
+            None => frame.await,
+        }?;
+        let shared = &self.guard.shared;
+        let keep = Frame::parse(&frame[..]).is_ok_and(|f| {
+            f.header.status == Code::Ok as u8 && f.header.payload_len > 0 && !f.is_discarded()
+        });
+        Ok(if keep {
+            payload::keep(&*shared.conn, frame)
+        } else {
+            Inbound::Held(frame)
+        })
+    }
+}
+
+fn waiter_fail<T>(waiter: Waiter<T>, status: Status) {
+    match waiter {
+        Waiter::Once(tx) | Waiter::Upload(tx, _) => {
+            let _ = tx.send(Err(status));
+        }
+        Waiter::Stream(inbox, _) => inbox.fail(status, true),
+    }
+}
+
+/// Cancels a streaming call on the server when dropped while the call still runs, and
+/// stops its request stream's task.
+struct StreamGuard<C: Connection> {
+    shared: Arc<Shared<C>>,
+    call_id: u64,
+    sent: bool,
+    pump: Option<AbortHandle>,
+}
+
+impl<C: Connection> StreamGuard<C> {
+    fn mark_sent(&mut self) {
+        if !std::mem::replace(&mut self.sent, true) && self.shared.calls.lock().sent() {
+            self.shared.control.goaway();
+        }
+    }
+}
+
+impl<C: Connection> CallHandle for StreamGuard<C> {}
+
+impl<C: Connection> Drop for StreamGuard<C> {
+    fn drop(&mut self) {
+        self.mark_sent();
+        if let Some(pump) = self.pump.take() {
+            pump.abort();
+        }
+        let was_running = self.shared.calls.lock().remove(self.call_id);
+        if was_running {
+            tracing::debug!(
+                call_id = self.call_id,
+                "stream abandoned; cancelling on the server"
+            );
+            self.shared.control.cancel(self.call_id);
+        }
+    }
+}
+
 /// [`SplitLarge::split_large`] of a request type.
 type SplitFn<Req> = fn(&Req, usize) -> Option<(Req, Vec<(u32, bytes::Bytes)>)>;
 
@@ -648,12 +991,60 @@ fn dispatch<C: Connection>(shared: &Shared<C>, buf: C::RecvBuf) -> Result<(), St
             )));
         }
     };
+    let call_id = header.call_id;
     match header.kind {
         FrameKind::Response => {
-            let call_id = header.call_id;
-            if !shared.calls.lock().complete(call_id, Ok(buf)) {
+            let mut calls = shared.calls.lock();
+            if let Some(Waiter::Stream(inbox, _)) = calls.get(call_id) {
+                let inbox = inbox.clone();
+                let end = header.flags.contains(Flags::END_STREAM);
+                if end {
+                    if let Some(Waiter::Stream(_, Some(outbox))) = calls.take(call_id) {
+                        outbox.close(Status::cancelled("the call ended"));
+                    }
+                }
+                drop(calls);
+                return stream_response(&inbox, &buf, end);
+            }
+            if !calls.complete(call_id, Ok(buf)) {
                 tracing::trace!(call_id, "response to a call no longer waiting");
             }
+        }
+        FrameKind::Message => {
+            let calls = shared.calls.lock();
+            let Some(Waiter::Stream(inbox, _)) = calls.get(call_id) else {
+                tracing::trace!(call_id, "message for a stream no longer open");
+                return Ok(());
+            };
+            let inbox = inbox.clone();
+            drop(calls);
+            if header.flags.contains(Flags::DISCARDED) {
+                inbox.fail(too_large(header.payload_len as usize), true);
+                if shared.calls.lock().remove(call_id) {
+                    shared.control.cancel(call_id);
+                }
+                return Ok(());
+            }
+            if header.flags.contains(Flags::END_STREAM) {
+                return Err(Status::unavailable(format!(
+                    "protocol violation by the server: stream {call_id:#x} ended by a message frame"
+                )));
+            }
+            let payload = crate::stream::take_payload(&*shared.conn, buf, &header);
+            inbox.push(header.frame_len(), payload).map_err(|e| {
+                Status::unavailable(format!("protocol violation by the server: {e}"))
+            })?;
+        }
+        FrameKind::WindowUpdate => {
+            let calls = shared.calls.lock();
+            let outbox = match calls.get(call_id) {
+                Some(Waiter::Upload(_, outbox) | Waiter::Stream(_, Some(outbox))) => outbox.clone(),
+                _ => return Ok(()),
+            };
+            drop(calls);
+            outbox.grant(header.credits).map_err(|e| {
+                Status::unavailable(format!("protocol violation by the server: {e}"))
+            })?;
         }
         FrameKind::Ping => shared.control.pong(header.call_id),
         FrameKind::GoAway => {
@@ -665,6 +1056,39 @@ fn dispatch<C: Connection>(shared: &Shared<C>, buf: C::RecvBuf) -> Result<(), St
         kind => tracing::trace!(?kind, "ignoring frame"),
     }
     Ok(())
+}
+
+/// A response frame of a server-streaming or bidirectional call: its headers, or (`end`)
+/// its status and trailers.
+fn stream_response(inbox: &Inbox, buf: &[u8], end: bool) -> Result<(), Status> {
+    let frame = Frame::parse(buf).map_err(|e| Status::unavailable(e.to_string()))?;
+    let metadata = Metadata::decode(frame.metadata)
+        .map_err(|e| Status::unavailable(format!("malformed metadata from server: {e}")));
+    if !end {
+        inbox.set_headers(metadata?);
+        return Ok(());
+    }
+    let code = Code::from_u8(frame.header.status);
+    if code != Code::Ok {
+        inbox.fail(
+            Status::new(code, String::from_utf8_lossy(frame.payload)),
+            false,
+        );
+        return Ok(());
+    }
+    match metadata {
+        Ok(trailers) => inbox
+            .close(Some(trailers))
+            .map_err(|e| Status::unavailable(format!("protocol violation by the server: {e}"))),
+        Err(status) => {
+            inbox.fail(Status::internal(status.message()), false);
+            Ok(())
+        }
+    }
+}
+
+fn too_large(len: usize) -> Status {
+    Status::resource_exhausted(format!("stream message of {len} bytes exceeds the maximum"))
 }
 
 /// The connection is gone: every call on it fails with `reason`.
@@ -718,8 +1142,8 @@ async fn control_loop<C: Connection>(shared: Weak<Shared<C>>, queue: Arc<Control
         let Some(strong) = shared.upgrade() else {
             return;
         };
-        for (kind, call_id) in batch {
-            if let Err(e) = send_control(&*strong.conn, kind, call_id).await {
+        for control in batch {
+            if let Err(e) = send_control_credits(&*strong.conn, control).await {
                 tracing::debug!("control frame not sent: {e}");
             }
         }

@@ -2,7 +2,6 @@
 
 mod calls;
 mod channel;
-mod control;
 
 pub use channel::{Channel, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
 

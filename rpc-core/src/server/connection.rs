@@ -23,21 +23,53 @@ use tracing::Instrument;
 use super::admission::{Admission, Admitted, Refused};
 use super::respond::{respond, responder, Reply};
 use super::Inner;
+use crate::control::ControlQueue;
+use crate::outbound::{send_frame, send_message};
 use crate::payload::{self, Inbound};
-use crate::service::{BoxMessage, ServiceFuture};
+use crate::service::{
+    BoxMessage, MethodKind, ServiceFuture, StreamRequest, StreamResponse, StreamingFuture,
+};
+use crate::stream::{self, Inbox, Outbox};
 use crate::transport::Connection;
-use crate::wire::{Flags, Frame, FrameKind};
-use crate::{Metadata, Request, Response, Status};
+use crate::wire::{Flags, Frame, FrameKind, Header, HEADER_LEN};
+use crate::{Code, Metadata, Request, Response, Status, Streaming};
 
 /// Handlers running for one connection, by call id, so that a CANCEL can drop them; with
 /// a serial number, so that a finishing task removes its own entry and not that of a
 /// later call that reused the id.
 type Running = Arc<Mutex<HashMap<u64, (u64, AbortHandle)>>>;
 
+/// The open streams of a connection's streaming calls, by call id: where the reader
+/// puts the client's messages and window updates.
+type Streams = Arc<Mutex<HashMap<u64, StreamEnds>>>;
+
+#[derive(Default)]
+struct StreamEnds {
+    /// The client's messages (client-streaming and bidirectional calls).
+    inbox: Option<Arc<Inbox>>,
+    /// The window for the server's messages (server-streaming and bidirectional calls).
+    outbox: Option<Arc<Outbox>>,
+}
+
+impl StreamEnds {
+    /// The call is over: the handler's request stream fails (if it still reads it) and
+    /// its response stream stops.
+    fn end(self, status: Status) {
+        if let Some(inbox) = self.inbox {
+            inbox.fail(status.clone(), true);
+        }
+        if let Some(outbox) = self.outbox {
+            outbox.close(status);
+        }
+    }
+}
+
 /// A decoded call waiting for its permits.
 struct Pending {
     call: ServiceFuture,
     span: tracing::Span,
+    /// A request stream whose window is granted when the call starts.
+    inbox: Option<Arc<Inbox>>,
 }
 
 /// The connection's and the server's permit, held while a call runs and until its
@@ -70,7 +102,9 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
         tracing::debug!("connection open");
         let config = &inner.config;
         let (replies, replies_rx) = mpsc::channel(config.max_queued_replies.max(1));
-        let responder = tokio::spawn(responder(conn.clone(), replies_rx).in_current_span());
+        let control = Arc::new(ControlQueue::default());
+        let responder =
+            tokio::spawn(responder(conn.clone(), replies_rx, control.clone()).in_current_span());
         // Every handler task holds a clone of `alive`; `done` yields None once all are gone.
         let (alive, done) = mpsc::channel::<()>(1);
         let mut state = State {
@@ -82,6 +116,8 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
                 config.max_queued_bytes_per_connection,
             ),
             running: Arc::default(),
+            streams: Arc::default(),
+            control,
             alive: Some(alive),
             replies,
             started: 0,
@@ -93,6 +129,9 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
             // The peer is gone: nobody can receive these handlers' responses.
             for (_, (_, handle)) in state.running.lock().drain() {
                 handle.abort();
+            }
+            for (_, ends) in state.streams.lock().drain() {
+                ends.end(Status::unavailable("connection closed"));
             }
             conn.close();
         }
@@ -128,6 +167,9 @@ struct State<C: Connection> {
     /// Decoded requests waiting for permits.
     admission: Admission<Pending>,
     running: Running,
+    streams: Streams,
+    /// Window updates for the client's request streams (sent by the responder).
+    control: Arc<ControlQueue>,
     /// `None` while draining: no new handlers start.
     alive: Option<mpsc::Sender<()>>,
     replies: mpsc::Sender<Reply>,
@@ -208,6 +250,7 @@ impl<C: Connection> State<C> {
                 Event::Admitted(None) => return false, // semaphores closed: never happens
                 Event::Expiry => {
                     for expired in self.admission.expire(Instant::now()) {
+                        self.end_stream(expired.call_id, "deadline exceeded");
                         let status = Status::deadline_exceeded(
                             "deadline exceeded while waiting for a concurrency permit",
                         );
@@ -230,6 +273,7 @@ impl<C: Connection> State<C> {
         self.alive = None;
         self.reply(Reply::Control(FrameKind::GoAway, 0)).await;
         for waiting in self.admission.drain() {
+            self.end_stream(waiting.call_id, "server is shutting down");
             self.refuse(
                 waiting.call_id,
                 Status::unavailable("server is shutting down"),
@@ -268,8 +312,22 @@ impl<C: Connection> State<C> {
                 };
                 self.request(inbound, draining).await?
             }
+            FrameKind::Message => self.message(buf)?,
+            FrameKind::WindowUpdate => {
+                let outbox = self
+                    .streams
+                    .lock()
+                    .get(&header.call_id)
+                    .and_then(|ends| ends.outbox.clone());
+                if let Some(outbox) = outbox {
+                    outbox.grant(header.credits)?;
+                }
+            }
             FrameKind::Cancel => {
                 let call_id = header.call_id;
+                if let Some(ends) = self.streams.lock().remove(&call_id) {
+                    ends.end(Status::cancelled("the client cancelled the call"));
+                }
                 if let Some((_, handle)) = self.running.lock().remove(&call_id) {
                     tracing::debug!(call_id, "call cancelled by the client");
                     handle.abort();
@@ -288,6 +346,116 @@ impl<C: Connection> State<C> {
         Ok(Acknowledged(false))
     }
 
+    /// A message of a client's request stream: queued for the handler, within the window.
+    ///
+    /// # Errors
+    /// The client broke the stream's rules.
+    fn message(&mut self, buf: C::RecvBuf) -> Result<(), String> {
+        let header = Frame::parse(&buf)
+            .map_err(|e| format!("malformed frame: {e}"))?
+            .header;
+        let call_id = header.call_id;
+        let inbox = self
+            .streams
+            .lock()
+            .get(&call_id)
+            .and_then(|ends| ends.inbox.clone());
+        let Some(inbox) = inbox else {
+            // The call ended (or never streamed requests): messages in flight are dropped.
+            tracing::trace!(call_id, "message for a stream no longer open");
+            return Ok(());
+        };
+        if header.flags.contains(Flags::DISCARDED) {
+            let max = self.inner.config.max_message_size;
+            inbox.fail(
+                Status::resource_exhausted(format!(
+                    "request message of {} bytes exceeds the maximum of {max}",
+                    header.payload_len
+                )),
+                true,
+            );
+            return Ok(());
+        }
+        if header.flags.contains(Flags::END_STREAM) {
+            if header.payload_len != 0 {
+                return Err(format!("stream {call_id:#x}: half-close with a payload"));
+            }
+            return inbox.close(None);
+        }
+        let max = self.inner.config.max_message_size;
+        if header.payload_len as usize > max {
+            inbox.fail(
+                Status::resource_exhausted(format!(
+                    "request message of {} bytes exceeds the maximum of {max}",
+                    header.payload_len
+                )),
+                true,
+            );
+            return Ok(());
+        }
+        let payload = stream::take_payload(&*self.conn, buf, &header);
+        inbox.push(header.frame_len(), payload)
+    }
+
+    /// Opens the streams of a streaming call and starts its handler: the future that
+    /// sends its response stream and ends with its final response.
+    ///
+    /// # Errors
+    /// A status to answer the call with at once.
+    #[allow(clippy::type_complexity)]
+    fn open_stream(
+        &mut self,
+        header: &Header,
+        route: &super::router::Route,
+        request: Request<crate::Payload<'_>>,
+    ) -> Result<(ServiceFuture, Option<Arc<Inbox>>), Status> {
+        let call_id = header.call_id;
+        let kind = route.method.kind;
+        let ended = header.flags.contains(Flags::END_STREAM);
+        let (metadata, payload, timeout) = request.into_parts();
+        let mut ends = StreamEnds::default();
+        let body = if kind.client_streams() {
+            if header.payload_len != 0 {
+                return Err(Status::invalid_argument(
+                    "the request that opens a client stream carries no message",
+                ));
+            }
+            let inbox = Arc::new(Inbox::new(
+                call_id,
+                self.control.clone(),
+                self.inner.config.stream_window,
+                0,
+            ));
+            if ended {
+                // An empty request stream: the client half-closed with its request.
+                let _ = inbox.close(None);
+            }
+            ends.inbox = Some(inbox.clone());
+            StreamRequest::Stream(Streaming::raw(inbox, Code::InvalidArgument))
+        } else {
+            if !ended {
+                return Err(Status::invalid_argument(
+                    "a server-streaming call's request must carry its message and END_STREAM",
+                ));
+            }
+            StreamRequest::Message(payload)
+        };
+        if kind.server_streams() {
+            ends.outbox = Some(Arc::new(Outbox::new(header.credits)));
+        }
+        let request = Request::from_parts(metadata, body, timeout);
+        let call = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            route.service.call_streaming(route.index, request)
+        }))
+        .map_err(|_| panicked())?;
+        let inbox = ends.inbox.clone();
+        let outbox = ends.outbox.clone();
+        self.streams.lock().insert(call_id, ends);
+        let max = self.inner.config.max_message_size;
+        let call = drive(self.conn.clone(), call_id, kind, outbox, call, max);
+        Ok((call, inbox))
+    }
+
     async fn request(
         &mut self,
         inbound: Inbound<C::RecvBuf>,
@@ -296,7 +464,10 @@ impl<C: Connection> State<C> {
         let frame = Frame::parse(inbound.bytes()).map_err(|e| format!("malformed frame: {e}"))?;
         let header = frame.header;
         let call_id = header.call_id;
-        if self.admission.contains(call_id) || self.running.lock().contains_key(&call_id) {
+        if self.admission.contains(call_id)
+            || self.running.lock().contains_key(&call_id)
+            || self.streams.lock().contains_key(&call_id)
+        {
             return Err(format!(
                 "call id {call_id:#x} is already in use by a running call"
             ));
@@ -352,18 +523,25 @@ impl<C: Connection> State<C> {
         // Decodes the request from the borrowed buffer (the buffer is released after
         // this, also for a call that then waits for a permit), or from the kept frame.
         let request = Request::from_parts(metadata, inbound.payload(frame.payload), timeout);
-        let call = match std::panic::catch_unwind(AssertUnwindSafe(|| {
-            route.service.call(route.index, request)
-        })) {
-            Ok(call) => call,
-            Err(_) => {
-                let status = Status::internal("the handler panicked");
+        let started = if route.method.kind == MethodKind::Unary {
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                route.service.call(route.index, request)
+            }))
+            .map(|call| (call, None))
+            .map_err(|_| panicked())
+        } else {
+            let route = route.clone();
+            self.open_stream(&header, &route, request)
+        };
+        let (call, inbox) = match started {
+            Ok(started) => started,
+            Err(status) => {
                 self.reply(Reply::Status(call_id, status, Flags::default()))
                     .await;
                 return Ok(());
             }
         };
-        let pending = Pending { call, span };
+        let pending = Pending { call, span, inbox };
         if self.admission.len() == 0 {
             if let Some(permits) = self.try_permits() {
                 let admitted = Admitted {
@@ -379,6 +557,7 @@ impl<C: Connection> State<C> {
         // large: strings and bytes fields own what the frame carried).
         let bytes = header.frame_len();
         if let Err((refused, _)) = self.admission.push(call_id, bytes, deadline, pending) {
+            self.end_stream(call_id, "refused");
             let why = match refused {
                 Refused::Calls(n) => format!("{n} calls already wait on this connection"),
                 Refused::Bytes(n) => {
@@ -392,6 +571,13 @@ impl<C: Connection> State<C> {
             .await;
         }
         Ok(())
+    }
+
+    /// Forgets the streams of call `call_id`, which ended.
+    fn end_stream(&self, call_id: u64, why: &str) {
+        if let Some(ends) = self.streams.lock().remove(&call_id) {
+            ends.end(Status::cancelled(why));
+        }
     }
 
     /// Both permits, if both are free now.
@@ -410,11 +596,17 @@ impl<C: Connection> State<C> {
         let Admitted {
             call_id,
             deadline,
-            call: Pending { mut call, span },
+            call:
+                Pending {
+                    mut call,
+                    span,
+                    inbox,
+                },
         } = admitted;
         let max = self.inner.config.max_message_size;
         if deadline.is_some_and(|d| d <= Instant::now()) {
             drop(permits);
+            self.end_stream(call_id, "deadline exceeded");
             let status = Status::deadline_exceeded("deadline exceeded before the call started");
             return self
                 .reply(Reply::Status(call_id, status, Flags::default()))
@@ -422,10 +614,15 @@ impl<C: Connection> State<C> {
         }
         let Some(alive) = self.alive.clone() else {
             drop(permits);
+            self.end_stream(call_id, "server is shutting down");
             return self
                 .refuse(call_id, Status::unavailable("server is shutting down"))
                 .await;
         };
+        // A request stream gets its window now that its handler runs.
+        if let Some(inbox) = inbox {
+            inbox.grant_rest();
+        }
 
         // Fast path: a handler that is done on its first poll (no I/O, no waiting) is
         // answered from here, saving a task spawn and a wake-up per call. A handler that
@@ -438,6 +635,7 @@ impl<C: Connection> State<C> {
         };
         match first_poll {
             Ok(Poll::Ready(outcome)) => {
+                self.end_stream(call_id, "the call ended");
                 respond(&*self.conn, call_id, outcome, max)
                     .instrument(span)
                     .await;
@@ -447,6 +645,7 @@ impl<C: Connection> State<C> {
             Ok(Poll::Pending) => {}
             Err(_) => {
                 drop(permits);
+                self.end_stream(call_id, "the handler panicked");
                 let _entered = span.enter();
                 tracing::error!(call_id, "handler panicked");
                 return respond(&*self.conn, call_id, Err(panicked()), max).await;
@@ -459,6 +658,7 @@ impl<C: Connection> State<C> {
         self.running.lock().insert(call_id, (serial, handle));
         let conn = self.conn.clone();
         let running = self.running.clone();
+        let streams = self.streams.clone();
         tokio::spawn(
             async move {
                 let call = async move {
@@ -476,6 +676,10 @@ impl<C: Connection> State<C> {
                 };
                 let outcome: Result<Result<Response<BoxMessage>, Status>, _> =
                     Abortable::new(call, registration).await;
+                // Before the call leaves `running`: its id is not reused until then.
+                if let Some(ends) = streams.lock().remove(&call_id) {
+                    ends.end(Status::cancelled("the call ended"));
+                }
                 {
                     let mut running = running.lock();
                     if running.get(&call_id).is_some_and(|(s, _)| *s == serial) {
@@ -493,6 +697,65 @@ impl<C: Connection> State<C> {
             .instrument(span),
         );
     }
+}
+
+/// The future of a streaming call: runs the handler, then (when the server streams)
+/// sends the response headers and each message as the client's window allows; ends with
+/// the final response (the one message of a client-streaming call, else the trailers).
+fn drive<C: Connection>(
+    conn: Arc<C>,
+    call_id: u64,
+    kind: MethodKind,
+    outbox: Option<Arc<Outbox>>,
+    call: StreamingFuture,
+    max_message_size: usize,
+) -> ServiceFuture {
+    use futures_util::StreamExt;
+    Box::pin(async move {
+        let (metadata, body, trailers) = call.await?.into_all_parts();
+        let (mut stream, outbox) = match (body, outbox) {
+            (StreamResponse::Message(message), None) => {
+                let mut response = Response::from_parts(metadata, message);
+                *response.trailers_mut() = trailers;
+                return Ok(response);
+            }
+            (StreamResponse::Stream(stream), Some(outbox)) => (stream, outbox),
+            _ => {
+                return Err(Status::internal(format!(
+                    "the handler answered a {kind:?} method with the wrong kind of response"
+                )))
+            }
+        };
+        metadata
+            .check()
+            .map_err(|e| Status::internal(format!("response metadata: {e}")))?;
+        let unavailable = |e: crate::TransportError| Status::unavailable(e.to_string());
+        // The response headers: a response frame without END_STREAM.
+        send_frame(
+            &*conn,
+            Header::new(FrameKind::Response, call_id),
+            &metadata,
+            |_| {},
+        )
+        .await
+        .map_err(unavailable)?;
+        let limit = max_message_size.min(u32::MAX as usize);
+        while let Some(item) = stream.next().await {
+            let message = item?;
+            let len = message.encoded_len();
+            if len > limit {
+                return Err(Status::resource_exhausted(format!(
+                    "response message of {len} bytes exceeds the maximum of {limit}"
+                )));
+            }
+            outbox.reserve(HEADER_LEN + len).await?;
+            let header = Header::new(FrameKind::Message, call_id);
+            send_message(&*conn, header, &Metadata::new(), &*message)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(Response::from_parts(trailers, Box::new(()) as BoxMessage))
+    })
 }
 
 /// Whether a frame was the client's GOAWAY (it will send no more requests).

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::outbound::{send_control, send_frame, send_split, send_status_flags};
+use crate::control::ControlQueue;
+use crate::outbound::{send_control, send_control_credits, send_message, send_status_flags};
 use crate::service::BoxMessage;
 use crate::transport::{Connection, TransportError};
 use crate::wire::{Flags, FrameKind, Header};
@@ -24,7 +25,11 @@ pub(super) async fn respond<C: Connection>(
 ) {
     let sent = match outcome {
         Ok(response) => {
-            let (metadata, message) = response.into_parts();
+            let (mut metadata, message, trailers) = response.into_all_parts();
+            // One metadata block on this framework's wire: trailers follow the headers.
+            for (key, value) in trailers.iter() {
+                metadata.append(key, value);
+            }
             let len = message.encoded_len();
             let limit = max_message_size.min(u32::MAX as usize);
             if len > limit {
@@ -40,24 +45,8 @@ pub(super) async fn respond<C: Connection>(
             } else {
                 let mut header = Header::new(FrameKind::Response, call_id);
                 header.flags = Flags::END_STREAM;
-                header.payload_len = len as u32;
                 // Large `bytes` fields go by gathered write where the transport has one.
-                let split = conn.gather_min().and_then(|min| message.split(min));
-                let sent = match split {
-                    Some((rest, fields)) => {
-                        let rest_len = rest.encoded_len();
-                        send_split(
-                            conn,
-                            header,
-                            &metadata,
-                            rest_len,
-                            |buf| rest.encode_to(buf),
-                            fields,
-                        )
-                        .await
-                    }
-                    None => send_frame(conn, header, &metadata, |buf| message.encode_to(buf)).await,
-                };
+                let sent = send_message(conn, header, &metadata, &*message).await;
                 match sent {
                     Err(TransportError::TooLarge { len, max }) => {
                         let status = Status::resource_exhausted(format!(
@@ -94,8 +83,26 @@ pub(super) enum Reply {
 /// The queue is bounded ([`ServerConfig::max_queued_replies`](crate::ServerConfig)): when
 /// the peer does not read and the transport pushes back, the queue fills and the reader
 /// stops reading that connection. One task per connection, not one per reply.
-pub(super) async fn responder<C: Connection>(conn: Arc<C>, mut queue: mpsc::Receiver<Reply>) {
-    while let Some(reply) = queue.recv().await {
+pub(super) async fn responder<C: Connection>(
+    conn: Arc<C>,
+    mut queue: mpsc::Receiver<Reply>,
+    control: Arc<ControlQueue>,
+) {
+    loop {
+        let reply = tokio::select! {
+            reply = queue.recv() => match reply {
+                Some(reply) => reply,
+                None => return,
+            },
+            Some(batch) = control.next_batch() => {
+                for update in batch {
+                    if let Err(e) = send_control_credits(&*conn, update).await {
+                        tracing::debug!("window update not sent: {e}");
+                    }
+                }
+                continue;
+            }
+        };
         let sent = match reply {
             Reply::Control(kind, call_id) => send_control(&*conn, kind, call_id).await,
             Reply::Status(call_id, status, flags) => {

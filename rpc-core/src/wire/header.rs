@@ -11,8 +11,25 @@
 //! ```
 //! followed by `meta_len` bytes of [`Metadata`](crate::Metadata) and `payload_len` bytes of
 //! protobuf payload. `magic` is the bytes `R` `P`; `timeout_us` is the time the caller still
-//! allows, relative so that clocks need not agree (0 = none); `credits` is a transport's
-//! flow-control field (RDMA returns receive credits in it; TCP sends 0).
+//! allows, relative so that clocks need not agree (0 = none); `credits` is per-stream flow
+//! control: the bytes a [`FrameKind::WindowUpdate`] adds to a stream's window, or, in the
+//! request that opens a streaming call, the caller's whole receive window (0 = the
+//! protocol's [`INITIAL_STREAM_WINDOW`]); 0 elsewhere.
+//!
+//! # Streams
+//! A call id names a stream. A unary call is one `Request` and one `Response`, both with
+//! `END_STREAM`. A streaming call opens with a `Request` (with the one request message and
+//! `END_STREAM` when only the server streams; with no message otherwise) and goes on with
+//! [`FrameKind::Message`] frames each way; a `Message` with `END_STREAM` and no payload
+//! half-closes its sender's side. A `Response` without `END_STREAM` carries the response
+//! headers (metadata only); the `Response` with `END_STREAM` ends the call with its
+//! status and trailing metadata (and, for a client-streaming call, the response message).
+//! Each receiver grants each stream a window in frame bytes: a sender may send a
+//! `Message` only while its window is positive, and each one takes its whole frame length
+//! from it; the receiver adds back what its application consumed with `WindowUpdate`.
+//! The client's receive window is the opening request's `credits`; the server's starts
+//! at 0 and is granted by a `WindowUpdate` when the call starts running (a call waiting
+//! for a concurrency permit buffers no messages). A half-close needs no window.
 
 use crate::metadata::MAX_METADATA_LEN;
 use crate::wire::FrameError;
@@ -23,6 +40,12 @@ pub const HEADER_LEN: usize = 40;
 pub const MAGIC: u16 = u16::from_le_bytes(*b"RP");
 /// The protocol version this crate speaks.
 pub const VERSION: u8 = 1;
+/// The window of a response stream when the opening request's `credits` is 0, in frame
+/// bytes.
+pub const INITIAL_STREAM_WINDOW: u32 = 64 * 1024;
+/// The largest window a stream may have: a `WindowUpdate` beyond it is a protocol
+/// violation (HTTP/2's limit).
+pub const MAX_STREAM_WINDOW: i64 = (1 << 31) - 1;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,6 +67,11 @@ pub enum FrameKind {
     GoAway = 6,
     /// Transport flow control only (returns credits, acknowledges a rendezvous read).
     Credit = 7,
+    /// One message of a stream (either direction); with `END_STREAM` and no payload, the
+    /// sender's half-close.
+    Message = 8,
+    /// Adds `credits` bytes to the window of stream `call_id` (the receiver consumed them).
+    WindowUpdate = 9,
 }
 
 impl FrameKind {
@@ -56,6 +84,8 @@ impl FrameKind {
             5 => FrameKind::Pong,
             6 => FrameKind::GoAway,
             7 => FrameKind::Credit,
+            8 => FrameKind::Message,
+            9 => FrameKind::WindowUpdate,
             _ => return None,
         })
     }
@@ -112,7 +142,8 @@ pub struct Header {
     pub meta_len: u32,
     /// Length of the payload.
     pub payload_len: u32,
-    /// Transport flow-control credits returned by the sender.
+    /// Stream flow control: the bytes a `WindowUpdate` grants, or the caller's receive
+    /// window in a streaming call's opening request.
     pub credits: u32,
 }
 

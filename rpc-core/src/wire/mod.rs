@@ -9,4 +9,6 @@ mod header;
 mod tests;
 
 pub use frame::{encode_head, Frame, FrameError};
-pub use header::{Flags, FrameKind, Header, HEADER_LEN, MAGIC, VERSION};
+pub use header::{
+    Flags, FrameKind, Header, HEADER_LEN, INITIAL_STREAM_WINDOW, MAGIC, MAX_STREAM_WINDOW, VERSION,
+};

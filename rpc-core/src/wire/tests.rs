@@ -63,6 +63,12 @@ fn invalid_headers_are_rejected() {
     let mut b = good;
     b[3] = 0;
     assert_eq!(Header::decode(&b), Err(FrameError::UnknownKind(0)));
+    b[3] = 10;
+    assert_eq!(Header::decode(&b), Err(FrameError::UnknownKind(10)));
+    for (byte, kind) in [(8, FrameKind::Message), (9, FrameKind::WindowUpdate)] {
+        b[3] = byte;
+        assert_eq!(Header::decode(&b).unwrap().unwrap().kind, kind);
+    }
     let mut b = good;
     b[4] = 0x80;
     assert_eq!(Header::decode(&b), Err(FrameError::UnknownFlags(0x80)));

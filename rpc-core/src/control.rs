@@ -1,7 +1,8 @@
-//! Control frames a channel sends outside of calls (CANCEL, PONG, PING, GOAWAY), queued
-//! from contexts that cannot await (a call's `Drop`, the receive loop) and bounded.
+//! Control frames sent outside of a call's own task (CANCEL, PONG, PING, GOAWAY, stream
+//! WINDOW_UPDATE), queued from contexts that cannot await (a call's `Drop`, the receive
+//! loop, a stream's `poll_next`) and bounded.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -11,12 +12,13 @@ use crate::wire::FrameKind;
 /// Cancels queued at most; beyond, a cancel is dropped (the server then runs that handler
 /// to its end, which wastes work but loses nothing). Cancels queue up only while the
 /// transport cannot take them, i.e. while the server does not read.
-pub(super) const MAX_QUEUED_CANCELS: usize = 4096;
+pub(crate) const MAX_QUEUED_CANCELS: usize = 4096;
 
 /// The pending control frames of one connection. PONG and PING are coalesced (a flood
-/// of server pings is answered by one pong for the latest), cancels are bounded.
+/// of server pings is answered by one pong for the latest), cancels are bounded, window
+/// updates are summed per stream (one entry per open stream at most).
 #[derive(Debug, Default)]
-pub(super) struct ControlQueue {
+pub(crate) struct ControlQueue {
     state: Mutex<Pending>,
     notify: Notify,
 }
@@ -27,11 +29,15 @@ struct Pending {
     pong: Option<u64>,
     ping: Option<u64>,
     goaway: bool,
+    windows: HashMap<u64, u64>,
     closed: bool,
 }
 
+/// One control frame to send: kind, call id, credits (window updates only).
+pub(crate) type Control = (FrameKind, u64, u32);
+
 impl ControlQueue {
-    pub(super) fn cancel(&self, call_id: u64) {
+    pub(crate) fn cancel(&self, call_id: u64) {
         let mut state = self.state.lock();
         if state.cancels.len() >= MAX_QUEUED_CANCELS {
             tracing::debug!(call_id, "cancel dropped: too many queued");
@@ -42,48 +48,62 @@ impl ControlQueue {
         self.notify.notify_one();
     }
 
-    pub(super) fn pong(&self, id: u64) {
+    pub(crate) fn pong(&self, id: u64) {
         self.state.lock().pong = Some(id);
         self.notify.notify_one();
     }
 
-    pub(super) fn ping(&self, id: u64) {
+    pub(crate) fn ping(&self, id: u64) {
         self.state.lock().ping = Some(id);
         self.notify.notify_one();
     }
 
-    pub(super) fn goaway(&self) {
+    pub(crate) fn goaway(&self) {
         self.state.lock().goaway = true;
         self.notify.notify_one();
     }
 
+    /// Grants `credits` more bytes to stream `call_id`'s sender.
+    pub(crate) fn window(&self, call_id: u64, credits: u32) {
+        *self.state.lock().windows.entry(call_id).or_default() += u64::from(credits);
+        self.notify.notify_one();
+    }
+
     /// Ends [`ControlQueue::next_batch`].
-    pub(super) fn close(&self) {
+    pub(crate) fn close(&self) {
         self.state.lock().closed = true;
         self.notify.notify_one();
     }
 
     /// Waits for frames to send; `None` once closed.
-    pub(super) async fn next_batch(&self) -> Option<Vec<(FrameKind, u64)>> {
+    pub(crate) async fn next_batch(&self) -> Option<Vec<Control>> {
         loop {
             {
                 let mut state = self.state.lock();
                 if state.closed {
                     return None;
                 }
-                let mut batch: Vec<(FrameKind, u64)> = state
+                let mut batch: Vec<Control> = state
                     .cancels
                     .drain(..)
-                    .map(|id| (FrameKind::Cancel, id))
+                    .map(|id| (FrameKind::Cancel, id, 0))
                     .collect();
+                for (id, mut credits) in state.windows.drain() {
+                    // A grant over u32 (never, with windows under 2^31) goes in parts.
+                    while credits > 0 {
+                        let part = credits.min(u64::from(u32::MAX));
+                        batch.push((FrameKind::WindowUpdate, id, part as u32));
+                        credits -= part;
+                    }
+                }
                 if let Some(id) = state.pong.take() {
-                    batch.push((FrameKind::Pong, id));
+                    batch.push((FrameKind::Pong, id, 0));
                 }
                 if let Some(id) = state.ping.take() {
-                    batch.push((FrameKind::Ping, id));
+                    batch.push((FrameKind::Ping, id, 0));
                 }
                 if std::mem::take(&mut state.goaway) {
-                    batch.push((FrameKind::GoAway, 0));
+                    batch.push((FrameKind::GoAway, 0, 0));
                 }
                 if !batch.is_empty() {
                     return Some(batch);
@@ -108,11 +128,29 @@ mod tests {
         let batch = q.next_batch().await.unwrap();
         let cancels = batch
             .iter()
-            .filter(|(k, _)| *k == FrameKind::Cancel)
+            .filter(|(k, _, _)| *k == FrameKind::Cancel)
             .count();
         assert_eq!(cancels, MAX_QUEUED_CANCELS);
-        assert_eq!(batch.last(), Some(&(FrameKind::Pong, 9_999)));
+        assert_eq!(batch.last(), Some(&(FrameKind::Pong, 9_999, 0)));
         q.close();
         assert!(q.next_batch().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn window_updates_are_summed_per_stream() {
+        let q = ControlQueue::default();
+        for _ in 0..1000 {
+            q.window(5, 100);
+            q.window(6, 1);
+        }
+        let mut batch = q.next_batch().await.unwrap();
+        batch.sort_unstable_by_key(|c| c.1);
+        assert_eq!(
+            batch,
+            [
+                (FrameKind::WindowUpdate, 5, 100_000),
+                (FrameKind::WindowUpdate, 6, 1000)
+            ]
+        );
     }
 }

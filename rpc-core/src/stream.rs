@@ -1,0 +1,675 @@
+//! Streams: the flow-controlled halves of a streaming call, shared by client and server.
+//!
+//! Each direction of a stream has a window in frame bytes (see the wire docs): the
+//! receiving side's [`Inbox`] grants it and checks the peer keeps to it, the sending
+//! side's [`Outbox`] waits while it is spent. An inbox holds at most its window plus one
+//! message (a message may be sent while the window is positive, whatever its length), so
+//! a consumer that does not read bounds what its stream buffers, and the peer's other
+//! streams on the connection go on: the connection's reader never waits for a stream.
+//!
+//! [`Streaming`] is the application's view of an inbox: a [`Stream`] of decoded
+//! messages, on the client (a response stream) and on the server (a request stream).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use parking_lot::Mutex;
+
+use crate::control::ControlQueue;
+use crate::wire::{INITIAL_STREAM_WINDOW, MAX_STREAM_WINDOW};
+use crate::{Code, Metadata, Payload, Request, Status};
+
+/// The receive half of one stream: messages the peer sent that the application has not
+/// taken yet, within the window this side granted.
+pub(crate) struct Inbox {
+    call_id: u64,
+    /// Where window updates go (sent by the connection's control task).
+    control: Arc<ControlQueue>,
+    state: Mutex<InboxState>,
+}
+
+struct InboxState {
+    /// Payloads with the window bytes each was charged.
+    queue: VecDeque<(Bytes, u32)>,
+    /// What the peer may still send: it sends while this is positive.
+    window: i64,
+    /// The window this side keeps granting.
+    target: u32,
+    /// Bytes consumed and not yet granted back.
+    unreturned: u64,
+    /// Response headers (client side), until taken.
+    headers: Option<Metadata>,
+    end: End,
+    waker: Option<Waker>,
+}
+
+enum End {
+    Open,
+    /// The peer closed its side (its END_STREAM), with trailers on the client side.
+    Closed(Option<Metadata>),
+    /// The stream failed: the status is delivered after the queued messages.
+    Failed(Status),
+    /// Everything was delivered, or the consumer is gone: later messages are discarded.
+    Done,
+}
+
+impl Inbox {
+    /// An inbox that keeps granting `target` bytes, of which the peer knows `granted`
+    /// now (the client announces its whole window in its request; a server grants its
+    /// own with [`Inbox::grant_rest`] when the call starts).
+    pub(crate) fn new(
+        call_id: u64,
+        control: Arc<ControlQueue>,
+        target: u32,
+        granted: u32,
+    ) -> Inbox {
+        let target = target.clamp(1, MAX_STREAM_WINDOW as u32);
+        Inbox {
+            call_id,
+            control,
+            state: Mutex::new(InboxState {
+                queue: VecDeque::new(),
+                window: i64::from(granted.min(target)),
+                target,
+                unreturned: 0,
+                headers: None,
+                end: End::Open,
+                waker: None,
+            }),
+        }
+    }
+
+    /// Grants the peer the rest of the window (a window update).
+    pub(crate) fn grant_rest(&self) {
+        let mut state = self.state.lock();
+        let rest = i64::from(state.target) - state.window;
+        if rest > 0 && matches!(state.end, End::Open) {
+            state.window += rest;
+            self.control.window(self.call_id, rest as u32);
+        }
+    }
+
+    /// A message from the peer, `charged` frame bytes.
+    ///
+    /// # Errors
+    /// The peer broke the stream's rules (sent past its window, or after its END_STREAM):
+    /// the caller closes the connection.
+    pub(crate) fn push(&self, charged: usize, payload: Bytes) -> Result<(), String> {
+        let mut state = self.state.lock();
+        match state.end {
+            End::Open => {}
+            End::Closed(_) => {
+                return Err(format!(
+                    "stream {:#x}: message after the end of the stream",
+                    self.call_id
+                ))
+            }
+            End::Failed(_) | End::Done => return Ok(()), // given up here: discarded
+        }
+        if state.window <= 0 {
+            return Err(format!(
+                "stream {:#x}: message sent past the stream's window",
+                self.call_id
+            ));
+        }
+        state.window -= charged as i64;
+        state
+            .queue
+            .push_back((payload, charged.min(u32::MAX as usize) as u32));
+        wake(&mut state);
+        Ok(())
+    }
+
+    /// The peer closed its side; `trailers` end a response stream.
+    ///
+    /// # Errors
+    /// A second END_STREAM.
+    pub(crate) fn close(&self, trailers: Option<Metadata>) -> Result<(), String> {
+        let mut state = self.state.lock();
+        match state.end {
+            End::Open => state.end = End::Closed(trailers),
+            End::Closed(_) => {
+                return Err(format!("stream {:#x}: ended twice", self.call_id));
+            }
+            End::Failed(_) | End::Done => {}
+        }
+        wake(&mut state);
+        Ok(())
+    }
+
+    /// The stream failed with `status`, delivered after the messages already queued
+    /// unless `discard` (a local cancellation: they are of no use any more).
+    pub(crate) fn fail(&self, status: Status, discard: bool) {
+        let mut state = self.state.lock();
+        if matches!(state.end, End::Done) {
+            return;
+        }
+        if discard {
+            state.queue.clear();
+        }
+        state.end = End::Failed(status);
+        wake(&mut state);
+    }
+
+    /// The consumer is gone: frees what is queued and discards what comes.
+    fn abandon(&self) {
+        let mut state = self.state.lock();
+        state.queue.clear();
+        state.end = End::Done;
+        state.waker = None;
+    }
+
+    /// The response headers arrived (client side).
+    pub(crate) fn set_headers(&self, headers: Metadata) {
+        let mut state = self.state.lock();
+        state.headers = Some(headers);
+        wake(&mut state);
+    }
+
+    /// Waits for the response headers: `Ok` with them (empty if the call ended OK without
+    /// any), or the status the call failed with.
+    pub(crate) fn poll_headers(&self, cx: &mut Context<'_>) -> Poll<Result<Metadata, Status>> {
+        let mut state = self.state.lock();
+        if let Some(headers) = state.headers.take() {
+            return Poll::Ready(Ok(headers));
+        }
+        match &state.end {
+            End::Open => {
+                state.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            End::Closed(_) | End::Done => Poll::Ready(Ok(Metadata::new())),
+            End::Failed(status) if state.queue.is_empty() => {
+                let status = status.clone();
+                state.end = End::Done;
+                Poll::Ready(Err(status))
+            }
+            End::Failed(_) => Poll::Ready(Ok(Metadata::new())),
+        }
+    }
+
+    /// The next payload, the stream's failure, or its end (`None`, with the trailers).
+    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Status>>> {
+        let mut state = self.state.lock();
+        if let Some((payload, charged)) = state.queue.pop_front() {
+            state.unreturned += u64::from(charged);
+            // Grant it back once half the window is consumed, while the peer still sends.
+            if matches!(state.end, End::Open) && state.unreturned >= u64::from(state.target / 2) {
+                let credits = std::mem::take(&mut state.unreturned);
+                state.window += credits as i64;
+                self.control
+                    .window(self.call_id, credits.min(u64::from(u32::MAX)) as u32);
+            }
+            return Poll::Ready(Some(Ok(payload)));
+        }
+        match std::mem::replace(&mut state.end, End::Done) {
+            End::Open => {
+                state.end = End::Open;
+                state.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            End::Closed(trailers) => {
+                state.headers = trailers; // handed out by `take_trailers`
+                Poll::Ready(None)
+            }
+            End::Failed(status) => Poll::Ready(Some(Err(status))),
+            End::Done => Poll::Ready(None),
+        }
+    }
+
+    /// The trailers of a stream that ended (client side).
+    fn take_trailers(&self) -> Option<Metadata> {
+        self.state.lock().headers.take()
+    }
+
+    /// Frame bytes queued and not yet consumed.
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
+        let state = self.state.lock();
+        state.queue.iter().map(|(_, c)| *c as usize).sum()
+    }
+}
+
+fn wake(state: &mut InboxState) {
+    if let Some(waker) = state.waker.take() {
+        waker.wake();
+    }
+}
+
+/// The send half of one stream: the window the peer granted.
+#[derive(Default)]
+pub(crate) struct Outbox {
+    state: Mutex<OutboxState>,
+}
+
+#[derive(Default)]
+struct OutboxState {
+    window: i64,
+    /// Set when the call ended or failed: the sender stops.
+    closed: Option<Status>,
+    waker: Option<Waker>,
+}
+
+impl Outbox {
+    /// An outbox with the peer's initial window (`0` = [`INITIAL_STREAM_WINDOW`]).
+    pub(crate) fn new(window: u32) -> Outbox {
+        let window = if window == 0 {
+            INITIAL_STREAM_WINDOW
+        } else {
+            window
+        };
+        Outbox {
+            state: Mutex::new(OutboxState {
+                window: i64::from(window).min(MAX_STREAM_WINDOW),
+                closed: None,
+                waker: None,
+            }),
+        }
+    }
+
+    /// An outbox with no window yet (a client's request stream, until the server starts
+    /// the call).
+    pub(crate) fn closed_window() -> Outbox {
+        Outbox::default()
+    }
+
+    /// The peer granted `credits` more bytes.
+    ///
+    /// # Errors
+    /// The window would exceed [`MAX_STREAM_WINDOW`] (a protocol violation).
+    pub(crate) fn grant(&self, credits: u32) -> Result<(), String> {
+        let mut state = self.state.lock();
+        let window = state.window + i64::from(credits);
+        if window > MAX_STREAM_WINDOW {
+            return Err(format!(
+                "window update of {credits} bytes takes a stream's window past {MAX_STREAM_WINDOW}"
+            ));
+        }
+        state.window = window;
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    /// The call is over: a waiting sender stops with `status`.
+    pub(crate) fn close(&self, status: Status) {
+        let mut state = self.state.lock();
+        if state.closed.is_none() {
+            state.closed = Some(status);
+        }
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// Waits until the window is positive, then takes `len` bytes from it.
+    ///
+    /// # Errors
+    /// The status the stream was closed with.
+    pub(crate) async fn reserve(&self, len: usize) -> Result<(), Status> {
+        std::future::poll_fn(|cx| {
+            let mut state = self.state.lock();
+            if let Some(status) = &state.closed {
+                return Poll::Ready(Err(status.clone()));
+            }
+            if state.window > 0 {
+                state.window -= len as i64;
+                return Poll::Ready(Ok(()));
+            }
+            state.waker = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// The call a [`Streaming`] belongs to (client side): dropping it ends the call, telling
+/// the server if it still runs.
+pub(crate) trait CallHandle: Send + Sync {}
+
+/// A stream of messages received on a streaming call: the responses of a
+/// server-streaming or bidirectional call on the client, the requests of a
+/// client-streaming or bidirectional call on the server. Like tonic's `Streaming`.
+///
+/// Messages come in order; `Ok(None)` from [`Streaming::message`] (or the end of the
+/// [`Stream`]) is the peer's end of the stream, an `Err` its failure (the call's status
+/// on the client). What is received and not yet read is bounded by the stream's window.
+/// On the client, dropping it cancels the call, and the call's deadline covers the whole
+/// stream: past it, the next read fails with `DEADLINE_EXCEEDED`.
+pub struct Streaming<T> {
+    inbox: Arc<Inbox>,
+    decode: fn(Bytes) -> Result<T, prost::DecodeError>,
+    /// The code a message that does not decode fails with.
+    decode_error: Code,
+    call: Option<Box<dyn CallHandle>>,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    trailers: Option<Metadata>,
+    done: bool,
+}
+
+impl<T> fmt::Debug for Streaming<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Streaming")
+            .field("call_id", &self.inbox.call_id)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+fn decode_as<T: prost::Message + Default>(bytes: Bytes) -> Result<T, prost::DecodeError> {
+    Payload::Shared(bytes).decode()
+}
+
+impl Streaming<Bytes> {
+    /// The raw payloads of `inbox`.
+    pub(crate) fn raw(inbox: Arc<Inbox>, decode_error: Code) -> Streaming<Bytes> {
+        Streaming {
+            inbox,
+            decode: Ok,
+            decode_error,
+            call: None,
+            deadline: None,
+            trailers: None,
+            done: false,
+        }
+    }
+
+    /// The same stream, each message decoded as `T`.
+    pub fn decoded<T: prost::Message + Default>(self) -> Streaming<T> {
+        self.with_decoder(decode_as::<T>)
+    }
+
+    /// The same stream, each message decoded by `decode` (for types known at run time).
+    pub fn with_decoder<T>(
+        mut self,
+        decode: fn(Bytes) -> Result<T, prost::DecodeError>,
+    ) -> Streaming<T> {
+        // The shell left behind must not abandon the inbox when it drops.
+        let done = std::mem::replace(&mut self.done, true);
+        Streaming {
+            inbox: self.inbox.clone(),
+            decode,
+            decode_error: self.decode_error,
+            call: self.call.take(),
+            deadline: self.deadline.take(),
+            trailers: self.trailers.take(),
+            done,
+        }
+    }
+}
+
+impl<T> Streaming<T> {
+    /// Client side: the call this stream belongs to, and its deadline.
+    pub(crate) fn attach(
+        &mut self,
+        call: Box<dyn CallHandle>,
+        deadline: Option<std::time::Instant>,
+    ) {
+        self.call = Some(call);
+        self.deadline = deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into())));
+    }
+
+    /// The next message; `Ok(None)` at the end of the stream.
+    ///
+    /// # Errors
+    /// The stream's failure: on the client the call's status, `DEADLINE_EXCEEDED` past
+    /// its deadline, `INTERNAL` for a message that does not decode (the call is then
+    /// cancelled); on the server `INVALID_ARGUMENT` for such a message, `CANCELLED` when
+    /// the client went away.
+    pub async fn message(&mut self) -> Result<Option<T>, Status> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx))
+            .await
+            .transpose()
+    }
+
+    /// Reads the stream to its end and returns the trailing metadata the server ended
+    /// the call with (client side; `None` on the server).
+    ///
+    /// # Errors
+    /// As [`Streaming::message`].
+    pub async fn trailers(&mut self) -> Result<Option<Metadata>, Status> {
+        while self.message().await?.is_some() {}
+        Ok(self.trailers.take())
+    }
+
+    fn finish(&mut self) {
+        self.done = true;
+        self.call = None; // cancels the call if it still runs
+        self.deadline = None;
+    }
+}
+
+impl<T> Stream for Streaming<T> {
+    type Item = Result<T, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match this.inbox.poll_next(cx) {
+            Poll::Ready(Some(Ok(bytes))) => match (this.decode)(bytes) {
+                Ok(message) => Poll::Ready(Some(Ok(message))),
+                Err(e) => {
+                    let status =
+                        Status::new(this.decode_error, format!("failed to decode message: {e}"));
+                    this.inbox.fail(status.clone(), true);
+                    this.finish();
+                    Poll::Ready(Some(Err(status)))
+                }
+            },
+            Poll::Ready(Some(Err(status))) => {
+                this.finish();
+                Poll::Ready(Some(Err(status)))
+            }
+            Poll::Ready(None) => {
+                this.trailers = this.inbox.take_trailers();
+                // The call ended normally: nothing to cancel.
+                this.call = None;
+                this.finish();
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                if let Some(deadline) = &mut this.deadline {
+                    if deadline.as_mut().poll(cx).is_ready() {
+                        let status =
+                            Status::deadline_exceeded("deadline exceeded during the stream");
+                        this.inbox.fail(status.clone(), true);
+                        this.finish();
+                        return Poll::Ready(Some(Err(status)));
+                    }
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T> Drop for Streaming<T> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.inbox.abandon();
+        }
+        // Then `call` drops, which cancels the call if it still runs.
+    }
+}
+
+/// Conversion into a streaming request: implemented for streams of messages and for
+/// [`Request`]s of them, so generated client methods take either (like tonic's).
+pub trait IntoStreamingRequest {
+    /// The stream of messages.
+    type Stream: Stream<Item = Self::Message> + Send + 'static;
+    /// The message type.
+    type Message;
+    /// Wraps `self` in a request (or returns it when it already is one).
+    fn into_streaming_request(self) -> Request<Self::Stream>;
+}
+
+impl<S> IntoStreamingRequest for S
+where
+    S: Stream + Send + 'static,
+{
+    type Stream = S;
+    type Message = S::Item;
+    fn into_streaming_request(self) -> Request<S> {
+        Request::new(self)
+    }
+}
+
+impl<S> IntoStreamingRequest for Request<S>
+where
+    S: Stream + Send + 'static,
+{
+    type Stream = S;
+    type Message = S::Item;
+    fn into_streaming_request(self) -> Request<S> {
+        self
+    }
+}
+
+/// The payload of a received `Message` frame as owned bytes: a slice of the frame if the
+/// transport lets go of it (large frames), else a copy (a small frame's receive slot must
+/// not stay pinned while the message waits to be read).
+pub(crate) fn take_payload<C: crate::Connection>(
+    conn: &C,
+    buf: C::RecvBuf,
+    header: &crate::wire::Header,
+) -> Bytes {
+    if header.payload_len == 0 {
+        return Bytes::new();
+    }
+    let start = crate::wire::HEADER_LEN + header.meta_len as usize;
+    let end = start + header.payload_len as usize;
+    match conn.keep(buf) {
+        Ok(frame) => frame.slice(start..end),
+        Err(buf) => Bytes::copy_from_slice(&buf[start..end]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::FrameKind;
+    use futures_util::StreamExt;
+    use std::time::Duration;
+
+    fn inbox(target: u32, granted: u32) -> (Arc<Inbox>, Arc<ControlQueue>) {
+        let control = Arc::new(ControlQueue::default());
+        (
+            Arc::new(Inbox::new(7, control.clone(), target, granted)),
+            control,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_sender_past_its_window_is_a_violation_and_reading_grants_it_back() {
+        let (inbox, control) = inbox(1000, 1000);
+        // Sends while the window is positive: 400 + 400 + 400 (the last one overdraws).
+        for _ in 0..3 {
+            inbox.push(400, Bytes::from_static(b"m")).unwrap();
+        }
+        assert_eq!(inbox.buffered(), 1200, "window plus one message at most");
+        let err = inbox.push(400, Bytes::from_static(b"m")).unwrap_err();
+        assert!(err.contains("past the stream's window"), "{err}");
+        let mut stream = Streaming::raw(inbox.clone(), Code::Internal);
+        assert_eq!(stream.message().await.unwrap().unwrap(), "m");
+        // 400 consumed: under half the window, nothing granted yet.
+        let early = tokio::time::timeout(Duration::from_millis(10), control.next_batch()).await;
+        assert!(early.is_err(), "nothing to send yet: {early:?}");
+        stream.message().await.unwrap();
+        let batch = control.next_batch().await.unwrap();
+        assert_eq!(batch, [(FrameKind::WindowUpdate, 7, 800)]);
+        // The window is back to 1000 - 1200 + 800 = 600 > 0: the peer may send again.
+        inbox.push(400, Bytes::from_static(b"m")).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_server_grants_its_window_when_the_call_starts() {
+        let (waiting, _control) = inbox(5000, 0);
+        assert!(
+            waiting.push(10, Bytes::new()).is_err(),
+            "nothing granted yet"
+        );
+        let (started, control) = inbox(5000, 0);
+        started.grant_rest();
+        assert_eq!(
+            control.next_batch().await.unwrap(),
+            [(FrameKind::WindowUpdate, 7, 5000)]
+        );
+        started.push(10, Bytes::new()).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_end_comes_after_queued_messages_and_nothing_may_follow_it() {
+        let (inbox, _control) = inbox(1000, 1000);
+        inbox.push(50, Bytes::from_static(b"a")).unwrap();
+        inbox.close(Some(Metadata::new())).unwrap();
+        assert!(inbox
+            .push(50, Bytes::new())
+            .unwrap_err()
+            .contains("after the end"));
+        assert!(inbox.close(None).is_err(), "ended twice");
+        let stream = Streaming::raw(inbox, Code::Internal);
+        let all: Vec<_> = stream.collect().await;
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].as_ref().unwrap(), "a");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_consumer_frees_its_queue_and_later_messages_are_discarded() {
+        let (inbox, _control) = inbox(1000, 1000);
+        inbox.push(500, Bytes::from(vec![0; 500])).unwrap();
+        drop(Streaming::raw(inbox.clone(), Code::Internal));
+        assert_eq!(inbox.buffered(), 0);
+        inbox.push(5000, Bytes::from(vec![0; 5000])).unwrap();
+        assert_eq!(inbox.buffered(), 0, "discarded, not an error");
+    }
+
+    #[tokio::test]
+    async fn a_failure_is_delivered_after_queued_messages_unless_discarded() {
+        let (inbox, _control) = inbox(1000, 1000);
+        inbox.push(50, Bytes::from_static(b"a")).unwrap();
+        inbox.fail(Status::internal("boom"), false);
+        let mut stream = Streaming::raw(inbox.clone(), Code::Internal);
+        assert_eq!(stream.message().await.unwrap().unwrap(), "a");
+        assert_eq!(stream.message().await.unwrap_err().code(), Code::Internal);
+        assert!(stream.message().await.unwrap().is_none(), "then the end");
+
+        let (inbox, _control) = self::inbox(1000, 1000);
+        inbox.push(50, Bytes::from_static(b"a")).unwrap();
+        inbox.fail(Status::cancelled("gone"), true);
+        let mut stream = Streaming::raw(inbox, Code::Internal);
+        assert_eq!(stream.message().await.unwrap_err().code(), Code::Cancelled);
+    }
+
+    #[tokio::test]
+    async fn a_sender_waits_for_its_window_and_stops_when_the_call_ends() {
+        let outbox = Arc::new(Outbox::closed_window());
+        let waiting = tokio::spawn({
+            let outbox = outbox.clone();
+            async move { outbox.reserve(100).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "no window yet");
+        outbox.grant(1).unwrap();
+        waiting.await.unwrap().unwrap();
+        // 1 - 100 < 0: the next one waits, until the call ends.
+        let waiting = tokio::spawn({
+            let outbox = outbox.clone();
+            async move { outbox.reserve(100).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        outbox.close(Status::cancelled("over"));
+        assert_eq!(waiting.await.unwrap().unwrap_err().code(), Code::Cancelled);
+        let overflow = Outbox::new(MAX_STREAM_WINDOW as u32);
+        assert!(overflow.grant(1).is_err(), "past 2^31 - 1");
+    }
+}
