@@ -2,7 +2,9 @@
 //! end-to-end tests: an echo service and an in-memory key-value store.
 //!
 //! # Layout
-//! - [`echo`], [`kv`]: code generated from `proto/echo.proto` and `proto/kv.proto`.
+//! - [`echo`], [`kv`], [`grpc_testing`]: code generated from `proto/echo.proto`,
+//!   `proto/kv.proto` and `proto/grpc/testing/`.
+//! - [`interop`]: the interop test service and cases (`interop-server`, `interop-client`).
 //! - [`EchoService`], [`KvStore`]: the servers' implementations.
 //! - [`transport`]: turning `--addr URL` into a listener or a channel.
 
@@ -18,7 +20,14 @@ pub mod kv {
     rpc_core::include_proto!("kv");
 }
 
+/// Generated from `proto/grpc/testing/*.proto`: the gRPC interop test services.
+#[allow(missing_docs)]
+pub mod grpc_testing {
+    rpc_core::include_proto!("grpc.testing");
+}
+
 mod echo_service;
+pub mod interop;
 mod kv_store;
 pub mod transport;
 

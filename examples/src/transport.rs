@@ -125,21 +125,30 @@ impl Resolved {
     }
 }
 
-/// Serves `service` on the address from `args` (default `default_addr`) until Ctrl-C,
-/// then shuts down gracefully: what every example server's `main` does.
+/// Serves `service` and the standard health service (`grpc.health.v1.Health`, reporting
+/// the service `SERVING`) on the address from `args` (default `default_addr`) until
+/// Ctrl-C, then reports `NOT_SERVING` and shuts down gracefully: what every example
+/// server's `main` does.
 ///
 /// # Errors
 /// A bad address or config, a bind failure, or a listener error.
-pub async fn serve_until_ctrl_c(
+pub async fn serve_until_ctrl_c<S>(
     args: &TransportArgs,
     default_addr: &str,
     default_max: usize,
-    service: impl rpc_core::codegen::Service,
-) -> anyhow::Result<()> {
+    service: S,
+) -> anyhow::Result<()>
+where
+    S: rpc_core::codegen::Service + rpc_core::codegen::NamedService,
+{
     let resolved = args.resolve(default_addr, default_max)?;
     let listener = resolved.listen().await?;
+    let (reporter, health) = rpc_health::health_reporter();
+    reporter.set_serving::<S>();
     let server = rpc_core::Server::builder()
         .add_service(service)
+        .map_err(anyhow::Error::msg)?
+        .add_service(health)
         .map_err(anyhow::Error::msg)?
         .config(resolved.server.clone())
         .build();
@@ -147,6 +156,8 @@ pub async fn serve_until_ctrl_c(
         .serve_with_shutdown(listener, async {
             let _ = tokio::signal::ctrl_c().await;
             tracing::info!("shutting down");
+            reporter.set_not_serving::<S>();
+            reporter.set_service_status("", rpc_health::ServingStatus::NotServing);
         })
         .await?;
     Ok(())

@@ -78,3 +78,23 @@ async fn large_payloads_are_not_copied_and_stay_valid_while_held() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn interop_cases() {
+    interop_cases_pass(Memory::default()).await;
+}
+
+#[tokio::test]
+async fn slow_stream_reader() {
+    a_slow_reader_does_not_stall_other_streams(Memory::default()).await;
+}
+
+#[tokio::test]
+async fn cancelled_streams() {
+    cancelled_streams_release_their_handlers(Memory::default()).await;
+}
+
+#[tokio::test]
+async fn stream_deadline() {
+    a_stream_past_its_deadline_ends_on_both_sides(Memory::default()).await;
+}

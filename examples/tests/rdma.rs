@@ -121,6 +121,19 @@ shared_net_test!(
     kept_frames_are_bounded_by_keep_bytes,
     kept_frames_are_bounded()
 );
+shared_net_test!(interop_cases, interop_cases_pass(Rdma));
+shared_net_test!(
+    slow_stream_reader,
+    a_slow_reader_does_not_stall_other_streams(Rdma)
+);
+shared_net_test!(
+    cancelled_streams,
+    cancelled_streams_release_their_handlers(Rdma)
+);
+shared_net_test!(
+    stream_deadline,
+    a_stream_past_its_deadline_ends_on_both_sides(Rdma)
+);
 
 async fn large_payloads_not_copied() {
     let size = 256 << 10;

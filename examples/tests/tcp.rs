@@ -308,3 +308,23 @@ async fn a_reconnecting_channel_reaches_a_restarted_server() {
         .unwrap();
     assert_eq!(reply.into_inner().payload, &b"two"[..]);
 }
+
+#[tokio::test]
+async fn interop_cases() {
+    interop_cases_pass(Tcp).await;
+}
+
+#[tokio::test]
+async fn slow_stream_reader() {
+    a_slow_reader_does_not_stall_other_streams(Tcp).await;
+}
+
+#[tokio::test]
+async fn cancelled_streams() {
+    cancelled_streams_release_their_handlers(Tcp).await;
+}
+
+#[tokio::test]
+async fn stream_deadline() {
+    a_stream_past_its_deadline_ends_on_both_sides(Tcp).await;
+}

@@ -19,6 +19,9 @@ use rpc_core::codegen::MethodDescriptor;
 use rpc_core::{Channel, Code, Connection, Request, Response, Server, ServerConfig, Status};
 use tokio::sync::mpsc;
 
+mod streams;
+pub use streams::*;
+
 /// Starts servers and connects channels over one transport.
 pub trait Harness: Send + Sync + 'static {
     type Conn: Connection;
