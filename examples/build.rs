@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 "../proto/echo.proto",
                 "../proto/kv.proto",
+                "../proto/chat.proto",
                 "../proto/grpc/testing/test.proto",
             ],
             &["../proto"],

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use rpc_core::{Request, Response, Status};
+use futures_util::StreamExt;
+use rpc_core::{BoxStream, Request, Response, Status};
 
 use crate::echo::echo_server::Echo;
-use crate::echo::{EchoReply, EchoRequest};
+use crate::echo::{EchoReply, EchoRequest, RepeatRequest};
 
 /// Answers each request with its payload, after the requested delay; see `echo.proto`
 /// for the test hooks `reply_size` and `panic`.
@@ -13,6 +14,15 @@ use crate::echo::{EchoReply, EchoRequest};
 pub struct EchoService;
 
 impl Echo for EchoService {
+    type RepeatStream = BoxStream<EchoReply>;
+
+    async fn repeat(
+        &self,
+        request: Request<RepeatRequest>,
+    ) -> Result<Response<Self::RepeatStream>, Status> {
+        Ok(Response::new(repeat(request.into_inner())))
+    }
+
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
         let request = request.into_inner();
         if request.delay_ms > 0 {
@@ -27,4 +37,14 @@ impl Echo for EchoService {
         };
         Ok(Response::new(EchoReply { payload }))
     }
+}
+
+/// `request.count` replies carrying `request.payload` (shared, not copied).
+pub fn repeat(request: RepeatRequest) -> BoxStream<EchoReply> {
+    let payload = request.payload;
+    Box::pin(futures_util::stream::iter(0..request.count).map(move |_| {
+        Ok(EchoReply {
+            payload: payload.clone(),
+        })
+    }))
 }

@@ -5,7 +5,9 @@
 //! - [`echo`], [`kv`], [`grpc_testing`]: code generated from `proto/echo.proto`,
 //!   `proto/kv.proto` and `proto/grpc/testing/`.
 //! - [`interop`]: the interop test service and cases (`interop-server`, `interop-client`).
-//! - [`EchoService`], [`KvStore`]: the servers' implementations.
+//! - [`chat`]: generated from `proto/chat.proto`.
+//! - [`EchoService`], [`KvStore`], [`ChatRoom`]: the servers' implementations (the kv
+//!   store's `Watch` streams changes; a chat member is a bidirectional stream).
 //! - [`transport`]: turning `--addr URL` into a listener or a channel.
 
 /// Generated from `proto/echo.proto`.
@@ -20,19 +22,27 @@ pub mod kv {
     rpc_core::include_proto!("kv");
 }
 
+/// Generated from `proto/chat.proto`.
+#[allow(missing_docs)]
+pub mod chat {
+    rpc_core::include_proto!("chat");
+}
+
 /// Generated from `proto/grpc/testing/*.proto`: the gRPC interop test services.
 #[allow(missing_docs)]
 pub mod grpc_testing {
     rpc_core::include_proto!("grpc.testing");
 }
 
+mod chat_room;
 mod echo_service;
 pub mod interop;
 mod kv_store;
 pub mod transport;
 
-pub use echo_service::EchoService;
-pub use kv_store::{KvStore, KV_MAX_MESSAGE_SIZE};
+pub use chat_room::{ChatRoom, CHAT_BACKLOG, MAX_NAME, MAX_POST, NAME_KEY};
+pub use echo_service::{repeat, EchoService};
+pub use kv_store::{KvStore, KV_MAX_MESSAGE_SIZE, WATCH_BACKLOG, WATCH_VALUE_MAX};
 
 /// Sets up logging to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_tracing() {

@@ -369,3 +369,75 @@ async fn a_panicking_handler_fails_only_its_own_call() {
     }
     assert!(server.is_alive());
 }
+
+/// VmRSS of this process, in KiB.
+fn own_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Streams: a million-message server stream whose client pauses reading holds bounded
+/// memory on both sides (the window stops the server; without it, the paused client
+/// would buffer what the server produces), and every message arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_message_server_stream_has_bounded_memory() {
+    use examples::echo::echo_client::EchoClient;
+    use examples::echo::RepeatRequest;
+    const COUNT: u64 = 1_000_000;
+    let server = ServerProcess::start(&[]);
+    let conn = rpc_transport_tcp::TcpConnection::connect(
+        &format!("127.0.0.1:{}", server.port),
+        &rpc_transport_tcp::TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let client = EchoClient::new(rpc_core::Channel::new(conn));
+    let payload = bytes::Bytes::from(vec![7u8; 64]);
+    let mut stream = client
+        .repeat(RepeatRequest {
+            payload: payload.clone(),
+            count: COUNT,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for _ in 0..1000 {
+        assert_eq!(stream.message().await.unwrap().unwrap().payload, payload);
+    }
+    let (server0, client0) = (server.rss_kib(), own_rss_kib());
+    // Paused: at 64 B a message the server would produce its 1,000,000 (104 MB of frames)
+    // in this time if nothing stopped it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (server_paused, client_paused) = (server.rss_kib(), own_rss_kib());
+    let mut received = 1000;
+    let (mut server_peak, mut client_peak) = (server_paused, client_paused);
+    while let Some(reply) = stream.message().await.unwrap() {
+        assert_eq!(reply.payload.len(), 64);
+        received += 1;
+        if received % 100_000 == 0 {
+            server_peak = server_peak.max(server.rss_kib());
+            client_peak = client_peak.max(own_rss_kib());
+        }
+    }
+    assert_eq!(received, COUNT);
+    report(&format!(
+        "streams: 1,000,000 x 64 B server stream, client paused 2 s: server RSS +{} KiB paused, \
+         +{} KiB peak; client RSS +{} KiB paused, +{} KiB peak",
+        server_paused.saturating_sub(server0),
+        server_peak.saturating_sub(server0),
+        client_paused.saturating_sub(client0),
+        client_peak.saturating_sub(client0),
+    ));
+    for (what, grew) in [
+        ("server, paused", server_paused.saturating_sub(server0)),
+        ("server, peak", server_peak.saturating_sub(server0)),
+        ("client, paused", client_paused.saturating_sub(client0)),
+        ("client, peak", client_peak.saturating_sub(client0)),
+    ] {
+        assert!(grew < 16 * 1024, "{what}: RSS grew {grew} KiB");
+    }
+}

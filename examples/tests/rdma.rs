@@ -134,6 +134,8 @@ shared_net_test!(
     stream_deadline,
     a_stream_past_its_deadline_ends_on_both_sides(Rdma)
 );
+shared_net_test!(kv_watch, kv_watch_streams_changes_under_a_prefix(Rdma));
+shared_net_test!(chat_room, chat_members_see_each_others_posts(Rdma));
 
 async fn large_payloads_not_copied() {
     let size = 256 << 10;

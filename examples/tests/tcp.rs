@@ -328,3 +328,13 @@ async fn cancelled_streams() {
 async fn stream_deadline() {
     a_stream_past_its_deadline_ends_on_both_sides(Tcp).await;
 }
+
+#[tokio::test]
+async fn kv_watch() {
+    kv_watch_streams_changes_under_a_prefix(Tcp).await;
+}
+
+#[tokio::test]
+async fn chat_room() {
+    chat_members_see_each_others_posts(Tcp).await;
+}

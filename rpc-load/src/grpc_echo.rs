@@ -17,14 +17,35 @@ pub mod proto {
 }
 
 use proto::echo_server::{Echo, EchoServer};
-use proto::{EchoReply, EchoRequest};
+use proto::{EchoReply, EchoRequest, RepeatRequest};
 
 /// The tonic implementation of `echo.Echo`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct GrpcEcho;
 
+/// The response stream of `Repeat`.
+pub type RepeatStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<EchoReply, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Echo for GrpcEcho {
+    type RepeatStream = RepeatStream;
+
+    async fn repeat(
+        &self,
+        request: Request<RepeatRequest>,
+    ) -> Result<Response<RepeatStream>, Status> {
+        use futures_util::StreamExt;
+        let request = request.into_inner();
+        let payload = request.payload;
+        let stream = futures_util::stream::iter(0..request.count).map(move |_| {
+            Ok(EchoReply {
+                payload: payload.clone(),
+            })
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
         let request = request.into_inner();
         if request.delay_ms > 0 {

@@ -58,6 +58,15 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         limit: u32,
     },
+    /// Prints every change of keys with a prefix as it happens (revision, key, size or
+    /// "deleted"), until Ctrl-C or --count changes.
+    Watch {
+        /// Key prefix ("" for all).
+        prefix: String,
+        /// Stop after this many changes.
+        #[arg(long)]
+        count: Option<u64>,
+    },
 }
 
 #[tokio::main]
@@ -74,7 +83,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let resolved = args
         .transport
         .resolve("auto://127.0.0.1:50052", KV_MAX_MESSAGE_SIZE)?;
-    let timeout = (args.timeout_ms > 0).then(|| Duration::from_millis(args.timeout_ms));
+    // A watch runs until stopped: no default timeout for it.
+    let watching = matches!(args.command, Command::Watch { .. });
+    let timeout =
+        (args.timeout_ms > 0 && !watching).then(|| Duration::from_millis(args.timeout_ms));
     let client = KvClient::new(resolved.connect(timeout).await?);
     match args.command {
         Command::Put {
@@ -126,6 +138,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
             if reply.truncated {
                 println!("(more entries match)");
+            }
+        }
+        Command::Watch { prefix, count } => {
+            let mut changes = client.watch(WatchRequest { prefix }).await?.into_inner();
+            let mut seen = 0;
+            while count.is_none_or(|n| seen < n) {
+                let Some(event) = changes.message().await? else {
+                    break;
+                };
+                if event.deleted {
+                    println!("{}\t{}\tdeleted", event.revision, event.key);
+                } else {
+                    println!("{}\t{}\t{}", event.revision, event.key, event.value_size);
+                }
+                std::io::stdout().flush()?;
+                seen += 1;
             }
         }
     }

@@ -65,6 +65,15 @@ impl Drop for DropSignal {
 }
 
 impl Echo for Probe {
+    type RepeatStream = rpc_core::BoxStream<EchoReply>;
+
+    async fn repeat(
+        &self,
+        request: Request<examples::echo::RepeatRequest>,
+    ) -> Result<Response<Self::RepeatStream>, Status> {
+        Ok(Response::new(examples::repeat(request.into_inner())))
+    }
+
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.peak.fetch_max(now, Ordering::SeqCst);

@@ -244,3 +244,109 @@ pub async fn a_stream_past_its_deadline_ends_on_both_sides<H: Harness>(h: H) {
     assert_eq!(status.code(), Code::DeadlineExceeded);
     released(&probe).await;
 }
+
+/// The kv store's Watch: changes under the prefix, in order, with revisions; large
+/// values announced by size.
+pub async fn kv_watch_streams_changes_under_a_prefix<H: Harness>(h: H) {
+    use examples::kv::kv_client::KvClient;
+    use examples::kv::kv_server::KvServer;
+    use examples::kv::{DeleteRequest, PutRequest, WatchRequest};
+    let server = Server::builder()
+        .add_service(KvServer::new(examples::KvStore::default()))
+        .unwrap()
+        .build();
+    let addr = h.start(server).await;
+    let client = KvClient::new(h.connect(&addr, 16 << 20).await);
+    let put = |key: &str, len: usize| PutRequest {
+        key: key.into(),
+        value: bytes::Bytes::from(vec![b'v'; len]),
+    };
+    client.put(put("a/0", 1)).await.unwrap(); // before the watch: not seen
+    let mut changes = client
+        .watch(WatchRequest {
+            prefix: "a/".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    client.put(put("a/1", 5)).await.unwrap();
+    client.put(put("b/1", 5)).await.unwrap();
+    client
+        .delete(DeleteRequest { key: "a/1".into() })
+        .await
+        .unwrap();
+    client
+        .put(put("a/2", examples::WATCH_VALUE_MAX + 1))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let e = changes.message().await.unwrap().unwrap();
+        seen.push((e.revision, e.key, e.deleted, e.value.len(), e.value_size));
+    }
+    let big = examples::WATCH_VALUE_MAX as u64 + 1;
+    assert_eq!(
+        seen,
+        [
+            (2, "a/1".to_owned(), false, 5, 5),
+            (4, "a/1".to_owned(), true, 0, 0),
+            (5, "a/2".to_owned(), false, 0, big),
+        ]
+    );
+}
+
+/// The chat room: members see joins, each other's posts (numbered, in one order) and
+/// leaves.
+pub async fn chat_members_see_each_others_posts<H: Harness>(h: H) {
+    use examples::chat::chat_client::ChatClient;
+    use examples::chat::chat_server::ChatServer;
+    use examples::chat::{event::Kind, Post};
+    let server = Server::builder()
+        .add_service(ChatServer::new(examples::ChatRoom::default()))
+        .unwrap()
+        .build();
+    let addr = h.start(server).await;
+    let join = |name: &str| {
+        let (tx, posts) = request_channel::<Post>();
+        let mut request = Request::new(posts);
+        request.metadata_mut().insert(examples::NAME_KEY, name);
+        (tx, request)
+    };
+    let client = ChatClient::new(h.connect(&addr, 1 << 20).await);
+    let (alice_tx, request) = join("alice");
+    let mut alice = client.join(request).await.unwrap().into_inner();
+    let next = async |events: &mut rpc_core::Streaming<examples::chat::Event>| {
+        let e = events.message().await.unwrap().unwrap();
+        (e.seq, e.from.clone(), e.kind(), e.text.clone())
+    };
+    assert_eq!(
+        next(&mut alice).await,
+        (1, "alice".into(), Kind::Joined, "".into())
+    );
+    let other = ChatClient::new(h.connect(&addr, 1 << 20).await);
+    let (bob_tx, request) = join("bob");
+    let mut bob = other.join(request).await.unwrap().into_inner();
+    let joined = (2, "bob".into(), Kind::Joined, "".into());
+    assert_eq!(next(&mut alice).await, joined);
+    assert_eq!(next(&mut bob).await, joined);
+    alice_tx
+        .send(Post {
+            text: "hi bob".into(),
+        })
+        .await
+        .unwrap();
+    let post = (3, "alice".into(), Kind::Posted, "hi bob".into());
+    assert_eq!(next(&mut alice).await, post);
+    assert_eq!(next(&mut bob).await, post);
+    drop(bob_tx); // bob leaves
+    assert_eq!(
+        next(&mut alice).await,
+        (4, "bob".into(), Kind::Left, "".into())
+    );
+    assert!(bob.message().await.unwrap().is_none(), "bob's stream ended");
+    // A nameless member is refused.
+    let (_tx, posts) = request_channel::<Post>();
+    let status = client.join(posts).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    drop(alice_tx);
+}

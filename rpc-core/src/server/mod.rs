@@ -146,4 +146,6 @@ impl Server {
 }
 
 #[cfg(test)]
+mod stream_tests;
+#[cfg(test)]
 mod tests;
