@@ -48,6 +48,14 @@ impl ControlQueue {
         self.notify.notify_one();
     }
 
+    /// Cancels a streaming call: never dropped (a stream whose cancel were lost would
+    /// wait for its window forever); bounded by the streams the channel opened, each
+    /// cancelled once.
+    pub(crate) fn cancel_stream(&self, call_id: u64) {
+        self.state.lock().cancels.push_back(call_id);
+        self.notify.notify_one();
+    }
+
     pub(crate) fn pong(&self, id: u64) {
         self.state.lock().pong = Some(id);
         self.notify.notify_one();

@@ -147,7 +147,8 @@ impl Inbox {
     /// unless `discard` (a local cancellation: they are of no use any more).
     pub(crate) fn fail(&self, status: Status, discard: bool) {
         let mut state = self.state.lock();
-        if matches!(state.end, End::Done) {
+        // The first failure is the one reported.
+        if matches!(state.end, End::Done | End::Failed(_)) {
             return;
         }
         if discard {
@@ -309,6 +310,17 @@ impl Outbox {
         }
     }
 
+    /// Whether the window is positive now (a message may be sent).
+    pub(crate) fn has_window(&self) -> bool {
+        let state = self.state.lock();
+        state.closed.is_none() && state.window > 0
+    }
+
+    /// Takes `len` bytes from the window, which [`Outbox::has_window`] found positive.
+    pub(crate) fn take(&self, len: usize) {
+        self.state.lock().window -= len as i64;
+    }
+
     /// Waits until the window is positive, then takes `len` bytes from it.
     ///
     /// # Errors
@@ -345,7 +357,7 @@ pub(crate) trait CallHandle: Send + Sync {}
 /// stream: past it, the next read fails with `DEADLINE_EXCEEDED`.
 pub struct Streaming<T> {
     inbox: Arc<Inbox>,
-    decode: fn(Bytes) -> Result<T, prost::DecodeError>,
+    decode: Decoder<T>,
     /// The code a message that does not decode fails with.
     decode_error: Code,
     call: Option<Box<dyn CallHandle>>,
@@ -363,6 +375,9 @@ impl<T> fmt::Debug for Streaming<T> {
     }
 }
 
+/// How a [`Streaming`] turns payloads into messages.
+type Decoder<T> = Box<dyn Fn(Bytes) -> Result<T, prost::DecodeError> + Send + Sync>;
+
 fn decode_as<T: prost::Message + Default>(bytes: Bytes) -> Result<T, prost::DecodeError> {
     Payload::Shared(bytes).decode()
 }
@@ -372,7 +387,7 @@ impl Streaming<Bytes> {
     pub(crate) fn raw(inbox: Arc<Inbox>, decode_error: Code) -> Streaming<Bytes> {
         Streaming {
             inbox,
-            decode: Ok,
+            decode: Box::new(Ok),
             decode_error,
             call: None,
             deadline: None,
@@ -382,20 +397,21 @@ impl Streaming<Bytes> {
     }
 
     /// The same stream, each message decoded as `T`.
-    pub fn decoded<T: prost::Message + Default>(self) -> Streaming<T> {
+    pub fn decoded<T: prost::Message + Default + 'static>(self) -> Streaming<T> {
         self.with_decoder(decode_as::<T>)
     }
 
-    /// The same stream, each message decoded by `decode` (for types known at run time).
-    pub fn with_decoder<T>(
+    /// The same stream, each message decoded by `decode` (for types known only at run
+    /// time, e.g. `prost_reflect::DynamicMessage`).
+    pub fn with_decoder<T: 'static>(
         mut self,
-        decode: fn(Bytes) -> Result<T, prost::DecodeError>,
+        decode: impl Fn(Bytes) -> Result<T, prost::DecodeError> + Send + Sync + 'static,
     ) -> Streaming<T> {
         // The shell left behind must not abandon the inbox when it drops.
         let done = std::mem::replace(&mut self.done, true);
         Streaming {
             inbox: self.inbox.clone(),
-            decode,
+            decode: Box::new(decode),
             decode_error: self.decode_error,
             call: self.call.take(),
             deadline: self.deadline.take(),
@@ -453,6 +469,17 @@ impl<T> Stream for Streaming<T> {
         let this = self.get_mut();
         if this.done {
             return Poll::Ready(None);
+        }
+        // Past the deadline nothing more is read, even what already arrived.
+        if this
+            .deadline
+            .as_ref()
+            .is_some_and(|d| d.deadline() <= tokio::time::Instant::now())
+        {
+            let status = Status::deadline_exceeded("deadline exceeded during the stream");
+            this.inbox.fail(status.clone(), true);
+            this.finish();
+            return Poll::Ready(Some(Err(status)));
         }
         match this.inbox.poll_next(cx) {
             Poll::Ready(Some(Ok(bytes))) => match (this.decode)(bytes) {

@@ -94,6 +94,13 @@ pub trait Connection: Send + Sync + 'static {
         )))
     }
 
+    /// Whether one buffer from [`Connection::alloc`] may hold several complete frames
+    /// back to back (a byte-stream transport): the runtime then sends a run of small
+    /// stream messages in one buffer. The default is `false` (one frame per buffer).
+    fn concatenates(&self) -> bool {
+        false
+    }
+
     /// Asks the transport to hand every received frame to `sink` from its own completion
     /// path instead of queueing it for [`Connection::recv`]: run to completion, one task
     /// hop less per frame. Returns `false` if the transport does not do this (the

@@ -182,13 +182,16 @@ async fn run_rpc(
             }
         })
         .await?;
-        targets.push(Arc::new(RpcTarget::new(
-            channel,
-            method.descriptor,
-            method.output.clone(),
-            metadata,
-            args.call_timeout(),
-        )));
+        targets.push(Arc::new(
+            RpcTarget::new(
+                channel,
+                method.descriptor,
+                method.output.clone(),
+                metadata,
+                args.call_timeout(),
+            )
+            .with_stream_options(args.stream_options()),
+        ));
     }
     let outcome = runner::run(&targets, messages, plan, monitor).await;
     Ok((
@@ -214,14 +217,17 @@ async fn run_grpc(
     let mut targets = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
         let channel = grpc::connect(addr, &settings).await?;
-        targets.push(Arc::new(GrpcTarget::new(
-            channel,
-            method.descriptor.path,
-            method.output.clone(),
-            metadata,
-            args.call_timeout(),
-            args.max_message_size,
-        )?));
+        targets.push(Arc::new(
+            GrpcTarget::new(
+                channel,
+                method.descriptor.path,
+                method.output.clone(),
+                metadata,
+                args.call_timeout(),
+                args.max_message_size,
+            )?
+            .with_kind(method.descriptor.kind, args.stream_options()),
+        ));
     }
     let outcome = runner::run(&targets, messages, plan, monitor).await;
     Ok((outcome, "grpc".to_owned()))

@@ -10,8 +10,8 @@ use serde::Serialize;
 use crate::runner::LoadPlan;
 use crate::schedule::{Ramp, Schedule};
 
-/// `rpc-load`: load-tests a unary method of an rpc-core service (`tcp://`, `rdma://`,
-/// `auto://`) or of a gRPC server (`grpc://`), from its .proto at run time.
+/// `rpc-load`: load-tests a method (unary or streaming) of an rpc-core service (`tcp://`,
+/// `rdma://`, `auto://`) or of a gRPC server (`grpc://`), from its .proto at run time.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "rpc-load", version, about, long_about = None)]
 pub struct Args {
@@ -119,6 +119,17 @@ pub struct Args {
     /// A name for the run, copied into the report.
     #[arg(long)]
     pub name: Option<String>,
+    /// Streaming calls: time between two sends on a request stream, e.g. 10ms.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stream_interval: Option<Duration>,
+    /// Streaming calls: how long each call sends (client and bidirectional streams) or
+    /// reads (server streams, then cancelled), e.g. 2s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stream_call_duration: Option<Duration>,
+    /// Streaming calls: how many messages each call sends (the -d array cycled or cut)
+    /// or reads (server streams, then cancelled).
+    #[arg(long, value_name = "N")]
+    pub stream_call_count: Option<u64>,
 }
 
 /// `--load-schedule`.
@@ -160,6 +171,15 @@ impl Args {
             .as_deref()
             .or(self.addr.as_deref())
             .context("no address: give ADDR or --addr URL (tcp://, rdma://, auto://, grpc://)")
+    }
+
+    /// The `--stream-*` options.
+    pub fn stream_options(&self) -> crate::streams::StreamOptions {
+        crate::streams::StreamOptions {
+            interval: self.stream_interval.filter(|d| !d.is_zero()),
+            call_duration: self.stream_call_duration.filter(|d| !d.is_zero()),
+            call_count: self.stream_call_count.filter(|&n| n > 0),
+        }
     }
 
     /// The per-call timeout, `None` for `-t 0`.

@@ -2,11 +2,13 @@
 //! measures gRPC servers. Messages stay [`DynamicMessage`]s: a small tonic [`Codec`]
 //! encodes them with prost and decodes responses by reflection.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use prost::Message;
 use prost_reflect::{DynamicMessage, MessageDescriptor};
+use rpc_core::codegen::MethodKind;
 use rpc_core::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
@@ -14,8 +16,10 @@ use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
+use crate::data::Messages;
 use crate::stats::CallError;
-use crate::target::Target;
+use crate::streams::{drain, request_stream, Moved, StreamOptions};
+use crate::target::{stopped_early, CallOutcome, Target};
 
 /// A tonic codec for messages known only at run time.
 #[derive(Debug, Clone)]
@@ -109,6 +113,8 @@ pub struct GrpcTarget {
     codec: DynamicCodec,
     metadata: MetadataMap,
     timeout: Option<Duration>,
+    kind: MethodKind,
+    stream: StreamOptions,
 }
 
 impl GrpcTarget {
@@ -145,32 +151,93 @@ impl GrpcTarget {
             codec: DynamicCodec::new(output),
             metadata: map,
             timeout,
+            kind: MethodKind::Unary,
+            stream: StreamOptions::default(),
         })
+    }
+
+    /// The same target for a method of `kind`, making streaming calls as `options` say.
+    pub fn with_kind(mut self, kind: MethodKind, options: StreamOptions) -> GrpcTarget {
+        self.kind = kind;
+        self.stream = options;
+        self
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        *request.metadata_mut() = self.metadata.clone();
+        if let Some(timeout) = self.timeout {
+            // Tells the server (grpc-timeout); the client side is enforced in `call`.
+            request.set_timeout(timeout);
+        }
+        request
+    }
+
+    /// One call of the method's kind, without the client-side deadline.
+    async fn call_once(
+        &self,
+        index: u64,
+        messages: &Arc<Messages>,
+        moved: &Arc<Moved>,
+    ) -> Result<(), CallError> {
+        let mut grpc = self.grpc.clone();
+        grpc.ready()
+            .await
+            .map_err(|e| CallError::new(Code::Unavailable, e.to_string()))?;
+        let status =
+            |status: Status| CallError::new(Code::from_u8(status.code() as u8), status.message());
+        let path = self.path.clone();
+        let codec = self.codec.clone();
+        match self.kind {
+            MethodKind::Unary => {
+                let request = self.request(messages.get(index).clone());
+                grpc.unary(request, path, codec)
+                    .await
+                    .map(drop)
+                    .map_err(status)
+            }
+            MethodKind::ServerStreaming => {
+                let request = self.request(messages.get(index).clone());
+                let responses = grpc
+                    .server_streaming(request, path, codec)
+                    .await
+                    .map_err(status)?
+                    .into_inner();
+                match drain(responses, &self.stream, true, moved).await {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(stopped_early()),
+                    Err(e) => Err(status(e)),
+                }
+            }
+            MethodKind::ClientStreaming => {
+                let stream = request_stream(messages.clone(), self.stream, moved.clone());
+                grpc.client_streaming(self.request(stream), path, codec)
+                    .await
+                    .map(drop)
+                    .map_err(status)
+            }
+            MethodKind::Streaming => {
+                let stream = request_stream(messages.clone(), self.stream, moved.clone());
+                let responses = grpc
+                    .streaming(self.request(stream), path, codec)
+                    .await
+                    .map_err(status)?
+                    .into_inner();
+                drain(responses, &self.stream, false, moved)
+                    .await
+                    .map(drop)
+                    .map_err(status)
+            }
+        }
     }
 }
 
 impl Target for GrpcTarget {
-    async fn call(&self, message: DynamicMessage) -> Result<(), CallError> {
-        let mut grpc = self.grpc.clone();
-        let mut request = tonic::Request::new(message);
-        *request.metadata_mut() = self.metadata.clone();
-        if let Some(timeout) = self.timeout {
-            // Tells the server (grpc-timeout); the client side is enforced below.
-            request.set_timeout(timeout);
-        }
-        let call = async {
-            grpc.ready()
-                .await
-                .map_err(|e| CallError::new(Code::Unavailable, e.to_string()))?;
-            grpc.unary(request, self.path.clone(), self.codec.clone())
-                .await
-                .map(drop)
-                .map_err(|status| {
-                    CallError::new(Code::from_u8(status.code() as u8), status.message())
-                })
-        };
+    async fn call(&self, index: u64, messages: &Arc<Messages>) -> CallOutcome {
+        let moved = Arc::new(Moved::default());
+        let call = self.call_once(index, messages, &moved);
         let Some(timeout) = self.timeout else {
-            return call.await;
+            return (call.await, moved.counts());
         };
         let started = tokio::time::Instant::now();
         let deadline_exceeded = || {
@@ -179,12 +246,13 @@ impl Target for GrpcTarget {
                 format!("deadline of {timeout:?} exceeded"),
             )
         };
-        match tokio::time::timeout(timeout, call).await {
+        let result = match tokio::time::timeout(timeout, call).await {
             // The client's deadline decides, as in grpc-go: a server that enforces the same
             // deadline may answer first, and tonic's answers CANCELLED ("Timeout expired").
             Ok(Err(_)) if started.elapsed() >= timeout => Err(deadline_exceeded()),
             Ok(result) => result,
             Err(_) => Err(deadline_exceeded()),
-        }
+        };
+        (result, moved.counts())
     }
 }

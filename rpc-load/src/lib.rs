@@ -1,7 +1,7 @@
 //! `rpc-load`: a ghz-like load generator for this framework's services and for gRPC
 //! servers.
 //!
-//! It load-tests any unary method of any service from the service's `.proto`, compiled at
+//! It load-tests any method (unary or streaming) of any service from the service's `.proto`, compiled at
 //! run time with protox into reflection descriptors (prost-reflect): requests are
 //! [`prost_reflect::DynamicMessage`]s built from JSON (`-d`), binary protobuf (`-b`) or a
 //! generated payload (`--payload-size`), so no generated code and no recompilation is
@@ -25,7 +25,8 @@
 //! - [`proto`], [`data`]: the method and the request messages, at run time.
 //! - [`connect`]: the address URL -> a connection (the one place that names transports);
 //!   [`grpc`]: the tonic client for `grpc://`.
-//! - [`target`]: [`target::Target`], one connection as the runner sees it.
+//! - [`target`]: [`target::Target`], one connection as the runner sees it;
+//!   [`streams`]: what streaming calls send and read (ghz's `--stream-*` flags).
 //! - [`schedule`]: when each request is due (const, step, line).
 //! - [`runner`]: the workers; [`stats`]: what they record; [`progress`]: the progress bar.
 //! - [`report`]: the report and its formats; [`machine`]: machine and CPU-time facts.
@@ -48,4 +49,5 @@ pub mod report;
 pub mod runner;
 pub mod schedule;
 pub mod stats;
+pub mod streams;
 pub mod target;

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use prost_reflect::{DescriptorPool, MessageDescriptor};
-use rpc_core::codegen::MethodDescriptor;
+use rpc_core::codegen::{MethodDescriptor, MethodKind};
 
 /// The unary method under test, resolved from the `.proto` at run time.
 #[derive(Debug, Clone)]
@@ -75,13 +75,19 @@ pub fn find_method(pool: &DescriptorPool, call: &str) -> anyhow::Result<Method> 
             known.join(", ")
         );
     };
-    if method_desc.is_client_streaming() || method_desc.is_server_streaming() {
-        bail!("{service}/{method} is a streaming method; only unary methods are supported");
-    }
+    let kind = match (
+        method_desc.is_client_streaming(),
+        method_desc.is_server_streaming(),
+    ) {
+        (false, false) => MethodKind::Unary,
+        (false, true) => MethodKind::ServerStreaming,
+        (true, false) => MethodKind::ClientStreaming,
+        (true, true) => MethodKind::Streaming,
+    };
     let path: &'static str = Box::leak(format!("/{service}/{method}").into_boxed_str());
     Ok(Method {
         name: format!("{service}/{method}"),
-        descriptor: MethodDescriptor::new(path),
+        descriptor: MethodDescriptor::with_kind(path, kind),
         input: method_desc.input(),
         output: method_desc.output(),
     })

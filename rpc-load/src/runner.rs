@@ -322,19 +322,20 @@ async fn worker<T: Target>(
         };
 
         shared.sent.fetch_add(1, Ordering::Relaxed);
-        let message = messages.get(i).clone();
-        let result = tokio::select! {
+        let (result, (stream_sent, stream_received)) = tokio::select! {
             biased;
-            result = target.call(message) => result,
-            _ = cancel.wait_for(|&c| c) => Err(CallError::new(Code::Cancelled, "run cancelled")),
+            outcome = target.call(i, &messages) => outcome,
+            _ = cancel.wait_for(|&c| c) => {
+                (Err(CallError::new(Code::Cancelled, "run cancelled")), (0, 0))
+            }
         };
         let end = Instant::now();
         match &shared.shards {
             Some(shards) => {
                 let shard = &shards[index % shards.len()];
-                shard
-                    .lock()
-                    .record(end - measure_from, end - shared.start, &result);
+                let mut shard = shard.lock();
+                shard.record(end - measure_from, end - shared.start, &result);
+                shard.record_stream(stream_sent, stream_received);
             }
             None => {
                 if result.is_err() {

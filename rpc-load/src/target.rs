@@ -3,23 +3,49 @@
 //! [`rpc_core::Connection`].
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use prost_reflect::{
     Cardinality, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, ReflectMessage, Value,
 };
-use rpc_core::codegen::{MethodDescriptor, SplitLarge};
-use rpc_core::{Channel, Connection, Metadata, Payload, Request};
+use rpc_core::codegen::{MethodDescriptor, MethodKind, SplitLarge};
+use rpc_core::{Channel, Code, Connection, Metadata, Payload, Request, Status};
 
+use crate::data::Messages;
 use crate::stats::CallError;
+use crate::streams::{drain, request_stream, Moved, StreamOptions};
+
+/// A call's outcome, and the messages it sent and received on streams (0 and 0 for a
+/// unary call).
+pub type CallOutcome = (Result<(), CallError>, (u64, u64));
 
 /// One connection that makes calls of the method under test. The runner shares each
 /// target between the workers assigned to it, which call it concurrently.
 pub trait Target: Send + Sync + 'static {
-    /// Makes one call with `message` and waits for its outcome: `Ok` once a response
-    /// arrived and decoded as the method's output type, the call's status otherwise
-    /// (including `DEADLINE_EXCEEDED` when the per-call timeout passes).
-    fn call(&self, message: DynamicMessage) -> impl Future<Output = Result<(), CallError>> + Send;
+    /// Makes call number `index` and waits for its outcome: `Ok` once the response (or
+    /// the whole response stream) arrived and decoded as the method's output type, the
+    /// call's status otherwise (including `DEADLINE_EXCEEDED` when the per-call timeout
+    /// passes). A unary or server-streaming call sends `messages.get(index)`; a client or
+    /// bidirectional one sends a stream of `messages` (see [`crate::streams`]).
+    fn call(
+        &self,
+        index: u64,
+        messages: &Arc<Messages>,
+    ) -> impl Future<Output = CallOutcome> + Send;
+}
+
+/// The status a server stream ends with when the client stops reading it early.
+pub(crate) fn stopped_early() -> CallError {
+    CallError::new(
+        Code::Cancelled,
+        "the client closed the stream (--stream-call-count or --stream-call-duration)",
+    )
+}
+
+fn call_error(status: Status) -> CallError {
+    CallError::new(status.code(), status.message())
 }
 
 /// Calls a method of an rpc-core service over a [`Channel`] on any transport.
@@ -30,6 +56,7 @@ pub struct RpcTarget<C: Connection> {
     output: MessageDescriptor,
     metadata: Metadata,
     timeout: Option<Duration>,
+    stream: StreamOptions,
 }
 
 impl<C: Connection> RpcTarget<C> {
@@ -52,7 +79,14 @@ impl<C: Connection> RpcTarget<C> {
             output,
             metadata: md,
             timeout,
+            stream: StreamOptions::default(),
         }
+    }
+
+    /// The same target, making streaming calls as `options` say.
+    pub fn with_stream_options(mut self, options: StreamOptions) -> RpcTarget<C> {
+        self.stream = options;
+        self
     }
 
     /// The channel (e.g. to read its peer or transport counters).
@@ -61,8 +95,8 @@ impl<C: Connection> RpcTarget<C> {
     }
 }
 
-impl<C: Connection> Target for RpcTarget<C> {
-    async fn call(&self, message: DynamicMessage) -> Result<(), CallError> {
+impl<C: Connection> RpcTarget<C> {
+    async fn unary(&self, message: DynamicMessage) -> Result<(), CallError> {
         let request = Request::from_parts(self.metadata.clone(), Outgoing(message), self.timeout);
         let output = &self.output;
         self.channel
@@ -72,7 +106,86 @@ impl<C: Connection> Target for RpcTarget<C> {
             })
             .await
             .map(drop)
-            .map_err(|status| CallError::new(status.code(), status.message()))
+            .map_err(call_error)
+    }
+
+    fn stream_decoder(
+        &self,
+    ) -> impl Fn(bytes::Bytes) -> Result<DynamicMessage, prost::DecodeError> + Send + Sync + 'static
+    {
+        let output = self.output.clone();
+        move |bytes| DynamicMessage::decode(output.clone(), bytes)
+    }
+
+    async fn server_streaming(&self, message: DynamicMessage, moved: &Moved) -> Result<(), Status> {
+        let request = Request::from_parts(self.metadata.clone(), Outgoing(message), self.timeout);
+        let responses = self
+            .channel
+            .server_streaming_with(request, &self.method, self.stream_decoder())
+            .await?
+            .into_inner();
+        // Dropping the stream (reading stopped early) cancels the call.
+        match drain(responses, &self.stream, true, moved).await? {
+            true => Ok(()),
+            false => Err(Status::cancelled(stopped_early().message)),
+        }
+    }
+
+    async fn client_streaming(
+        &self,
+        messages: &Arc<Messages>,
+        moved: &Arc<Moved>,
+    ) -> Result<(), Status> {
+        let stream = request_stream(messages.clone(), self.stream, moved.clone()).map(Outgoing);
+        let request = Request::from_parts(self.metadata.clone(), stream, self.timeout);
+        let output = &self.output;
+        self.channel
+            .client_streaming_with(request, &self.method, |payload| {
+                DynamicMessage::decode(output.clone(), payload.as_slice())
+            })
+            .await
+            .map(drop)
+    }
+
+    async fn bidi_streaming(
+        &self,
+        messages: &Arc<Messages>,
+        moved: &Arc<Moved>,
+    ) -> Result<(), Status> {
+        let stream = request_stream(messages.clone(), self.stream, moved.clone()).map(Outgoing);
+        let request = Request::from_parts(self.metadata.clone(), stream, self.timeout);
+        let responses = self
+            .channel
+            .streaming_with(request, &self.method, self.stream_decoder())
+            .await?
+            .into_inner();
+        // The server ends the stream once the requests are done.
+        drain(responses, &self.stream, false, moved).await.map(drop)
+    }
+}
+
+impl<C: Connection> Target for RpcTarget<C> {
+    async fn call(&self, index: u64, messages: &Arc<Messages>) -> CallOutcome {
+        match self.method.kind {
+            MethodKind::Unary => (self.unary(messages.get(index).clone()).await, (0, 0)),
+            MethodKind::ServerStreaming => {
+                let moved = Moved::default();
+                let result = self
+                    .server_streaming(messages.get(index).clone(), &moved)
+                    .await;
+                (result.map_err(call_error), moved.counts())
+            }
+            MethodKind::ClientStreaming => {
+                let moved = Arc::new(Moved::default());
+                let result = self.client_streaming(messages, &moved).await;
+                (result.map_err(call_error), moved.counts())
+            }
+            MethodKind::Streaming => {
+                let moved = Arc::new(Moved::default());
+                let result = self.bidi_streaming(messages, &moved).await;
+                (result.map_err(call_error), moved.counts())
+            }
+        }
     }
 }
 

@@ -296,6 +296,11 @@ impl Connection for TcpConnection {
         }
     }
 
+    /// A byte stream: frames in one buffer are written back to back.
+    fn concatenates(&self) -> bool {
+        true
+    }
+
     /// The writer's coalescing size ([`TcpConfig::write_buffer`]): smaller fields would
     /// be copied into its buffer anyway.
     fn gather_min(&self) -> Option<usize> {

@@ -122,7 +122,9 @@ struct Shared<C: Connection> {
     /// await (Drop, the receive loop). Bounded.
     control: Arc<ControlQueue>,
     /// When the last frame arrived from the server (keepalive).
-    last_received: Mutex<Instant>,
+    /// Set by every received frame, cleared by the keepalive task (a store per frame, not
+    /// a clock read).
+    heard: AtomicBool,
 }
 
 impl<C: Connection> Drop for Shared<C> {
@@ -140,7 +142,7 @@ fn start<C: Connection>(conn: C, config: &ClientConfig) -> Arc<Shared<C>> {
         conn: conn.clone(),
         calls: Mutex::new(CallTable::new()),
         control: control.clone(),
-        last_received: Mutex::new(Instant::now()),
+        heard: AtomicBool::new(false),
     });
     // A first frame at once, as HTTP/2's preface: servers close sockets that stay
     // silent past their first-frame timeout, and a channel may make its first call late.
@@ -406,7 +408,25 @@ impl<C: Connection> Channel<C> {
     ) -> Result<Response<Streaming<Resp>>, Status>
     where
         Req: prost::Message,
-        Resp: prost::Message + Default,
+        Resp: prost::Message + Default + 'static,
+    {
+        self.server_streaming_with(request, method, |b| Payload::Shared(b).decode::<Resp>())
+            .await
+    }
+
+    /// Like [`Channel::server_streaming`], with each response decoded by `decode` (for
+    /// messages whose type is only known at run time, as [`Channel::unary_with`]).
+    ///
+    /// # Errors
+    /// As [`Channel::server_streaming`].
+    pub async fn server_streaming_with<Req, Resp: 'static>(
+        &self,
+        request: Request<Req>,
+        method: &MethodDescriptor,
+        decode: impl Fn(bytes::Bytes) -> Result<Resp, prost::DecodeError> + Send + Sync + 'static,
+    ) -> Result<Response<Streaming<Resp>>, Status>
+    where
+        Req: prost::Message,
     {
         let (metadata, message, timeout) = request.into_parts();
         let open = self
@@ -418,7 +438,7 @@ impl<C: Connection> Channel<C> {
                 MethodKind::ServerStreaming,
             )
             .await?;
-        open.streaming().await
+        open.streaming(decode).await
     }
 
     /// Makes a client-streaming call of `method`: the messages of `request`'s stream,
@@ -436,6 +456,25 @@ impl<C: Connection> Channel<C> {
         S::Message: prost::Message + 'static,
         Resp: prost::Message + Default,
     {
+        self.client_streaming_with(request, method, |payload| payload.decode::<Resp>())
+            .await
+    }
+
+    /// Like [`Channel::client_streaming`], with the response decoded by `decode` (as
+    /// [`Channel::unary_with`]).
+    ///
+    /// # Errors
+    /// As [`Channel::client_streaming`].
+    pub async fn client_streaming_with<S, Resp>(
+        &self,
+        request: S,
+        method: &MethodDescriptor,
+        decode: impl FnOnce(Payload<'_>) -> Result<Resp, prost::DecodeError>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        S: IntoStreamingRequest,
+        S::Message: prost::Message + 'static,
+    {
         let (metadata, stream, timeout) = request.into_streaming_request().into_parts();
         let open = self
             .open::<S::Message>(
@@ -448,7 +487,7 @@ impl<C: Connection> Channel<C> {
             .await?;
         let mut open = open.pump(stream, self.inner.config.max_message_size);
         let result = open.response().await?;
-        decode_response(&result, |payload| payload.decode::<Resp>())
+        decode_response(&result, decode)
     }
 
     /// Makes a bidirectional streaming call of `method`: `request`'s stream is sent as
@@ -465,14 +504,32 @@ impl<C: Connection> Channel<C> {
     where
         S: IntoStreamingRequest,
         S::Message: prost::Message + 'static,
-        Resp: prost::Message + Default,
+        Resp: prost::Message + Default + 'static,
+    {
+        self.streaming_with(request, method, |b| Payload::Shared(b).decode::<Resp>())
+            .await
+    }
+
+    /// Like [`Channel::streaming`], with each response decoded by `decode`.
+    ///
+    /// # Errors
+    /// As [`Channel::streaming`].
+    pub async fn streaming_with<S, Resp: 'static>(
+        &self,
+        request: S,
+        method: &MethodDescriptor,
+        decode: impl Fn(bytes::Bytes) -> Result<Resp, prost::DecodeError> + Send + Sync + 'static,
+    ) -> Result<Response<Streaming<Resp>>, Status>
+    where
+        S: IntoStreamingRequest,
+        S::Message: prost::Message + 'static,
     {
         let (metadata, stream, timeout) = request.into_streaming_request().into_parts();
         let open = self
             .open::<S::Message>(&metadata, None, method, timeout, MethodKind::Streaming)
             .await?;
         open.pump(stream, self.inner.config.max_message_size)
-            .streaming()
+            .streaming(decode)
             .await
     }
 
@@ -539,8 +596,9 @@ impl<C: Connection> Channel<C> {
             };
             let mut header = Header::new(FrameKind::Request, call_id);
             header.method_id = method.id;
-            header.timeout_us =
-                timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
+            // The time left after connecting, as a retried unary call tells it.
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            header.timeout_us = left.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
             if kind.server_streams() {
                 header.credits = window;
             }
@@ -767,7 +825,7 @@ impl<C: Connection> OpenStream<C> {
                     let waiter = shared.calls.lock().take(call_id);
                     if let Some(waiter) = waiter {
                         waiter_fail(waiter, status);
-                        shared.control.cancel(call_id);
+                        shared.control.cancel_stream(call_id);
                     }
                     return;
                 }
@@ -780,8 +838,26 @@ impl<C: Connection> OpenStream<C> {
                     prost::Message::encode_raw(&message, buf)
                 })
                 .await;
-                if sent.is_err() {
-                    return; // the connection failed: the receive side fails the call
+                match sent {
+                    Ok(()) => {}
+                    // The connection failed: the receive side fails the call.
+                    Err(TransportError::Closed) => return,
+                    // This frame only (e.g. over the transport's frame limit): the call
+                    // fails here and the server is told.
+                    Err(e) => {
+                        let status = match e {
+                            TransportError::TooLarge { .. } => {
+                                Status::resource_exhausted(e.to_string())
+                            }
+                            e => Status::unavailable(e.to_string()),
+                        };
+                        let waiter = shared.calls.lock().take(call_id);
+                        if let Some(waiter) = waiter {
+                            waiter_fail(waiter, status);
+                            shared.control.cancel_stream(call_id);
+                        }
+                        return;
+                    }
                 }
             }
             let mut header = Header::new(FrameKind::Message, call_id);
@@ -796,8 +872,9 @@ impl<C: Connection> OpenStream<C> {
     }
 
     /// Waits for the response headers and hands out the response stream.
-    async fn streaming<Resp: prost::Message + Default>(
+    async fn streaming<Resp: 'static>(
         self,
+        decode: impl Fn(bytes::Bytes) -> Result<Resp, prost::DecodeError> + Send + Sync + 'static,
     ) -> Result<Response<Streaming<Resp>>, Status> {
         let inbox = self.inbox.clone().expect("a server-streaming call");
         let headers = std::future::poll_fn(|cx| inbox.poll_headers(cx));
@@ -807,7 +884,7 @@ impl<C: Connection> OpenStream<C> {
                 .unwrap_or_else(|_| Err(Status::deadline_exceeded("deadline exceeded"))),
             None => headers.await,
         }?;
-        let mut stream = Streaming::raw(inbox, Code::Internal).decoded::<Resp>();
+        let mut stream = Streaming::raw(inbox, Code::Internal).with_decoder(decode);
         stream.attach(Box::new(self.guard), self.deadline);
         Ok(Response::from_parts(headers, stream))
     }
@@ -879,7 +956,7 @@ impl<C: Connection> Drop for StreamGuard<C> {
                 call_id = self.call_id,
                 "stream abandoned; cancelling on the server"
             );
-            self.shared.control.cancel(self.call_id);
+            self.shared.control.cancel_stream(self.call_id);
         }
     }
 }
@@ -981,7 +1058,7 @@ async fn receive_loop<C: Connection>(conn: Arc<C>, shared: std::sync::Weak<Share
 /// Hands one received frame to its caller, or to the control queue. An error ends the
 /// connection (a malformed frame).
 fn dispatch<C: Connection>(shared: &Shared<C>, buf: C::RecvBuf) -> Result<(), Status> {
-    *shared.last_received.lock() = Instant::now();
+    shared.heard.store(true, Ordering::Relaxed);
     let header = match Frame::parse(&buf) {
         Ok(frame) => frame.header,
         Err(e) => {
@@ -1006,6 +1083,20 @@ fn dispatch<C: Connection>(shared: &Shared<C>, buf: C::RecvBuf) -> Result<(), St
                 drop(calls);
                 return stream_response(&inbox, &buf, end);
             }
+            if !header.flags.contains(Flags::END_STREAM) {
+                // Response headers for a call that expects one response: the server
+                // streams this method (client and server disagree on its kind).
+                if let Some(waiter) = calls.take(call_id) {
+                    drop(calls);
+                    let status = Status::internal(
+                        "the server answered with a stream: the client and the server \
+                         disagree on the method's kind",
+                    );
+                    waiter_fail(waiter, status);
+                    shared.control.cancel_stream(call_id);
+                }
+                return Ok(());
+            }
             if !calls.complete(call_id, Ok(buf)) {
                 tracing::trace!(call_id, "response to a call no longer waiting");
             }
@@ -1020,8 +1111,8 @@ fn dispatch<C: Connection>(shared: &Shared<C>, buf: C::RecvBuf) -> Result<(), St
             drop(calls);
             if header.flags.contains(Flags::DISCARDED) {
                 inbox.fail(too_large(header.payload_len as usize), true);
-                if shared.calls.lock().remove(call_id) {
-                    shared.control.cancel(call_id);
+                if shared.calls.lock().take(call_id).is_some() {
+                    shared.control.cancel_stream(call_id);
                 }
                 return Ok(());
             }
@@ -1159,6 +1250,8 @@ async fn keepalive_loop<C: Connection>(
 ) {
     let mut sequence = 0u64;
     let mut wait = interval;
+    // When a frame was last seen; sampled every wake-up (a quarter interval at least).
+    let mut last_heard = Instant::now();
     loop {
         tokio::time::sleep(wait).await;
         let Some(strong) = shared.upgrade() else {
@@ -1167,20 +1260,22 @@ async fn keepalive_loop<C: Connection>(
         if strong.calls.lock().is_closed() {
             return;
         }
-        let silent = strong.last_received.lock().elapsed();
+        if strong.heard.swap(false, Ordering::Relaxed) {
+            last_heard = Instant::now();
+        }
+        let silent = last_heard.elapsed();
         if strong.calls.lock().len() == 0 || silent < interval {
             wait = interval.saturating_sub(silent).max(interval / 4);
             continue;
         }
         sequence += 1;
-        let sent_at = Instant::now();
         strong.control.ping(sequence);
         drop(strong);
         tokio::time::sleep(timeout).await;
         let Some(strong) = shared.upgrade() else {
             return;
         };
-        if *strong.last_received.lock() < sent_at {
+        if !strong.heard.swap(false, Ordering::Relaxed) {
             let status = Status::unavailable(format!(
                 "the server did not answer a ping within {timeout:?}"
             ));
@@ -1189,6 +1284,7 @@ async fn keepalive_loop<C: Connection>(
             strong.conn.close();
             return;
         }
+        last_heard = Instant::now();
         wait = interval;
     }
 }

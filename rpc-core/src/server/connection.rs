@@ -45,6 +45,9 @@ type Streams = Arc<Mutex<HashMap<u64, StreamEnds>>>;
 
 #[derive(Default)]
 struct StreamEnds {
+    /// Which opening of the call id this is: the task of a cancelled call must not
+    /// remove the streams of a later call that reused the id.
+    serial: u64,
     /// The client's messages (client-streaming and bidirectional calls).
     inbox: Option<Arc<Inbox>>,
     /// The window for the server's messages (server-streaming and bidirectional calls).
@@ -70,6 +73,8 @@ struct Pending {
     span: tracing::Span,
     /// A request stream whose window is granted when the call starts.
     inbox: Option<Arc<Inbox>>,
+    /// For a streaming call, the serial of its [`StreamEnds`].
+    stream: Option<u64>,
 }
 
 /// The connection's and the server's permit, held while a call runs and until its
@@ -121,6 +126,7 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
             alive: Some(alive),
             replies,
             started: 0,
+            opened: 0,
             inner: inner.clone(),
             conn: conn.clone(),
         };
@@ -175,6 +181,8 @@ struct State<C: Connection> {
     replies: mpsc::Sender<Reply>,
     /// Handler tasks started so far (their serial numbers in `running`).
     started: u64,
+    /// Streaming calls opened so far (their serial numbers in `streams`).
+    opened: u64,
 }
 
 /// What the loop learned from one wake-up.
@@ -408,7 +416,7 @@ impl<C: Connection> State<C> {
         header: &Header,
         route: &super::router::Route,
         request: Request<crate::Payload<'_>>,
-    ) -> Result<(ServiceFuture, Option<Arc<Inbox>>), Status> {
+    ) -> Result<(ServiceFuture, Option<Arc<Inbox>>, u64), Status> {
         let call_id = header.call_id;
         let kind = route.method.kind;
         let ended = header.flags.contains(Flags::END_STREAM);
@@ -450,10 +458,12 @@ impl<C: Connection> State<C> {
         .map_err(|_| panicked())?;
         let inbox = ends.inbox.clone();
         let outbox = ends.outbox.clone();
+        self.opened += 1;
+        ends.serial = self.opened;
         self.streams.lock().insert(call_id, ends);
         let max = self.inner.config.max_message_size;
         let call = drive(self.conn.clone(), call_id, kind, outbox, call, max);
-        Ok((call, inbox))
+        Ok((call, inbox, self.opened))
     }
 
     async fn request(
@@ -464,10 +474,8 @@ impl<C: Connection> State<C> {
         let frame = Frame::parse(inbound.bytes()).map_err(|e| format!("malformed frame: {e}"))?;
         let header = frame.header;
         let call_id = header.call_id;
-        if self.admission.contains(call_id)
-            || self.running.lock().contains_key(&call_id)
-            || self.streams.lock().contains_key(&call_id)
-        {
+        // A stream's entry lives while its call waits or runs, so these two cover it.
+        if self.admission.contains(call_id) || self.running.lock().contains_key(&call_id) {
             return Err(format!(
                 "call id {call_id:#x} is already in use by a running call"
             ));
@@ -527,13 +535,14 @@ impl<C: Connection> State<C> {
             std::panic::catch_unwind(AssertUnwindSafe(|| {
                 route.service.call(route.index, request)
             }))
-            .map(|call| (call, None))
+            .map(|call| (call, None, None))
             .map_err(|_| panicked())
         } else {
             let route = route.clone();
             self.open_stream(&header, &route, request)
+                .map(|(call, inbox, serial)| (call, inbox, Some(serial)))
         };
-        let (call, inbox) = match started {
+        let (call, inbox, stream) = match started {
             Ok(started) => started,
             Err(status) => {
                 self.reply(Reply::Status(call_id, status, Flags::default()))
@@ -541,7 +550,12 @@ impl<C: Connection> State<C> {
                 return Ok(());
             }
         };
-        let pending = Pending { call, span, inbox };
+        let pending = Pending {
+            call,
+            span,
+            inbox,
+            stream,
+        };
         if self.admission.len() == 0 {
             if let Some(permits) = self.try_permits() {
                 let admitted = Admitted {
@@ -601,6 +615,7 @@ impl<C: Connection> State<C> {
                     mut call,
                     span,
                     inbox,
+                    stream,
                 },
         } = admitted;
         let max = self.inner.config.max_message_size;
@@ -624,18 +639,21 @@ impl<C: Connection> State<C> {
             inbox.grant_rest();
         }
 
-        // Fast path: a handler that is done on its first poll (no I/O, no waiting) is
-        // answered from here, saving a task spawn and a wake-up per call. A handler that
-        // is not done is polled again by its own task below, which registers a real waker
-        // (futures re-register on every poll, so the no-op waker here is never relied on).
-        let first_poll = {
+        // Fast path: a unary handler that is done on its first poll (no I/O, no waiting)
+        // is answered from here, saving a task spawn and a wake-up per call. A handler
+        // that is not done is polled again by its own task below, which registers a real
+        // waker (futures re-register on every poll, so the no-op waker here is never
+        // relied on). Streaming calls always get their task: their sending must not run
+        // on this reader.
+        let first_poll = if stream.is_none() {
             let _entered = span.enter();
             let mut cx = Context::from_waker(Waker::noop());
             std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(&mut cx)))
+        } else {
+            Ok(Poll::Pending)
         };
         match first_poll {
             Ok(Poll::Ready(outcome)) => {
-                self.end_stream(call_id, "the call ended");
                 respond(&*self.conn, call_id, outcome, max)
                     .instrument(span)
                     .await;
@@ -645,7 +663,6 @@ impl<C: Connection> State<C> {
             Ok(Poll::Pending) => {}
             Err(_) => {
                 drop(permits);
-                self.end_stream(call_id, "the handler panicked");
                 let _entered = span.enter();
                 tracing::error!(call_id, "handler panicked");
                 return respond(&*self.conn, call_id, Err(panicked()), max).await;
@@ -676,9 +693,15 @@ impl<C: Connection> State<C> {
                 };
                 let outcome: Result<Result<Response<BoxMessage>, Status>, _> =
                     Abortable::new(call, registration).await;
-                // Before the call leaves `running`: its id is not reused until then.
-                if let Some(ends) = streams.lock().remove(&call_id) {
-                    ends.end(Status::cancelled("the call ended"));
+                // Before the call leaves `running` (its id may be reused after that); only
+                // its own entry (after a CANCEL the id may already be in use again).
+                if let Some(serial) = stream {
+                    let mut streams = streams.lock();
+                    if streams.get(&call_id).is_some_and(|e| e.serial == serial) {
+                        if let Some(ends) = streams.remove(&call_id) {
+                            ends.end(Status::cancelled("the call ended"));
+                        }
+                    }
                 }
                 {
                     let mut running = running.lock();
@@ -710,6 +733,7 @@ fn drive<C: Connection>(
     call: StreamingFuture,
     max_message_size: usize,
 ) -> ServiceFuture {
+    use bytes::BufMut;
     use futures_util::StreamExt;
     Box::pin(async move {
         let (metadata, body, trailers) = call.await?.into_all_parts();
@@ -729,7 +753,10 @@ fn drive<C: Connection>(
         metadata
             .check()
             .map_err(|e| Status::internal(format!("response metadata: {e}")))?;
-        let unavailable = |e: crate::TransportError| Status::unavailable(e.to_string());
+        let unavailable = |e: crate::TransportError| match e {
+            crate::TransportError::TooLarge { .. } => Status::resource_exhausted(e.to_string()),
+            e => Status::unavailable(e.to_string()),
+        };
         // The response headers: a response frame without END_STREAM.
         send_frame(
             &*conn,
@@ -740,23 +767,81 @@ fn drive<C: Connection>(
         .await
         .map_err(unavailable)?;
         let limit = max_message_size.min(u32::MAX as usize);
+        let too_large = |len: usize| {
+            Status::resource_exhausted(format!(
+                "response message of {len} bytes exceeds the maximum of {limit}"
+            ))
+        };
+        // On a byte-stream transport, small messages that are ready together go out in
+        // one buffer: one queueing and one write for a run of them, as HTTP/2 packs
+        // messages into DATA frames.
+        let batch_max = if conn.concatenates() {
+            conn.gather_min().unwrap_or(BATCH_BYTES).min(BATCH_BYTES)
+        } else {
+            0
+        };
         while let Some(item) = stream.next().await {
             let message = item?;
             let len = message.encoded_len();
             if len > limit {
-                return Err(Status::resource_exhausted(format!(
-                    "response message of {len} bytes exceeds the maximum of {limit}"
-                )));
+                return Err(too_large(len));
             }
             outbox.reserve(HEADER_LEN + len).await?;
-            let header = Header::new(FrameKind::Message, call_id);
-            send_message(&*conn, header, &Metadata::new(), &*message)
-                .await
-                .map_err(unavailable)?;
+            if HEADER_LEN + len >= batch_max {
+                let header = Header::new(FrameKind::Message, call_id);
+                send_message(&*conn, header, &Metadata::new(), &*message)
+                    .await
+                    .map_err(unavailable)?;
+                continue;
+            }
+            let mut batch = vec![(message, len)];
+            let mut bytes = HEADER_LEN + len;
+            let mut end = None;
+            // Whatever the stream has ready now, while the window and the batch allow.
+            while bytes < batch_max && outbox.has_window() {
+                let mut cx = Context::from_waker(Waker::noop());
+                match stream.as_mut().poll_next(&mut cx) {
+                    Poll::Ready(Some(Ok(next))) => {
+                        let len = next.encoded_len();
+                        if len > limit {
+                            end = Some(Err(too_large(len)));
+                            break;
+                        }
+                        outbox.take(HEADER_LEN + len);
+                        bytes += HEADER_LEN + len;
+                        batch.push((next, len));
+                    }
+                    Poll::Ready(Some(Err(status))) => {
+                        end = Some(Err(status));
+                        break;
+                    }
+                    Poll::Ready(None) => {
+                        end = Some(Ok(()));
+                        break;
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            let mut buf = conn.alloc(bytes).await.map_err(unavailable)?;
+            for (message, len) in &batch {
+                let mut header = Header::new(FrameKind::Message, call_id);
+                header.payload_len = *len as u32;
+                buf.put_slice(&header.encode());
+                message.encode_to(&mut buf);
+            }
+            conn.send(buf).await.map_err(unavailable)?;
+            match end {
+                Some(Ok(())) => break,
+                Some(Err(status)) => return Err(status),
+                None => {}
+            }
         }
         Ok(Response::from_parts(trailers, Box::new(()) as BoxMessage))
     })
 }
+
+/// The largest run of small stream messages sent in one buffer.
+const BATCH_BYTES: usize = 32 * 1024;
 
 /// Whether a frame was the client's GOAWAY (it will send no more requests).
 struct Acknowledged(bool);

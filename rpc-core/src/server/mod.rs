@@ -146,6 +146,8 @@ impl Server {
 }
 
 #[cfg(test)]
+mod stream_regressions;
+#[cfg(test)]
 mod stream_tests;
 #[cfg(test)]
 mod tests;

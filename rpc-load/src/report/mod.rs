@@ -86,6 +86,20 @@ pub struct Warmup {
     pub errors: u64,
 }
 
+/// Messages moved on the streams of a run.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamMessages {
+    /// Sent on request streams.
+    pub sent: u64,
+    /// Received on response streams.
+    pub received: u64,
+    /// Received per second of the run.
+    pub received_per_second: f64,
+    /// Sent per second of the run.
+    pub sent_per_second: f64,
+}
+
 /// The report of a run. Serialized, it is ghz's JSON report plus the fields above.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -131,6 +145,9 @@ pub struct Report {
     pub errors: u64,
     /// The transport the calls actually used: `tcp`, `rdma` or `grpc`.
     pub transport: String,
+    /// Messages moved on streams (absent for unary methods).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_messages: Option<StreamMessages>,
     /// Where the load generator ran.
     pub machine: Machine,
     /// CPU time of the load generator process (including start-up and warm-up).
@@ -189,6 +206,22 @@ impl Report {
             ok: stats.ok(),
             errors: stats.errors(),
             transport,
+            stream_messages: {
+                let (sent, received) = stats.stream_messages();
+                let per_second = |n: u64| {
+                    if total.is_zero() {
+                        0.0
+                    } else {
+                        n as f64 / total.as_secs_f64()
+                    }
+                };
+                (sent + received > 0).then(|| StreamMessages {
+                    sent,
+                    received,
+                    received_per_second: per_second(received),
+                    sent_per_second: per_second(sent),
+                })
+            },
             machine: Machine::detect(),
             client_cpu: CpuTime::of_self(),
             warmup: Warmup {

@@ -27,6 +27,13 @@ fn write_summary(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(out, "  Average:\t{}", format_ns(r.average))?;
     writeln!(out, "  Requests/sec:\t{:.2}", r.rps)?;
     writeln!(out, "  Transport:\t{}", r.transport)?;
+    if let Some(m) = &r.stream_messages {
+        writeln!(
+            out,
+            "  Stream msgs:\t{} received ({:.2}/s), {} sent ({:.2}/s)",
+            m.received, m.received_per_second, m.sent, m.sent_per_second
+        )?;
+    }
     writeln!(out, "  End reason:\t{}", r.end_reason)?;
     if r.warmup.calls > 0 {
         writeln!(

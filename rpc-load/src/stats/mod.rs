@@ -102,6 +102,9 @@ pub struct Stats {
     error_messages: HashMap<String, u64>,
     interval: Duration,
     timeline: Vec<Interval>,
+    /// Messages sent and received on streams.
+    stream_sent: u64,
+    stream_received: u64,
 }
 
 impl Stats {
@@ -121,7 +124,20 @@ impl Stats {
             error_messages: HashMap::new(),
             interval: interval.max(Duration::from_millis(1)),
             timeline: Vec::new(),
+            stream_sent: 0,
+            stream_received: 0,
         }
+    }
+
+    /// Records the messages one call sent and received on its streams.
+    pub fn record_stream(&mut self, sent: u64, received: u64) {
+        self.stream_sent += sent;
+        self.stream_received += received;
+    }
+
+    /// Messages sent on request streams, and received on response streams.
+    pub fn stream_messages(&self) -> (u64, u64) {
+        (self.stream_sent, self.stream_received)
     }
 
     /// Records a call that took `latency` and completed `at` after the start of the run.
@@ -166,6 +182,8 @@ impl Stats {
 
     /// Adds `other`'s measurements (same interval width) to these.
     pub fn merge(&mut self, other: &Stats) {
+        self.stream_sent += other.stream_sent;
+        self.stream_received += other.stream_received;
         self.ok += other.ok;
         self.errors += other.errors;
         self.latency_sum_ns += other.latency_sum_ns;

@@ -159,6 +159,13 @@ impl Connection for AnyConnection {
         }
     }
 
+    fn concatenates(&self) -> bool {
+        match self {
+            AnyConnection::Tcp(c) => c.concatenates(),
+            AnyConnection::Rdma(c) => c.concatenates(),
+        }
+    }
+
     fn gather_min(&self) -> Option<usize> {
         match self {
             AnyConnection::Tcp(c) => c.gather_min(),

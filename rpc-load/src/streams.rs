@@ -1,0 +1,217 @@
+//! Streaming calls as ghz makes them: what a call sends on a request stream
+//! (`--stream-interval`, `--stream-call-count`, `--stream-call-duration`) and when it stops
+//! reading a response stream.
+//!
+//! A client or bidirectional streaming call sends the request messages in order (`-d`'s
+//! array), each `--stream-interval` after the previous one, and half-closes after the
+//! last; with `--stream-call-count N` it sends N (the array cycled or cut), with
+//! `--stream-call-duration D` it sends until D has passed. A server-streaming call reads
+//! until the server ends the stream; with a count or a duration it stops after N
+//! messages or D and cancels the call, which then counts as `CANCELLED` (as in ghz).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::Stream;
+use prost_reflect::DynamicMessage;
+use tokio::time::Instant;
+
+use crate::data::Messages;
+
+/// The stream flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// Time between two sends on a request stream.
+    pub interval: Option<Duration>,
+    /// How long a call sends (client, bidirectional) or reads (server streaming).
+    pub call_duration: Option<Duration>,
+    /// How many messages a call sends (client, bidirectional) or reads (server
+    /// streaming).
+    pub call_count: Option<u64>,
+}
+
+/// What one call moved on its streams.
+#[derive(Debug, Default)]
+pub struct Moved {
+    /// Messages sent on the request stream.
+    pub sent: AtomicU64,
+    /// Messages received on the response stream.
+    pub received: AtomicU64,
+}
+
+impl Moved {
+    /// Messages sent and received.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.received.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The request stream of a client or bidirectional call: `messages` as the options say,
+/// counted into `moved`.
+pub fn request_stream(
+    messages: Arc<Messages>,
+    options: StreamOptions,
+    moved: Arc<Moved>,
+) -> impl Stream<Item = DynamicMessage> + Send + 'static {
+    let start = Instant::now();
+    let len = messages.as_slice().len() as u64;
+    let limit = match (options.call_count, options.call_duration) {
+        (Some(n), _) => Some(n),
+        (None, Some(_)) => None, // cycles until the duration passes
+        (None, None) => Some(len),
+    };
+    futures_util::stream::unfold(0u64, move |i| {
+        let messages = messages.clone();
+        let moved = moved.clone();
+        async move {
+            if limit.is_some_and(|n| i >= n) {
+                return None;
+            }
+            if i > 0 {
+                if let Some(interval) = options.interval {
+                    tokio::time::sleep(interval).await;
+                }
+            }
+            if options.call_duration.is_some_and(|d| start.elapsed() >= d) {
+                return None;
+            }
+            moved.sent.fetch_add(1, Ordering::Relaxed);
+            Some((messages.get(i).clone(), i + 1))
+        }
+    })
+}
+
+/// Whether a server stream that has delivered `received` messages since `start` should
+/// be given up (the count or the duration is reached).
+pub fn enough(options: &StreamOptions, received: u64, start: Instant) -> bool {
+    options.call_count.is_some_and(|n| received >= n)
+        || options.call_duration.is_some_and(|d| start.elapsed() >= d)
+}
+
+/// Reads a response stream to its end or until the options say stop, counting into
+/// `moved`. `Ok(true)` when the stream ended, `Ok(false)` when the reader stopped first.
+///
+/// # Errors
+/// The stream's error.
+pub async fn drain<T, E>(
+    stream: impl Stream<Item = Result<T, E>>,
+    options: &StreamOptions,
+    limited: bool,
+    moved: &Moved,
+) -> Result<bool, E> {
+    use futures_util::StreamExt;
+    let start = Instant::now();
+    let mut stream = std::pin::pin!(stream);
+    let deadline = options.call_duration.filter(|_| limited).map(|d| start + d);
+    loop {
+        if limited && enough(options, moved.received.load(Ordering::Relaxed), start) {
+            return Ok(false);
+        }
+        let next = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, stream.next()).await {
+                Ok(next) => next,
+                Err(_) => return Ok(false),
+            },
+            None => stream.next().await,
+        };
+        match next {
+            Some(Ok(_)) => {
+                moved.received.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(Err(e)) => return Err(e),
+            None => return Ok(true),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use futures_util::StreamExt;
+    use prost_reflect::Value;
+
+    use super::*;
+
+    fn messages(n: usize) -> Arc<Messages> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let pool =
+            crate::proto::load_descriptors(&root.join("proto/echo.proto"), &[root.join("proto")])
+                .unwrap();
+        let desc = pool.get_message_by_name("echo.EchoRequest").unwrap();
+        let all = (0..n)
+            .map(|i| {
+                let mut m = DynamicMessage::new(desc.clone());
+                m.set_field_by_name("delay_ms", Value::U32(i as u32));
+                m
+            })
+            .collect();
+        Arc::new(Messages::new(all).unwrap())
+    }
+
+    fn delays(sent: Vec<DynamicMessage>) -> Vec<u32> {
+        sent.iter()
+            .map(|m| m.get_field_by_name("delay_ms").unwrap().as_u32().unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_array_once_or_cycled_or_cut_to_the_count() {
+        let moved = Arc::new(Moved::default());
+        let all = request_stream(messages(3), StreamOptions::default(), moved.clone());
+        assert_eq!(delays(all.collect().await), [0, 1, 2]);
+        assert_eq!(moved.counts(), (3, 0));
+        let options = StreamOptions {
+            call_count: Some(5),
+            ..Default::default()
+        };
+        let cycled = request_stream(messages(3), options, moved.clone());
+        assert_eq!(delays(cycled.collect().await), [0, 1, 2, 0, 1]);
+        let options = StreamOptions {
+            call_count: Some(2),
+            ..Default::default()
+        };
+        let cut = request_stream(messages(3), options, moved);
+        assert_eq!(delays(cut.collect().await), [0, 1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sends_are_spaced_by_the_interval_until_the_duration() {
+        let options = StreamOptions {
+            interval: Some(Duration::from_millis(100)),
+            call_duration: Some(Duration::from_millis(450)),
+            call_count: None,
+        };
+        let moved = Arc::new(Moved::default());
+        let start = Instant::now();
+        let sent: Vec<_> = request_stream(messages(2), options, moved.clone())
+            .collect()
+            .await;
+        // At 0, 100, 200, 300 and 400 ms; the next would be at 500.
+        assert_eq!(delays(sent), [0, 1, 0, 1, 0]);
+        assert!(start.elapsed() >= Duration::from_millis(400));
+    }
+
+    #[tokio::test]
+    async fn a_server_stream_is_read_to_its_end_or_to_the_count() {
+        let moved = Moved::default();
+        let items = futures_util::stream::iter((0..10).map(Ok::<_, ()>));
+        assert_eq!(
+            drain(items, &StreamOptions::default(), false, &moved).await,
+            Ok(true)
+        );
+        assert_eq!(moved.counts(), (0, 10));
+        let moved = Moved::default();
+        let options = StreamOptions {
+            call_count: Some(4),
+            ..Default::default()
+        };
+        let items = futures_util::stream::iter((0..10).map(Ok::<_, ()>));
+        assert_eq!(drain(items, &options, true, &moved).await, Ok(false));
+        assert_eq!(moved.counts(), (0, 4));
+    }
+}
