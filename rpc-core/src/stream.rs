@@ -362,6 +362,8 @@ pub struct Streaming<T> {
     decode_error: Code,
     call: Option<Box<dyn CallHandle>>,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether the deadline's timer was registered (polled once).
+    armed: bool,
     trailers: Option<Metadata>,
     done: bool,
 }
@@ -391,6 +393,7 @@ impl Streaming<Bytes> {
             decode_error,
             call: None,
             deadline: None,
+            armed: false,
             trailers: None,
             done: false,
         }
@@ -415,6 +418,7 @@ impl Streaming<Bytes> {
             decode_error: self.decode_error,
             call: self.call.take(),
             deadline: self.deadline.take(),
+            armed: self.armed,
             trailers: self.trailers.take(),
             done,
         }
@@ -470,12 +474,18 @@ impl<T> Stream for Streaming<T> {
         if this.done {
             return Poll::Ready(None);
         }
-        // Past the deadline nothing more is read, even what already arrived.
-        if this
-            .deadline
-            .as_ref()
-            .is_some_and(|d| d.deadline() <= tokio::time::Instant::now())
-        {
+        // Past the deadline nothing more is read, even what already arrived. The timer
+        // is registered on the first read; then a fired timer is an atomic load, not a
+        // clock read per message.
+        let expired = match &mut this.deadline {
+            Some(deadline) if !this.armed => {
+                this.armed = true;
+                deadline.as_mut().poll(cx).is_ready()
+            }
+            Some(deadline) => deadline.is_elapsed(),
+            None => false,
+        };
+        if expired {
             let status = Status::deadline_exceeded("deadline exceeded during the stream");
             this.inbox.fail(status.clone(), true);
             this.finish();

@@ -314,7 +314,13 @@ impl Connection for TcpConnection {
     }
 
     async fn recv(&self) -> Result<Option<Bytes>, TransportError> {
-        self.reader.lock().await.next_frame().await
+        // One task receives at a time, so the lock is free but for a racing `shutdown`:
+        // taken without the semaphore's acquire future (a frame costs a lock round).
+        let mut reader = match self.reader.try_lock() {
+            Ok(reader) => reader,
+            Err(_) => self.reader.lock().await,
+        };
+        reader.next_frame().await
     }
 
     fn close(&self) {
