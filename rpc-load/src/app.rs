@@ -16,6 +16,7 @@ use crate::proto::{find_method, load_descriptors, Method};
 use crate::report::{Report, ReportOptions};
 use crate::runner::{self, LoadPlan, Monitor, RunOutcome};
 use crate::target::RpcTarget;
+use crate::template::{MethodFacts, Template};
 
 /// Runs `rpc-load` with `args` on a runtime of its own and writes the report.
 ///
@@ -48,31 +49,62 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let pool = load_descriptors(&args.proto, &args.import_paths)?;
     let method = find_method(&pool, &args.call)?;
 
-    let mut messages = match (&args.data, &args.binary_file) {
-        (Some(json), _) => data::messages_from_json(&method.input, &data::read_data_arg(json)?)?,
-        (None, Some(file)) => {
-            let bytes =
-                std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-            vec![data::message_from_binary(&method.input, &bytes)?]
-        }
-        (None, None) => vec![DynamicMessage::new(method.input.clone())],
-    };
-    let payload_field = args
-        .payload_size
-        .map(|size| {
-            data::set_payload(
-                &mut messages,
-                &method.input,
-                size,
-                args.payload_field.as_deref(),
-            )
-        })
-        .transpose()?;
     let metadata = match &args.metadata {
         Some(json) => data::metadata_from_json(&data::read_data_arg(json)?)?,
         None => Vec::new(),
     };
-    let messages = Arc::new(Messages::new(messages)?);
+    let text = args.data.as_deref().map(data::read_data_arg).transpose()?;
+    let (messages, payload_field) = match text {
+        // `{{...}}` actions: rendered for every call.
+        Some(text) if Template::is_template(&text) => {
+            let (service, name) = method.name.split_once('/').unwrap_or(("", &method.name));
+            let facts = MethodFacts {
+                service: service.to_owned(),
+                method: name.to_owned(),
+                input: method.input.full_name().to_owned(),
+                output: method.output.full_name().to_owned(),
+                client_streaming: method.descriptor.kind.client_streams(),
+                server_streaming: method.descriptor.kind.server_streams(),
+            };
+            let template = Template::parse(&text, facts)?;
+            let payload = args
+                .payload_size
+                .map(|size| data::payload_value(&method.input, size, args.payload_field.as_deref()))
+                .transpose()?;
+            let field = payload.as_ref().map(|(f, _)| f.name().to_owned());
+            let messages = Messages::templated(
+                template,
+                method.input.clone(),
+                payload,
+                args.stream_dynamic_messages,
+            )?;
+            (messages, field)
+        }
+        text => {
+            let mut messages = match (text, &args.binary_file) {
+                (Some(json), _) => data::messages_from_json(&method.input, &json)?,
+                (None, Some(file)) => {
+                    let bytes = std::fs::read(file)
+                        .with_context(|| format!("cannot read {}", file.display()))?;
+                    vec![data::message_from_binary(&method.input, &bytes)?]
+                }
+                (None, None) => vec![DynamicMessage::new(method.input.clone())],
+            };
+            let field = args
+                .payload_size
+                .map(|size| {
+                    data::set_payload(
+                        &mut messages,
+                        &method.input,
+                        size,
+                        args.payload_field.as_deref(),
+                    )
+                })
+                .transpose()?;
+            (Messages::new(messages)?, field)
+        }
+    };
+    let messages = Arc::new(messages);
 
     let monitor = Arc::new(Monitor::new());
     let on_ctrl_c = tokio::spawn({

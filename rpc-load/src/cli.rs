@@ -7,7 +7,7 @@ use anyhow::{bail, ensure, Context};
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
 
-use crate::runner::LoadPlan;
+use crate::runner::{DurationStop, LoadPlan};
 use crate::schedule::{Ramp, Schedule};
 
 /// `rpc-load`: load-tests a method (unary or streaming) of an rpc-core service (`tcp://`,
@@ -37,7 +37,10 @@ pub struct Args {
     /// The method: package.Service/Method (or package.Service.Method).
     #[arg(long, value_name = "METHOD")]
     pub call: String,
-    /// Request data as JSON, or @FILE. A JSON array gives several messages, used round-robin.
+    /// Request data as JSON, or @FILE. A JSON array gives several messages, used
+    /// round-robin (a client stream sends them in order). `{{.RequestNumber}}`,
+    /// `{{.WorkerID}}`, `{{.Timestamp}}`, `{{newUUID}}`, `{{randomString N}}`,
+    /// `{{randomInt MIN MAX}}` and ghz's other actions are rendered for every call.
     #[arg(short = 'd', long, value_name = "JSON", conflicts_with = "binary_file")]
     pub data: Option<String>,
     /// Request data as one serialized protobuf message in FILE.
@@ -67,8 +70,8 @@ pub struct Args {
     #[arg(short = 'z', long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Rate limit in requests per second for the const schedule; 0 = unlimited.
-    #[arg(short = 'r', long, value_name = "RPS", default_value_t = 0.0)]
-    pub rps: f64,
+    #[arg(short = 'r', long, value_name = "RPS", default_value_t = 0)]
+    pub rps: u64,
     /// Connections to spread the workers over.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
@@ -85,19 +88,19 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = LoadSchedule::Const)]
     pub load_schedule: LoadSchedule,
     /// Starting rate of a step or line schedule, requests per second.
-    #[arg(long, value_name = "RPS", default_value_t = 0.0)]
-    pub load_start: f64,
+    #[arg(long, value_name = "RPS", default_value_t = 0)]
+    pub load_start: u64,
     /// Rate change: per step (step) or per second (line); negative to decrease.
     #[arg(
         long,
         value_name = "RPS",
-        default_value_t = 0.0,
+        default_value_t = 0,
         allow_negative_numbers = true
     )]
-    pub load_step: f64,
+    pub load_step: i64,
     /// Rate at which a step or line schedule stops changing; 0 for none.
-    #[arg(long, value_name = "RPS", default_value_t = 0.0)]
-    pub load_end: f64,
+    #[arg(long, value_name = "RPS", default_value_t = 0)]
+    pub load_end: u64,
     /// Length of one step of a step schedule, e.g. 5s.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub load_step_duration: Option<Duration>,
@@ -130,6 +133,18 @@ pub struct Args {
     /// or reads (server streams, then cancelled).
     #[arg(long, value_name = "N")]
     pub stream_call_count: Option<u64>,
+    /// What happens to calls in flight when -z ends: close (cancel them, counted as
+    /// CANCELLED), wait (for their replies, up to -t) or ignore (cancel them, not counted).
+    #[arg(short = 'x', long, value_enum, default_value_t = DurationStop::Close)]
+    pub duration_stop: DurationStop,
+    /// Count failed calls' latencies in the histogram, percentiles, fastest and slowest
+    /// (by default only successful calls count there, as in ghz).
+    #[arg(long)]
+    pub count_errors: bool,
+    /// Streaming calls: render the `-d` template anew for every message sent (not once
+    /// per call).
+    #[arg(long)]
+    pub stream_dynamic_messages: bool,
 }
 
 /// `--load-schedule`.
@@ -193,18 +208,15 @@ impl Args {
     /// Inconsistent `-r`/`--load-*` flags.
     pub fn schedule(&self) -> anyhow::Result<Schedule> {
         let ramp = Ramp {
-            start: self.load_start,
-            step: self.load_step,
-            end: self.load_end,
+            start: self.load_start as f64,
+            step: self.load_step as f64,
+            end: self.load_end as f64,
             step_duration: self.load_step_duration.unwrap_or_default(),
             max_duration: self.load_max_duration,
         };
         match self.load_schedule {
-            LoadSchedule::Const if self.rps > 0.0 => Schedule::constant(self.rps),
-            LoadSchedule::Const => {
-                ensure!(self.rps == 0.0, "-r must not be negative");
-                Ok(Schedule::unpaced())
-            }
+            LoadSchedule::Const if self.rps > 0 => Schedule::constant(self.rps as f64),
+            LoadSchedule::Const => Ok(Schedule::unpaced()),
             LoadSchedule::Step => {
                 ensure!(
                     self.load_step_duration.is_some(),
@@ -247,6 +259,8 @@ impl Args {
             schedule: self.schedule()?,
             warmup: self.warmup,
             interval,
+            duration_stop: self.duration_stop,
+            count_errors: self.count_errors,
         })
     }
 }

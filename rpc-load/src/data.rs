@@ -6,13 +6,32 @@
 //! for unary calls: request `i` carries message `i % len`. That is how a bad request can
 //! be mixed into a run.
 
+use std::sync::Arc;
+
 use anyhow::{bail, Context};
 use bytes::Bytes;
-use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, Value};
+use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, Value};
 
-/// The request messages of a run, used round-robin. Never empty.
+use crate::template::{CallFacts, Template};
+
+/// The request messages of a run, used round-robin: built once, or rendered for each
+/// call from a template (`{{.RequestNumber}}` and the like in `-d`). Never empty.
 #[derive(Debug, Clone)]
-pub struct Messages(Vec<DynamicMessage>);
+pub struct Messages {
+    fixed: Arc<Vec<DynamicMessage>>,
+    template: Option<Arc<Rendered>>,
+}
+
+/// A template and what is done to each rendering.
+#[derive(Debug)]
+struct Rendered {
+    template: Template,
+    desc: MessageDescriptor,
+    /// `--payload-size`'s field and value, set into every rendered message.
+    payload: Option<(FieldDescriptor, Value)>,
+    /// `--stream-dynamic-messages`: each message of a stream rendered anew.
+    per_message: bool,
+}
 
 impl Messages {
     /// Wraps `messages`.
@@ -23,17 +42,98 @@ impl Messages {
         if messages.is_empty() {
             bail!("no request message (an empty JSON array?)");
         }
-        Ok(Messages(messages))
+        Ok(Messages {
+            fixed: Arc::new(messages),
+            template: None,
+        })
     }
 
-    /// The message of request number `index`.
+    /// Messages rendered from `template` for each call (and, with `per_message`, for each
+    /// message of a request stream), as messages of type `desc` with `payload` set.
+    ///
+    /// # Errors
+    /// A first rendering that is not valid request data.
+    pub fn templated(
+        template: Template,
+        desc: MessageDescriptor,
+        payload: Option<(FieldDescriptor, Value)>,
+        per_message: bool,
+    ) -> anyhow::Result<Messages> {
+        let rendered = Rendered {
+            template,
+            desc,
+            payload,
+            per_message,
+        };
+        let first = rendered
+            .render(CallFacts {
+                request_number: 0,
+                worker: 0,
+            })
+            .map_err(anyhow::Error::msg)?;
+        Ok(Messages {
+            fixed: Arc::new(first),
+            template: Some(Arc::new(rendered)),
+        })
+    }
+
+    /// The messages of call `call`: the array of `-d`, rendered for it if templated.
+    ///
+    /// # Errors
+    /// A rendering that is not valid request data (the call fails with it).
+    pub fn for_call(&self, call: CallFacts) -> Result<Arc<Vec<DynamicMessage>>, String> {
+        match &self.template {
+            None => Ok(self.fixed.clone()),
+            Some(t) => t.render(call).map(Arc::new),
+        }
+    }
+
+    /// The message of a unary or server-streaming call: element `request_number` of the
+    /// array, round-robin.
+    ///
+    /// # Errors
+    /// As [`Messages::for_call`].
+    pub fn for_unary(&self, call: CallFacts) -> Result<DynamicMessage, String> {
+        let all = self.for_call(call)?;
+        Ok(all[(call.request_number % all.len() as u64) as usize].clone())
+    }
+
+    /// Whether each message of a request stream is rendered anew
+    /// (`--stream-dynamic-messages` with a template).
+    pub fn per_message(&self) -> bool {
+        self.template.as_ref().is_some_and(|t| t.per_message)
+    }
+
+    /// The message of request number `index`, of the messages built once (the first
+    /// rendering, for a template).
     pub fn get(&self, index: u64) -> &DynamicMessage {
-        &self.0[(index % self.0.len() as u64) as usize]
+        &self.fixed[(index % self.fixed.len() as u64) as usize]
     }
 
-    /// All messages, in order.
+    /// The messages built once (the first rendering, for a template), in order.
     pub fn as_slice(&self) -> &[DynamicMessage] {
-        &self.0
+        &self.fixed
+    }
+}
+
+impl Rendered {
+    fn render(&self, call: CallFacts) -> Result<Vec<DynamicMessage>, String> {
+        let text = self.template.render(call);
+        let mut messages = messages_from_json(&self.desc, &text).map_err(|e| {
+            format!(
+                "request data rendered for call {}: {e:#}",
+                call.request_number
+            )
+        })?;
+        if messages.is_empty() {
+            return Err("no request message (an empty JSON array?)".into());
+        }
+        if let Some((field, value)) = &self.payload {
+            for message in &mut messages {
+                message.set_field(field, value.clone());
+            }
+        }
+        Ok(messages)
     }
 }
 
@@ -100,6 +200,23 @@ pub fn set_payload(
     size: usize,
     field: Option<&str>,
 ) -> anyhow::Result<String> {
+    let (field_desc, value) = payload_value(desc, size, field)?;
+    for message in messages {
+        message.set_field(&field_desc, value.clone());
+    }
+    Ok(field_desc.name().to_owned())
+}
+
+/// The field `--payload-size` fills (`field`, or the first singular `bytes` field) and
+/// its value of `size` bytes.
+///
+/// # Errors
+/// As [`set_payload`].
+pub fn payload_value(
+    desc: &MessageDescriptor,
+    size: usize,
+    field: Option<&str>,
+) -> anyhow::Result<(FieldDescriptor, Value)> {
     let field_desc = match field {
         Some(name) => desc
             .get_field_by_name(name)
@@ -125,10 +242,7 @@ pub fn set_payload(
             field_desc.name()
         ),
     };
-    for message in messages {
-        message.set_field(&field_desc, value.clone());
-    }
-    Ok(field_desc.name().to_owned())
+    Ok((field_desc, value))
 }
 
 /// `size` bytes of a fixed, non-constant pattern.

@@ -19,7 +19,8 @@ use tonic::Status;
 use crate::data::Messages;
 use crate::stats::CallError;
 use crate::streams::{drain, request_stream, Moved, StreamOptions};
-use crate::target::{stopped_early, CallOutcome, Target};
+use crate::target::{bad_data, stopped_early, CallOutcome, Target};
+use crate::template::CallFacts;
 
 /// A tonic codec for messages known only at run time.
 #[derive(Debug, Clone)]
@@ -176,7 +177,7 @@ impl GrpcTarget {
     /// One call of the method's kind, without the client-side deadline.
     async fn call_once(
         &self,
-        index: u64,
+        call: CallFacts,
         messages: &Arc<Messages>,
         moved: &Arc<Moved>,
     ) -> Result<(), CallError> {
@@ -190,14 +191,14 @@ impl GrpcTarget {
         let codec = self.codec.clone();
         match self.kind {
             MethodKind::Unary => {
-                let request = self.request(messages.get(index).clone());
+                let request = self.request(messages.for_unary(call).map_err(bad_data)?);
                 grpc.unary(request, path, codec)
                     .await
                     .map(drop)
                     .map_err(status)
             }
             MethodKind::ServerStreaming => {
-                let request = self.request(messages.get(index).clone());
+                let request = self.request(messages.for_unary(call).map_err(bad_data)?);
                 let responses = grpc
                     .server_streaming(request, path, codec)
                     .await
@@ -210,14 +211,16 @@ impl GrpcTarget {
                 }
             }
             MethodKind::ClientStreaming => {
-                let stream = request_stream(messages.clone(), self.stream, moved.clone());
+                let stream =
+                    request_stream(messages, call, self.stream, moved.clone()).map_err(bad_data)?;
                 grpc.client_streaming(self.request(stream), path, codec)
                     .await
                     .map(drop)
                     .map_err(status)
             }
             MethodKind::Streaming => {
-                let stream = request_stream(messages.clone(), self.stream, moved.clone());
+                let stream =
+                    request_stream(messages, call, self.stream, moved.clone()).map_err(bad_data)?;
                 let responses = grpc
                     .streaming(self.request(stream), path, codec)
                     .await
@@ -233,9 +236,9 @@ impl GrpcTarget {
 }
 
 impl Target for GrpcTarget {
-    async fn call(&self, index: u64, messages: &Arc<Messages>) -> CallOutcome {
+    async fn call(&self, call: CallFacts, messages: &Arc<Messages>) -> CallOutcome {
         let moved = Arc::new(Moved::default());
-        let call = self.call_once(index, messages, &moved);
+        let call = self.call_once(call, messages, &moved);
         let Some(timeout) = self.timeout else {
             return (call.await, moved.counts());
         };

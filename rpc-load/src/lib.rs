@@ -22,7 +22,8 @@
 //! - [`cli`]: the command line ([`cli::Args`]), and the run it describes.
 //! - [`app`]: the program: arguments -> descriptors -> messages -> connections -> run ->
 //!   report.
-//! - [`proto`], [`data`]: the method and the request messages, at run time.
+//! - [`proto`], [`data`], [`template`]: the method and the request messages, at run
+//!   time (`{{.RequestNumber}}`-style templates rendered per call).
 //! - [`connect`]: the address URL -> a connection (the one place that names transports);
 //!   [`grpc`]: the tonic client for `grpc://`.
 //! - [`target`]: [`target::Target`], one connection as the runner sees it;
@@ -51,3 +52,4 @@ pub mod schedule;
 pub mod stats;
 pub mod streams;
 pub mod target;
+pub mod template;

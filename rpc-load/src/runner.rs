@@ -32,6 +32,7 @@ use crate::data::Messages;
 use crate::schedule::Schedule;
 use crate::stats::{CallError, Stats};
 use crate::target::Target;
+use crate::template::CallFacts;
 
 /// Shards the measurements are recorded into (fewer if there are fewer workers).
 const MAX_SHARDS: usize = 8;
@@ -51,6 +52,23 @@ pub struct LoadPlan {
     pub warmup: u64,
     /// Width of one interval of the timeline.
     pub interval: Duration,
+    /// What happens to calls in flight when `duration` ends (`-x`).
+    pub duration_stop: DurationStop,
+    /// Whether failed calls' latencies count in the latency figures (`--count-errors`).
+    pub count_errors: bool,
+}
+
+/// `-x`/`--duration-stop`: what happens to calls still in flight when `-z` ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DurationStop {
+    /// They are cancelled and counted as `CANCELLED` errors (ghz's default).
+    #[default]
+    Close,
+    /// They are waited for (up to their timeout) and counted.
+    Wait,
+    /// They are cancelled and not counted at all.
+    Ignore,
 }
 
 /// Why a run ended, with ghz's names.
@@ -185,6 +203,8 @@ struct Shared {
     shards: Option<Vec<Mutex<Stats>>>,
     warmup_errors: AtomicU64,
     monitor: Arc<Monitor>,
+    /// When calls in flight are stopped (`-x close` and `-x ignore` at the end of `-z`).
+    stop_in_flight: Option<(Instant, DurationStop)>,
 }
 
 /// Runs `plan` against `targets` (at least one), with request `i` carrying
@@ -212,6 +232,7 @@ pub async fn run<T: Target>(
             shards: None,
             warmup_errors: AtomicU64::new(0),
             monitor: monitor.clone(),
+            stop_in_flight: None,
         });
         run_workers(targets, &messages, &warmup, concurrency).await;
         warmup_calls = warmup.sent.load(Ordering::Relaxed);
@@ -222,12 +243,13 @@ pub async fn run<T: Target>(
     let _ = monitor.started.set(start);
     monitor.set_phase(Phase::Measuring);
     let shards = (0..concurrency.min(MAX_SHARDS))
-        .map(|_| Mutex::new(Stats::new(plan.interval)))
+        .map(|_| Mutex::new(Stats::new(plan.interval).counting_errors(plan.count_errors)))
         .collect();
+    let deadline = plan.duration.map(|d| start + d);
     let shared = Arc::new(Shared {
         schedule: plan.schedule,
         total: plan.total,
-        deadline: plan.duration.map(|d| start + d),
+        deadline,
         start,
         next: AtomicU64::new(0),
         sent: AtomicU64::new(0),
@@ -235,12 +257,15 @@ pub async fn run<T: Target>(
         shards: Some(shards),
         warmup_errors: AtomicU64::new(0),
         monitor: monitor.clone(),
+        stop_in_flight: deadline
+            .filter(|_| plan.duration_stop != DurationStop::Wait)
+            .map(|d| (d, plan.duration_stop)),
     });
     run_workers(targets, &messages, &shared, concurrency).await;
     let total_time = start.elapsed();
     monitor.set_phase(Phase::Done);
 
-    let mut stats = Stats::new(plan.interval);
+    let mut stats = Stats::new(plan.interval).counting_errors(plan.count_errors);
     for shard in shared.shards.iter().flatten() {
         stats.merge(&shard.lock());
     }
@@ -322,11 +347,26 @@ async fn worker<T: Target>(
         };
 
         shared.sent.fetch_add(1, Ordering::Relaxed);
+        let stop_at = shared.stop_in_flight.map(|(at, _)| at);
+        let call = CallFacts {
+            request_number: i,
+            worker: index,
+        };
         let (result, (stream_sent, stream_received)) = tokio::select! {
             biased;
-            outcome = target.call(i, &messages) => outcome,
+            outcome = target.call(call, &messages) => outcome,
             _ = cancel.wait_for(|&c| c) => {
                 (Err(CallError::new(Code::Cancelled, "run cancelled")), (0, 0))
+            }
+            () = tokio::time::sleep_until(stop_at.unwrap_or_else(Instant::now)), if stop_at.is_some() => {
+                shared.time_up.store(true, Ordering::Relaxed);
+                if shared.stop_in_flight.is_some_and(|(_, mode)| mode == DurationStop::Ignore) {
+                    // Not counted: as if it had never been sent.
+                    shared.sent.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+                let why = "the run's duration (-z) ended with the call in flight (-x close)";
+                (Err(CallError::new(Code::Cancelled, why)), (0, 0))
             }
         };
         let end = Instant::now();

@@ -18,6 +18,7 @@ use prost_reflect::DynamicMessage;
 use tokio::time::Instant;
 
 use crate::data::Messages;
+use crate::template::CallFacts;
 
 /// The stream flags.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -50,22 +51,31 @@ impl Moved {
     }
 }
 
-/// The request stream of a client or bidirectional call: `messages` as the options say,
-/// counted into `moved`.
+/// The request stream of call `call`, a client or bidirectional one: `messages` as the
+/// options say (rendered for the call, or for each message with
+/// `--stream-dynamic-messages`), counted into `moved`. A rendering that fails ends the
+/// stream early.
+///
+/// # Errors
+/// The call's rendering failed.
 pub fn request_stream(
-    messages: Arc<Messages>,
+    messages: &Arc<Messages>,
+    call: CallFacts,
     options: StreamOptions,
     moved: Arc<Moved>,
-) -> impl Stream<Item = DynamicMessage> + Send + 'static {
+) -> Result<impl Stream<Item = DynamicMessage> + Send + 'static, String> {
     let start = Instant::now();
-    let len = messages.as_slice().len() as u64;
+    let rendered = messages.for_call(call)?;
+    let per_message = messages.per_message().then(|| messages.clone());
+    let len = rendered.len() as u64;
     let limit = match (options.call_count, options.call_duration) {
         (Some(n), _) => Some(n),
         (None, Some(_)) => None, // cycles until the duration passes
         (None, None) => Some(len),
     };
-    futures_util::stream::unfold(0u64, move |i| {
-        let messages = messages.clone();
+    Ok(futures_util::stream::unfold(0u64, move |i| {
+        let rendered = rendered.clone();
+        let per_message = per_message.clone();
         let moved = moved.clone();
         async move {
             if limit.is_some_and(|n| i >= n) {
@@ -79,10 +89,17 @@ pub fn request_stream(
             if options.call_duration.is_some_and(|d| start.elapsed() >= d) {
                 return None;
             }
+            let message = match per_message {
+                Some(messages) => {
+                    let fresh = messages.for_call(call).ok()?;
+                    fresh[(i % fresh.len() as u64) as usize].clone()
+                }
+                None => rendered[(i % len) as usize].clone(),
+            };
             moved.sent.fetch_add(1, Ordering::Relaxed);
-            Some((messages.get(i).clone(), i + 1))
+            Some((message, i + 1))
         }
-    })
+    }))
 }
 
 /// Whether a server stream that has delivered `received` messages since `start` should
@@ -162,20 +179,25 @@ mod tests {
     #[tokio::test]
     async fn the_array_once_or_cycled_or_cut_to_the_count() {
         let moved = Arc::new(Moved::default());
-        let all = request_stream(messages(3), StreamOptions::default(), moved.clone());
+        let call = CallFacts {
+            request_number: 0,
+            worker: 0,
+        };
+        let all =
+            request_stream(&messages(3), call, StreamOptions::default(), moved.clone()).unwrap();
         assert_eq!(delays(all.collect().await), [0, 1, 2]);
         assert_eq!(moved.counts(), (3, 0));
         let options = StreamOptions {
             call_count: Some(5),
             ..Default::default()
         };
-        let cycled = request_stream(messages(3), options, moved.clone());
+        let cycled = request_stream(&messages(3), call, options, moved.clone()).unwrap();
         assert_eq!(delays(cycled.collect().await), [0, 1, 2, 0, 1]);
         let options = StreamOptions {
             call_count: Some(2),
             ..Default::default()
         };
-        let cut = request_stream(messages(3), options, moved);
+        let cut = request_stream(&messages(3), call, options, moved).unwrap();
         assert_eq!(delays(cut.collect().await), [0, 1]);
     }
 
@@ -188,7 +210,12 @@ mod tests {
         };
         let moved = Arc::new(Moved::default());
         let start = Instant::now();
-        let sent: Vec<_> = request_stream(messages(2), options, moved.clone())
+        let call = CallFacts {
+            request_number: 0,
+            worker: 0,
+        };
+        let sent: Vec<_> = request_stream(&messages(2), call, options, moved.clone())
+            .unwrap()
             .collect()
             .await;
         // At 0, 100, 200, 300 and 400 ms; the next would be at 500.

@@ -16,6 +16,7 @@ use rpc_core::{Channel, Code, Connection, Metadata, Payload, Request, Status};
 use crate::data::Messages;
 use crate::stats::CallError;
 use crate::streams::{drain, request_stream, Moved, StreamOptions};
+use crate::template::CallFacts;
 
 /// A call's outcome, and the messages it sent and received on streams (0 and 0 for a
 /// unary call).
@@ -24,14 +25,14 @@ pub type CallOutcome = (Result<(), CallError>, (u64, u64));
 /// One connection that makes calls of the method under test. The runner shares each
 /// target between the workers assigned to it, which call it concurrently.
 pub trait Target: Send + Sync + 'static {
-    /// Makes call number `index` and waits for its outcome: `Ok` once the response (or
+    /// Makes call `call` (its number and worker) and waits for its outcome: `Ok` once the response (or
     /// the whole response stream) arrived and decoded as the method's output type, the
     /// call's status otherwise (including `DEADLINE_EXCEEDED` when the per-call timeout
-    /// passes). A unary or server-streaming call sends `messages.get(index)`; a client or
+    /// passes). A unary or server-streaming call sends `messages.for_unary(call)`; a client or
     /// bidirectional one sends a stream of `messages` (see [`crate::streams`]).
     fn call(
         &self,
-        index: u64,
+        call: CallFacts,
         messages: &Arc<Messages>,
     ) -> impl Future<Output = CallOutcome> + Send;
 }
@@ -46,6 +47,11 @@ pub(crate) fn stopped_early() -> CallError {
 
 fn call_error(status: Status) -> CallError {
     CallError::new(status.code(), status.message())
+}
+
+/// A call whose request data could not be rendered.
+pub(crate) fn bad_data(why: String) -> CallError {
+    CallError::new(Code::InvalidArgument, why)
 }
 
 /// Calls a method of an rpc-core service over a [`Channel`] on any transport.
@@ -133,10 +139,13 @@ impl<C: Connection> RpcTarget<C> {
 
     async fn client_streaming(
         &self,
+        call: CallFacts,
         messages: &Arc<Messages>,
         moved: &Arc<Moved>,
     ) -> Result<(), Status> {
-        let stream = request_stream(messages.clone(), self.stream, moved.clone()).map(Outgoing);
+        let stream = request_stream(messages, call, self.stream, moved.clone())
+            .map_err(Status::invalid_argument)?
+            .map(Outgoing);
         let request = Request::from_parts(self.metadata.clone(), stream, self.timeout);
         let output = &self.output;
         self.channel
@@ -149,10 +158,13 @@ impl<C: Connection> RpcTarget<C> {
 
     async fn bidi_streaming(
         &self,
+        call: CallFacts,
         messages: &Arc<Messages>,
         moved: &Arc<Moved>,
     ) -> Result<(), Status> {
-        let stream = request_stream(messages.clone(), self.stream, moved.clone()).map(Outgoing);
+        let stream = request_stream(messages, call, self.stream, moved.clone())
+            .map_err(Status::invalid_argument)?
+            .map(Outgoing);
         let request = Request::from_parts(self.metadata.clone(), stream, self.timeout);
         let responses = self
             .channel
@@ -165,24 +177,29 @@ impl<C: Connection> RpcTarget<C> {
 }
 
 impl<C: Connection> Target for RpcTarget<C> {
-    async fn call(&self, index: u64, messages: &Arc<Messages>) -> CallOutcome {
+    async fn call(&self, call: CallFacts, messages: &Arc<Messages>) -> CallOutcome {
         match self.method.kind {
-            MethodKind::Unary => (self.unary(messages.get(index).clone()).await, (0, 0)),
+            MethodKind::Unary => match messages.for_unary(call) {
+                Ok(message) => (self.unary(message).await, (0, 0)),
+                Err(why) => (Err(bad_data(why)), (0, 0)),
+            },
             MethodKind::ServerStreaming => {
+                let message = match messages.for_unary(call) {
+                    Ok(message) => message,
+                    Err(why) => return (Err(bad_data(why)), (0, 0)),
+                };
                 let moved = Moved::default();
-                let result = self
-                    .server_streaming(messages.get(index).clone(), &moved)
-                    .await;
+                let result = self.server_streaming(message, &moved).await;
                 (result.map_err(call_error), moved.counts())
             }
             MethodKind::ClientStreaming => {
                 let moved = Arc::new(Moved::default());
-                let result = self.client_streaming(messages, &moved).await;
+                let result = self.client_streaming(call, messages, &moved).await;
                 (result.map_err(call_error), moved.counts())
             }
             MethodKind::Streaming => {
                 let moved = Arc::new(Moved::default());
-                let result = self.bidi_streaming(messages, &moved).await;
+                let result = self.bidi_streaming(call, messages, &moved).await;
                 (result.map_err(call_error), moved.counts())
             }
         }

@@ -99,6 +99,9 @@ fn start_load(port: u16, seconds: u32) -> Child {
             "16",
             "-z",
             &format!("{seconds}s"),
+            // Calls in flight at the end are waited for: every call is an outcome here.
+            "-x",
+            "wait",
             "-O",
             "json",
             &format!("tcp://127.0.0.1:{port}"),

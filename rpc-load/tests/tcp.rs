@@ -285,3 +285,214 @@ async fn bad_targets_fail_before_the_run() {
         assert!(error.contains(expected), "{rest:?}: {error}");
     }
 }
+
+/// Streaming methods of each kind: the messages moved are counted, ghz's stream flags
+/// shape what a call sends and reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_calls_of_every_kind() {
+    let url = start_rpc_server().await;
+    let run = |file: &'static str, rest: Vec<String>| {
+        let url = url.clone();
+        async move {
+            let mut rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+            rest.push(&url);
+            app::run(&args(file, &rest)).await.unwrap()
+        }
+    };
+    let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+
+    // Server streaming: each call reads all 100 replies.
+    let r = run(
+        "echo.proto",
+        owned(&[
+            "--call",
+            "echo.Echo/Repeat",
+            "-d",
+            r#"{"payload": "aGk=", "count": 100}"#,
+            "-c",
+            "2",
+            "-n",
+            "6",
+        ]),
+    )
+    .await;
+    assert_eq!(r.status_code_distribution.get("OK"), Some(&6));
+    let m = r.stream_messages.unwrap();
+    assert_eq!((m.sent, m.received), (0, 600));
+    // --stream-call-count 10: each call reads 10, then cancels (CANCELLED, as in ghz).
+    let r = run(
+        "echo.proto",
+        owned(&[
+            "--call",
+            "echo.Echo/Repeat",
+            "-d",
+            r#"{"payload": "aGk=", "count": 100000}"#,
+            "-c",
+            "2",
+            "-n",
+            "4",
+            "--stream-call-count",
+            "10",
+        ]),
+    )
+    .await;
+    assert_eq!(
+        r.status_code_distribution.get("Canceled"),
+        Some(&4),
+        "{:?}",
+        r.status_code_distribution
+    );
+    assert_eq!(r.stream_messages.unwrap().received, 40);
+
+    // Client streaming: the -d array, in order, once per call; cycled to the count.
+    let data = r#"[{"payload": {"body": "AAAA"}}, {"payload": {"body": "AAAAAAAA"}}]"#;
+    let r = run(
+        "grpc/testing/test.proto",
+        owned(&[
+            "--call",
+            "grpc.testing.TestService/StreamingInputCall",
+            "-d",
+            data,
+            "-c",
+            "1",
+            "-n",
+            "3",
+        ]),
+    )
+    .await;
+    assert_eq!(r.status_code_distribution.get("OK"), Some(&3));
+    assert_eq!(r.stream_messages.unwrap().sent, 6);
+    let r = run(
+        "grpc/testing/test.proto",
+        owned(&[
+            "--call",
+            "grpc.testing.TestService/StreamingInputCall",
+            "-d",
+            data,
+            "-c",
+            "1",
+            "-n",
+            "2",
+            "--stream-call-count",
+            "5",
+            "--stream-interval",
+            "1ms",
+        ]),
+    )
+    .await;
+    assert_eq!(r.stream_messages.unwrap().sent, 10);
+
+    // Bidirectional: each request answered by its response parameters.
+    let data = r#"[{"responseParameters": [{"size": 10}, {"size": 20}]}, {"responseParameters": [{"size": 5}]}]"#;
+    let r = run(
+        "grpc/testing/test.proto",
+        owned(&[
+            "--call",
+            "grpc.testing.TestService/FullDuplexCall",
+            "-d",
+            data,
+            "-c",
+            "2",
+            "-n",
+            "4",
+        ]),
+    )
+    .await;
+    assert_eq!(r.status_code_distribution.get("OK"), Some(&4));
+    let m = r.stream_messages.unwrap();
+    assert_eq!((m.sent, m.received), (8, 12));
+}
+
+/// `{{.RequestNumber}}` templates are rendered for every call: here the kv keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn templates_render_every_call() {
+    let url = start_rpc_server().await;
+    let put = app::run(&args(
+        "kv.proto",
+        &[
+            "--call",
+            "kv.Kv/Put",
+            "-d",
+            r#"{"key": "k-{{.RequestNumber}}-{{randomString 4}}", "value": "dg=="}"#,
+            "-c",
+            "4",
+            "-n",
+            "50",
+            &url,
+        ],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(put.status_code_distribution.get("OK"), Some(&50));
+    // Every call made its own key: a scan finds 50 keys k-0-... to k-49-....
+    let conn = rpc_transport_tcp::TcpConnection::connect(
+        url.trim_start_matches("tcp://"),
+        &rpc_transport_tcp::TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let kv = examples::kv::kv_client::KvClient::new(rpc_core::Channel::new(conn));
+    let scan = kv
+        .scan(examples::kv::ScanRequest {
+            prefix: "k-".into(),
+            limit: 100,
+            keys_only: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(scan.entries.len(), 50);
+    let mut numbers: Vec<u64> = scan
+        .entries
+        .iter()
+        .map(|e| e.key.split('-').nth(1).unwrap().parse().unwrap())
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, (0..50).collect::<Vec<_>>());
+}
+
+/// `-x`: what happens to the calls in flight when -z ends (each call sleeps 400 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_stop_closes_waits_for_or_ignores_calls_in_flight() {
+    let url = start_rpc_server().await;
+    let run = |mode: &'static str| {
+        let url = url.clone();
+        async move {
+            app::run(&args(
+                "echo.proto",
+                &[
+                    "--call",
+                    "echo.Echo/Echo",
+                    "-d",
+                    r#"{"delayMs": 400}"#,
+                    "-c",
+                    "2",
+                    "-z",
+                    "1s",
+                    "-x",
+                    mode,
+                    &url,
+                ],
+            ))
+            .await
+            .unwrap()
+        }
+    };
+    let close = run("close").await;
+    assert_eq!(
+        close.status_code_distribution.get("Canceled"),
+        Some(&2),
+        "{:?}",
+        close.status_code_distribution
+    );
+    let wait = run("wait").await;
+    assert_eq!(wait.errors, 0, "{:?}", wait.status_code_distribution);
+    assert_eq!(wait.count, 6, "3 rounds of 2 calls, the last waited for");
+    let ignore = run("ignore").await;
+    assert_eq!(ignore.errors, 0);
+    assert_eq!(
+        ignore.count, 4,
+        "the 2 calls in flight at 1 s are not counted"
+    );
+    assert_eq!(ignore.sent, ignore.count);
+}

@@ -27,7 +27,7 @@ pub struct ReportOptions {
     /// `--connections`.
     pub connections: usize,
     /// `-r`, requests per second (0: unlimited).
-    pub rps: f64,
+    pub rps: u64,
     /// `-z`, ns (0: none).
     pub duration: u64,
     /// `-t`, ns (0: none).
@@ -54,13 +54,13 @@ pub struct ReportOptions {
     pub load_schedule: LoadSchedule,
     /// `--load-start`.
     #[serde(rename = "load-start")]
-    pub load_start: f64,
+    pub load_start: u64,
     /// `--load-step`.
     #[serde(rename = "load-step")]
-    pub load_step: f64,
+    pub load_step: i64,
     /// `--load-end`.
     #[serde(rename = "load-end")]
-    pub load_end: f64,
+    pub load_end: u64,
     /// `--load-step-duration`, ns.
     #[serde(rename = "load-step-duration")]
     pub load_step_duration: u64,
@@ -78,6 +78,24 @@ pub struct ReportOptions {
     /// `--max-message-size`, bytes.
     #[serde(rename = "max-message-size")]
     pub max_message_size: usize,
+    /// `-x`.
+    #[serde(rename = "duration-stop")]
+    pub duration_stop: crate::runner::DurationStop,
+    /// `--count-errors`.
+    #[serde(rename = "count-errors")]
+    pub count_errors: bool,
+    /// `--stream-interval`, ns (0: none).
+    #[serde(rename = "stream-interval")]
+    pub stream_interval: u64,
+    /// `--stream-call-duration`, ns (0: none).
+    #[serde(rename = "stream-call-duration")]
+    pub stream_call_duration: u64,
+    /// `--stream-call-count` (0: none).
+    #[serde(rename = "stream-call-count")]
+    pub stream_call_count: u64,
+    /// `--stream-dynamic-messages`.
+    #[serde(rename = "stream-dynamic-messages")]
+    pub stream_dynamic_messages: bool,
 }
 
 impl ReportOptions {
@@ -125,6 +143,12 @@ impl ReportOptions {
             load_step_duration: args.load_step_duration.map_or(0, ns),
             load_max_duration: args.load_max_duration.map_or(0, ns),
             warmup: args.warmup,
+            duration_stop: args.duration_stop,
+            count_errors: args.count_errors,
+            stream_interval: args.stream_interval.map_or(0, ns),
+            stream_call_duration: args.stream_call_duration.map_or(0, ns),
+            stream_call_count: args.stream_call_count.unwrap_or(0),
+            stream_dynamic_messages: args.stream_dynamic_messages,
             payload_size: args.payload_size,
             payload_field,
             max_message_size: args.max_message_size,

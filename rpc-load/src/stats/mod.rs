@@ -105,6 +105,9 @@ pub struct Stats {
     /// Messages sent and received on streams.
     stream_sent: u64,
     stream_received: u64,
+    /// `--count-errors`: failed calls' latencies count in the histogram, the percentiles
+    /// and the extremes too.
+    count_errors: bool,
 }
 
 impl Stats {
@@ -126,7 +129,15 @@ impl Stats {
             timeline: Vec::new(),
             stream_sent: 0,
             stream_received: 0,
+            count_errors: false,
         }
+    }
+
+    /// Empty stats that count failed calls' latencies as successful ones' (ghz's
+    /// `--count-errors`).
+    pub fn counting_errors(mut self, count: bool) -> Stats {
+        self.count_errors = count;
+        self
     }
 
     /// Records the messages one call sent and received on its streams.
@@ -166,6 +177,11 @@ impl Stats {
                 slot.errors += 1;
                 self.status[(error.code as usize).min(16)] += 1;
                 self.count_error(error.to_ghz_string(), 1);
+                if self.count_errors {
+                    self.fastest_ns = self.fastest_ns.min(ns);
+                    self.slowest_ns = self.slowest_ns.max(ns);
+                    let _ = self.ok_latency.record(ns);
+                }
             }
         }
     }

@@ -153,3 +153,25 @@ fn code_names_are_grpc_go_names() {
     assert_eq!(code_name(Code::DeadlineExceeded), "DeadlineExceeded");
     assert_eq!(code_name(Code::ResourceExhausted), "ResourceExhausted");
 }
+
+#[test]
+fn count_errors_puts_failed_calls_in_the_latency_figures() {
+    let error = CallError::new(Code::NotFound, "missing");
+    let mut plain = Stats::new(Duration::from_millis(100));
+    let mut counting = Stats::new(Duration::from_millis(100)).counting_errors(true);
+    for stats in [&mut plain, &mut counting] {
+        stats.record(us(100), Duration::ZERO, &Ok(()));
+        stats.record(us(5000), Duration::ZERO, &Err(error.clone()));
+    }
+    assert_eq!(plain.slowest(), Some(us(100)), "errors left out by default");
+    assert_eq!(
+        counting.slowest(),
+        Some(us(5000)),
+        "--count-errors counts them"
+    );
+    assert_eq!(
+        (counting.ok(), counting.errors()),
+        (1, 1),
+        "still counted as errors"
+    );
+}

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use examples::echo::echo_server::EchoServer;
+use examples::grpc_testing::test_service_server::TestServiceServer;
+use examples::interop::InteropService;
 use examples::kv::kv_server::KvServer;
 use examples::{EchoService, KvStore};
 use rpc_core::{Server, ServerConfig};
@@ -19,7 +21,7 @@ pub fn proto_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto")
 }
 
-/// Starts the examples' echo and kv services over TCP on 127.0.0.1:0; returns its URL.
+/// Starts the examples' echo, kv and interop (`grpc.testing`) services over TCP on 127.0.0.1:0; returns its URL.
 pub async fn start_rpc_server() -> String {
     let mut tcp = TcpConfig::default();
     tcp.max_message_size(SERVER_MAX);
@@ -31,6 +33,8 @@ pub async fn start_rpc_server() -> String {
         .add_service(EchoServer::new(EchoService))
         .unwrap()
         .add_service(KvServer::new(KvStore::default()))
+        .unwrap()
+        .add_service(TestServiceServer::new(InteropService::default()))
         .unwrap()
         .config(config)
         .build();

@@ -1,0 +1,311 @@
+//! Call templates in `-d`, as ghz has them: `{{.RequestNumber}}`, `{{.WorkerID}}`,
+//! `{{.Timestamp}}`, `{{newUUID}}`, `{{randomString 8}}`, ... rendered into the JSON for
+//! every call (and, with `--stream-dynamic-messages`, for every message of a stream).
+//!
+//! The data is JSON text with `{{ ... }}` actions, rendered as text and then parsed: an
+//! action inside a JSON string lands inside the string, an action outside one must render
+//! valid JSON (a number, `true`). Supported actions:
+//!
+//! | action | value |
+//! |---|---|
+//! | `.RequestNumber` | the call's number in the run, from 0 |
+//! | `.WorkerID` | the worker making the call, `w0`, `w1`, ... |
+//! | `.FullyQualifiedName` | `package.Service.Method` |
+//! | `.MethodName`, `.ServiceName` | `Method`, `package.Service` |
+//! | `.InputName`, `.OutputName` | the message types' full names |
+//! | `.IsClientStreaming`, `.IsServerStreaming` | `true` / `false` |
+//! | `.Timestamp` | now, RFC 3339 |
+//! | `.TimestampUnix`, `.TimestampUnixMilli`, `.TimestampUnixNano` | now since the epoch |
+//! | `.UUID` | a random UUID (v4), one per call |
+//! | `newUUID` | a fresh random UUID at each use |
+//! | `randomString N` | N random letters and digits |
+//! | `randomInt MIN MAX` | a random integer in [MIN, MAX) |
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use rand::Rng;
+
+/// The method facts a template may name.
+#[derive(Debug, Clone, Default)]
+pub struct MethodFacts {
+    /// `package.Service`.
+    pub service: String,
+    /// `Method`.
+    pub method: String,
+    /// The input message's full name.
+    pub input: String,
+    /// The output message's full name.
+    pub output: String,
+    /// Whether the client streams.
+    pub client_streaming: bool,
+    /// Whether the server streams.
+    pub server_streaming: bool,
+}
+
+/// A parsed template: text and actions.
+#[derive(Debug, Clone)]
+pub struct Template {
+    parts: Vec<Part>,
+    facts: MethodFacts,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    Text(String),
+    RequestNumber,
+    WorkerId,
+    FullyQualifiedName,
+    MethodName,
+    ServiceName,
+    InputName,
+    OutputName,
+    IsClientStreaming,
+    IsServerStreaming,
+    Timestamp,
+    TimestampUnix,
+    TimestampUnixMilli,
+    TimestampUnixNano,
+    CallUuid,
+    NewUuid,
+    RandomString(usize),
+    RandomInt(i64, i64),
+}
+
+/// What varies from call to call.
+#[derive(Debug, Clone, Copy)]
+pub struct CallFacts {
+    /// The call's number in the run.
+    pub request_number: u64,
+    /// The worker making it.
+    pub worker: usize,
+}
+
+impl Template {
+    /// Whether `text` has template actions at all (otherwise it is parsed once).
+    pub fn is_template(text: &str) -> bool {
+        text.contains("{{")
+    }
+
+    /// Parses `text`.
+    ///
+    /// # Errors
+    /// An unclosed `{{`, or an action this implementation does not know.
+    pub fn parse(text: &str, facts: MethodFacts) -> anyhow::Result<Template> {
+        let mut parts = Vec::new();
+        let mut rest = text;
+        while let Some(start) = rest.find("{{") {
+            if start > 0 {
+                parts.push(Part::Text(rest[..start].to_owned()));
+            }
+            let after = &rest[start + 2..];
+            let end = after
+                .find("}}")
+                .with_context(|| format!("unclosed {{{{ in the data at {:?}", truncate(after)))?;
+            parts.push(action(after[..end].trim())?);
+            rest = &after[end + 2..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Text(rest.to_owned()));
+        }
+        Ok(Template { parts, facts })
+    }
+
+    /// The text for one call.
+    pub fn render(&self, call: CallFacts) -> String {
+        let mut out = String::new();
+        let mut rng = rand::thread_rng();
+        let mut call_uuid = None;
+        let now = || {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+        };
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::RequestNumber => {
+                    let _ = write!(out, "{}", call.request_number);
+                }
+                Part::WorkerId => {
+                    let _ = write!(out, "w{}", call.worker);
+                }
+                Part::FullyQualifiedName => {
+                    let _ = write!(out, "{}.{}", self.facts.service, self.facts.method);
+                }
+                Part::MethodName => out.push_str(&self.facts.method),
+                Part::ServiceName => out.push_str(&self.facts.service),
+                Part::InputName => out.push_str(&self.facts.input),
+                Part::OutputName => out.push_str(&self.facts.output),
+                Part::IsClientStreaming => {
+                    let _ = write!(out, "{}", self.facts.client_streaming);
+                }
+                Part::IsServerStreaming => {
+                    let _ = write!(out, "{}", self.facts.server_streaming);
+                }
+                Part::Timestamp => out.push_str(&crate::machine::rfc3339(SystemTime::now())),
+                Part::TimestampUnix => {
+                    let _ = write!(out, "{}", now().as_secs());
+                }
+                Part::TimestampUnixMilli => {
+                    let _ = write!(out, "{}", now().as_millis());
+                }
+                Part::TimestampUnixNano => {
+                    let _ = write!(out, "{}", now().as_nanos());
+                }
+                Part::CallUuid => {
+                    let id = call_uuid.get_or_insert_with(|| uuid(&mut rng));
+                    out.push_str(id);
+                }
+                Part::NewUuid => out.push_str(&uuid(&mut rng)),
+                Part::RandomString(n) => {
+                    const CHARS: &[u8] =
+                        b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+                    for _ in 0..*n {
+                        out.push(CHARS[rng.gen_range(0..CHARS.len())] as char);
+                    }
+                }
+                Part::RandomInt(min, max) => {
+                    let _ = write!(out, "{}", rng.gen_range(*min..*max));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn truncate(s: &str) -> &str {
+    let mut end = s.len().min(20);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn action(text: &str) -> anyhow::Result<Part> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let number = |i: usize| -> anyhow::Result<i64> {
+        words
+            .get(i)
+            .with_context(|| format!("{{{{{text}}}}} needs {i} argument(s)"))?
+            .parse::<i64>()
+            .with_context(|| format!("{{{{{text}}}}}: {:?} is not an integer", words[i]))
+    };
+    Ok(match words.as_slice() {
+        [".RequestNumber"] => Part::RequestNumber,
+        [".WorkerID"] => Part::WorkerId,
+        [".FullyQualifiedName"] => Part::FullyQualifiedName,
+        [".MethodName"] => Part::MethodName,
+        [".ServiceName"] => Part::ServiceName,
+        [".InputName"] => Part::InputName,
+        [".OutputName"] => Part::OutputName,
+        [".IsClientStreaming"] => Part::IsClientStreaming,
+        [".IsServerStreaming"] => Part::IsServerStreaming,
+        [".Timestamp"] => Part::Timestamp,
+        [".TimestampUnix"] => Part::TimestampUnix,
+        [".TimestampUnixMilli"] => Part::TimestampUnixMilli,
+        [".TimestampUnixNano"] => Part::TimestampUnixNano,
+        [".UUID"] => Part::CallUuid,
+        ["newUUID"] => Part::NewUuid,
+        ["randomString", _] => {
+            let n = number(1)?;
+            if !(0..=1 << 20).contains(&n) {
+                bail!("{{{{{text}}}}}: the length must be between 0 and 1048576");
+            }
+            Part::RandomString(n as usize)
+        }
+        ["randomInt", _, _] => {
+            let (min, max) = (number(1)?, number(2)?);
+            if min >= max {
+                bail!("{{{{{text}}}}}: MIN must be below MAX");
+            }
+            Part::RandomInt(min, max)
+        }
+        _ => bail!("unknown template action {{{{{text}}}}} in the data"),
+    })
+}
+
+/// A random version-4 UUID, hyphenated.
+fn uuid(rng: &mut impl Rng) -> String {
+    let mut b: [u8; 16] = rng.gen();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> MethodFacts {
+        MethodFacts {
+            service: "echo.Echo".into(),
+            method: "Echo".into(),
+            input: "echo.EchoRequest".into(),
+            output: "echo.EchoReply".into(),
+            client_streaming: false,
+            server_streaming: true,
+        }
+    }
+
+    #[test]
+    fn actions_render_per_call() {
+        let t = Template::parse(
+            r#"{"n": {{.RequestNumber}}, "w": "{{ .WorkerID }}", "m": "{{.FullyQualifiedName}}", "s": {{.IsServerStreaming}}}"#,
+            facts(),
+        )
+        .unwrap();
+        let call = CallFacts {
+            request_number: 41,
+            worker: 3,
+        };
+        assert_eq!(
+            t.render(call),
+            r#"{"n": 41, "w": "w3", "m": "echo.Echo.Echo", "s": true}"#
+        );
+    }
+
+    #[test]
+    fn random_values_are_fresh_and_in_range() {
+        let t = Template::parse(
+            r#"["{{.UUID}}", "{{.UUID}}", "{{newUUID}}", "{{randomString 12}}", {{randomInt 5 7}}]"#,
+            facts(),
+        )
+        .unwrap();
+        let call = CallFacts {
+            request_number: 0,
+            worker: 0,
+        };
+        let v: Vec<serde_json::Value> = serde_json::from_str(&t.render(call)).unwrap();
+        assert_eq!(v[0], v[1], "one .UUID per call");
+        assert_ne!(v[0], v[2], "newUUID is fresh");
+        assert_eq!(v[0].as_str().unwrap().len(), 36);
+        assert_eq!(&v[0].as_str().unwrap()[14..15], "4", "version 4");
+        assert_eq!(v[3].as_str().unwrap().len(), 12);
+        assert!((5..7).contains(&v[4].as_i64().unwrap()));
+        let again: Vec<serde_json::Value> = serde_json::from_str(&t.render(call)).unwrap();
+        assert_ne!(v[0], again[0], "a new call, a new .UUID");
+    }
+
+    #[test]
+    fn unknown_actions_and_unclosed_braces_are_errors() {
+        for bad in [
+            "{{.Nope}}",
+            "{{randomInt 5 2}}",
+            "{{randomString x}}",
+            "{\"a\": {{.RequestNumber}",
+        ] {
+            assert!(Template::parse(bad, facts()).is_err(), "{bad}");
+        }
+        assert!(!Template::is_template(r#"{"a": "{ not }"}"#));
+    }
+}
