@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::svg::{bar_chart, escape, line_chart, Series};
+use super::svg::{bar_chart, escape, line_chart, log_line_chart, Series};
 use super::{format_ns, Report};
 
 pub(super) fn render(r: &Report) -> String {
@@ -82,7 +82,11 @@ h2 {{ margin-top: 1.5em; border-bottom: 1px solid #ccc; }}
     writeln!(out, "</table>")?;
 
     if !r.fine_histogram.is_empty() {
-        writeln!(out, "<h2>Latency histogram</h2>")?;
+        writeln!(
+            out,
+            "<h2>Latency histogram</h2><p>Logarithmic buckets from the fastest to the \
+             slowest call: each bucket's bound is a constant factor above the previous one.</p>"
+        )?;
         let bars: Vec<(String, f64)> = r
             .fine_histogram
             .iter()
@@ -97,30 +101,29 @@ h2 {{ margin-top: 1.5em; border-bottom: 1px solid #ccc; }}
 
     if !r.timeline.is_empty() {
         let at = |start: u64| start as f64 / 1e9;
-        writeln!(out, "<h2>Latency over time</h2>")?;
-        let average = Series {
-            name: "average",
-            color: "#4e79a7",
+        writeln!(
+            out,
+            "<h2>Latency over time</h2><p>Median and 99th percentile of the calls completed \
+             in each interval, on a logarithmic scale.</p>"
+        )?;
+        // Intervals without calls have no percentiles: left out, not drawn as zero.
+        let series = |name, color, pick: fn(&super::TimelinePoint) -> u64| Series {
+            name,
+            color,
             points: r
                 .timeline
                 .iter()
-                .map(|p| (at(p.start), p.average as f64))
+                .filter(|p| pick(p) > 0)
+                .map(|p| (at(p.start), pick(p) as f64))
                 .collect(),
         };
-        let slowest = Series {
-            name: "slowest",
-            color: "#e15759",
-            points: r
-                .timeline
-                .iter()
-                .map(|p| (at(p.start), p.slowest as f64))
-                .collect(),
-        };
+        let p50 = series("p50", "#4e79a7", |p| p.p50);
+        let p99 = series("p99", "#e15759", |p| p.p99);
         let ns = |v: f64| format_ns(v as u64);
         writeln!(
             out,
             "{}",
-            line_chart(&[average, slowest], "time (s)", "latency", &ns)
+            log_line_chart(&[p50, p99], "time (s)", "latency (log scale)", &ns)
         )?;
 
         writeln!(out, "<h2>Throughput over time</h2>")?;

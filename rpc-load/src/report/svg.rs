@@ -23,7 +23,13 @@ pub(super) fn bar_chart(bars: &[(String, f64)], x_title: &str, y_title: &str) ->
     let max = bars.iter().map(|b| b.1).fold(0.0, f64::max);
     let (y_ticks, y_max) = ticks(max);
     let mut svg = open(x_title, y_title);
-    axes(&mut svg, &y_ticks, y_max, &|v| format!("{v}"));
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    axes(
+        &mut svg,
+        &y_ticks,
+        &|v| HEIGHT - BOTTOM - v / y_max * plot_h,
+        &|v| format!("{v}"),
+    );
     let plot_w = WIDTH - LEFT - RIGHT;
     let slot = plot_w / bars.len().max(1) as f64;
     let label_every = (bars.len() / 8).max(1);
@@ -61,6 +67,27 @@ pub(super) fn line_chart(
     y_title: &str,
     y_format: &dyn Fn(f64) -> String,
 ) -> String {
+    chart(series, x_title, y_title, y_format, false)
+}
+
+/// [`line_chart`] with a logarithmic y axis (values must be positive): lines that differ
+/// by orders of magnitude (a median and a 99th percentile) both stay readable.
+pub(super) fn log_line_chart(
+    series: &[Series<'_>],
+    x_title: &str,
+    y_title: &str,
+    y_format: &dyn Fn(f64) -> String,
+) -> String {
+    chart(series, x_title, y_title, y_format, true)
+}
+
+fn chart(
+    series: &[Series<'_>],
+    x_title: &str,
+    y_title: &str,
+    y_format: &dyn Fn(f64) -> String,
+    log_y: bool,
+) -> String {
     let x_max = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
@@ -69,12 +96,43 @@ pub(super) fn line_chart(
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .fold(0.0, f64::max);
-    let (y_ticks, y_max) = ticks(y_max_data);
-    let (x_ticks, x_max) = ticks(x_max);
-    let mut svg = open(x_title, y_title);
-    axes(&mut svg, &y_ticks, y_max, y_format);
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
+    let y_min_data = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|v| *v > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let (y_ticks, to_y): (Vec<f64>, Box<dyn Fn(f64) -> f64>) = if log_y && y_min_data.is_finite() {
+        let lo = y_min_data.log10().floor();
+        let hi = y_max_data.log10().ceil().max(lo + 1.0);
+        let ticks = (lo as i32..=hi as i32)
+            .flat_map(|e| {
+                let p = 10f64.powi(e);
+                // 1, 2 and 5 per decade when there are few decades.
+                if hi - lo <= 3.0 {
+                    vec![p, 2.0 * p, 5.0 * p]
+                } else {
+                    vec![p]
+                }
+            })
+            .filter(|t| t.log10() <= hi + 1e-9)
+            .collect();
+        let to_y = move |v: f64| {
+            let v = v.max(10f64.powf(lo));
+            HEIGHT - BOTTOM - (v.log10() - lo) / (hi - lo) * plot_h
+        };
+        (ticks, Box::new(to_y))
+    } else {
+        let (ticks, y_max) = ticks(y_max_data);
+        (
+            ticks,
+            Box::new(move |v: f64| HEIGHT - BOTTOM - v / y_max * plot_h),
+        )
+    };
+    let (x_ticks, x_max) = ticks(x_max);
+    let mut svg = open(x_title, y_title);
+    axes(&mut svg, &y_ticks, &*to_y, y_format);
     for t in &x_ticks {
         let x = LEFT + t / x_max * plot_w;
         let _ = write!(
@@ -87,13 +145,7 @@ pub(super) fn line_chart(
         let points: Vec<String> = s
             .points
             .iter()
-            .map(|(x, y)| {
-                format!(
-                    "{:.1},{:.1}",
-                    LEFT + x / x_max * plot_w,
-                    HEIGHT - BOTTOM - y / y_max * plot_h
-                )
-            })
+            .map(|(x, y)| format!("{:.1},{:.1}", LEFT + x / x_max * plot_w, to_y(*y)))
             .collect();
         let _ = write!(
             svg,
@@ -125,10 +177,14 @@ fn open(x_title: &str, y_title: &str) -> String {
     )
 }
 
-fn axes(svg: &mut String, y_ticks: &[f64], y_max: f64, y_format: &dyn Fn(f64) -> String) {
-    let plot_h = HEIGHT - TOP - BOTTOM;
+fn axes(
+    svg: &mut String,
+    y_ticks: &[f64],
+    to_y: &dyn Fn(f64) -> f64,
+    y_format: &dyn Fn(f64) -> String,
+) {
     for t in y_ticks {
-        let y = HEIGHT - BOTTOM - t / y_max * plot_h;
+        let y = to_y(*t);
         let _ = write!(
             svg,
             r##"<line x1="{LEFT}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">{}</text>"##,

@@ -175,3 +175,24 @@ fn count_errors_puts_failed_calls_in_the_latency_figures() {
         "still counted as errors"
     );
 }
+
+#[test]
+fn percentiles_over_time_come_from_log_buckets() {
+    let mut stats = Stats::new(Duration::from_millis(100));
+    // 99 calls at 100 µs and one at 10 ms, in the first interval.
+    for _ in 0..99 {
+        stats.record(us(100), Duration::ZERO, &Ok(()));
+    }
+    stats.record(us(10_000), Duration::ZERO, &Ok(()));
+    let interval = &stats.timeline()[0];
+    let p50 = interval.percentile(50.0).unwrap() as f64;
+    let p100 = interval.percentile(100.0).unwrap() as f64;
+    assert!((p50 / 100_000.0 - 1.0).abs() < 0.2, "p50 {p50}");
+    assert!((p100 / 10_000_000.0 - 1.0).abs() < 0.2, "max {p100}");
+    assert_eq!(
+        interval.percentile(99.0),
+        interval.percentile(50.0),
+        "99 of 100 at 100 µs"
+    );
+    assert!(Interval::default().percentile(50.0).is_none());
+}
