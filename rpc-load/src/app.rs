@@ -162,6 +162,9 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         &metadata,
         threads(args),
     );
+    // With a concurrency schedule, the most workers it had (not -c).
+    let mut options = options;
+    options.concurrency = plan.concurrency;
     Ok(Report::new(&outcome, options, transport))
 }
 
@@ -274,7 +277,8 @@ pub fn write_report(report: &Report, format: Format, output: Option<&Path>) -> a
         Format::Summary => report.to_summary(),
         Format::Json => report.to_json(false),
         Format::Pretty => report.to_json(true),
-        Format::Csv => report.to_csv(),
+        Format::Csv => report.to_csv_details(),
+        Format::CsvSummary => report.to_csv(),
         Format::Html => report.to_html(),
     };
     match output {

@@ -10,6 +10,9 @@ use serde::Serialize;
 use crate::runner::{DurationStop, LoadPlan};
 use crate::schedule::{Ramp, Schedule};
 
+/// The most workers a concurrency schedule may reach.
+pub const MAX_WORKERS: usize = 100_000;
+
 /// `rpc-load`: load-tests a method (unary or streaming) of an rpc-core service (`tcp://`,
 /// `rdma://`, `auto://`) or of a gRPC server (`grpc://`), from its .proto at run time.
 #[derive(Parser, Debug, Clone)]
@@ -107,6 +110,32 @@ pub struct Args {
     /// After this long, a step or line schedule holds the rate it reached.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub load_max_duration: Option<Duration>,
+    /// How the number of active workers evolves: const (-c), step or line
+    /// (--concurrency-*); -c is then ignored.
+    #[arg(long, value_enum, default_value_t = LoadSchedule::Const)]
+    pub concurrency_schedule: LoadSchedule,
+    /// Workers active at the start of a step or line concurrency schedule.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub concurrency_start: u64,
+    /// Change of the active workers: per step (step) or per second (line); negative to
+    /// decrease.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub concurrency_step: i64,
+    /// Workers at which a step or line concurrency schedule stops changing; 0 for none
+    /// (then --concurrency-max-duration bounds it).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub concurrency_end: u64,
+    /// Length of one step of a step concurrency schedule, e.g. 5s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub concurrency_step_duration: Option<Duration>,
+    /// After this long, a step or line concurrency schedule holds the workers it reached.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub concurrency_max_duration: Option<Duration>,
     /// Output format.
     #[arg(short = 'O', long, value_enum, default_value_t = Format::Summary)]
     pub format: Format,
@@ -170,8 +199,10 @@ pub enum Format {
     Json,
     /// The same JSON, indented.
     Pretty,
-    /// One header line and one line of figures.
+    /// ghz's per-call listing: `duration (ms),status,error`, one row per call.
     Csv,
+    /// One header line and one line of figures (for tables of several runs).
+    CsvSummary,
     /// One self-contained HTML page with charts.
     Html,
 }
@@ -228,16 +259,58 @@ impl Args {
         }
     }
 
+    /// The concurrency schedule the flags describe (`None` for const: `-c` workers), and
+    /// the most workers it ever has active.
+    ///
+    /// # Errors
+    /// Inconsistent `--concurrency-*` flags, or a schedule without a bound.
+    pub fn concurrency_schedule(&self) -> anyhow::Result<Option<(Schedule, usize)>> {
+        let ramp = Ramp {
+            start: self.concurrency_start as f64,
+            step: self.concurrency_step as f64,
+            end: self.concurrency_end as f64,
+            step_duration: self.concurrency_step_duration.unwrap_or_default(),
+            max_duration: self.concurrency_max_duration,
+        };
+        let schedule = match self.concurrency_schedule {
+            LoadSchedule::Const => return Ok(None),
+            LoadSchedule::Step => {
+                ensure!(
+                    self.concurrency_step_duration.is_some(),
+                    "--concurrency-schedule step needs --concurrency-step-duration"
+                );
+                Schedule::step(ramp).context("concurrency schedule")?
+            }
+            LoadSchedule::Line => Schedule::line(ramp).context("concurrency schedule")?,
+        };
+        let most = if self.concurrency_end > 0 {
+            self.concurrency_start.max(self.concurrency_end) as f64
+        } else if let Some(d) = self.concurrency_max_duration {
+            schedule
+                .rate_at(d)
+                .unwrap_or(0.0)
+                .max(self.concurrency_start as f64)
+        } else {
+            bail!("a step or line concurrency schedule needs --concurrency-end or --concurrency-max-duration");
+        };
+        ensure!(
+            most <= MAX_WORKERS as f64,
+            "the concurrency schedule reaches {most} workers, more than {MAX_WORKERS}"
+        );
+        Ok(Some((schedule, most.ceil() as usize)))
+    }
+
     /// The run the flags describe: `-c`, `-n`/`-z`, schedule, warm-up.
     ///
     /// # Errors
     /// Zero concurrency, more connections than workers, or a bad schedule.
     pub fn plan(&self) -> anyhow::Result<LoadPlan> {
-        ensure!(self.concurrency >= 1, "-c must be at least 1");
+        let workers = self.concurrency_schedule()?;
+        let concurrency = workers.as_ref().map_or(self.concurrency, |(_, n)| *n);
+        ensure!(concurrency >= 1, "-c must be at least 1");
         ensure!(
-            (1..=self.concurrency).contains(&self.connections),
-            "--connections must be between 1 and -c ({})",
-            self.concurrency
+            (1..=concurrency).contains(&self.connections),
+            "--connections must be between 1 and the number of workers ({concurrency})",
         );
         if self.duration.is_some_and(|d| d.is_zero()) {
             bail!("-z must be positive");
@@ -253,7 +326,8 @@ impl Args {
             .map_or(Duration::from_millis(100), |d| d / 300)
             .max(Duration::from_millis(100));
         Ok(LoadPlan {
-            concurrency: self.concurrency,
+            concurrency,
+            workers: workers.map(|(schedule, _)| schedule),
             total,
             duration: self.duration,
             schedule: self.schedule()?,
@@ -261,6 +335,7 @@ impl Args {
             interval,
             duration_stop: self.duration_stop,
             count_errors: self.count_errors,
+            details: self.format == Format::Csv,
         })
     }
 }

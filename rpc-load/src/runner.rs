@@ -40,8 +40,12 @@ const MAX_SHARDS: usize = 8;
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct LoadPlan {
-    /// Workers, each with at most one call in flight (`-c`, >= 1).
+    /// Workers, each with at most one call in flight (`-c`, >= 1); with a concurrency
+    /// schedule, the most it has active.
     pub concurrency: usize,
+    /// `--concurrency-schedule` step or line: how many workers are active over time
+    /// (worker `w` works while more than `w` are); `None`: all of them.
+    pub workers: Option<Schedule>,
     /// Requests to send (`-n`); `None` to run for `duration` only.
     pub total: Option<u64>,
     /// How long to send requests (`-z`); `None` to stop at `total` only.
@@ -56,6 +60,8 @@ pub struct LoadPlan {
     pub duration_stop: DurationStop,
     /// Whether failed calls' latencies count in the latency figures (`--count-errors`).
     pub count_errors: bool,
+    /// Whether every call is kept for a per-call listing (`-O csv`).
+    pub details: bool,
 }
 
 /// `-x`/`--duration-stop`: what happens to calls still in flight when `-z` ends.
@@ -205,6 +211,36 @@ struct Shared {
     monitor: Arc<Monitor>,
     /// When calls in flight are stopped (`-x close` and `-x ignore` at the end of `-z`).
     stop_in_flight: Option<(Instant, DurationStop)>,
+    /// Active workers over time (`--concurrency-schedule`).
+    workers: Option<Schedule>,
+}
+
+impl Shared {
+    /// Whether the run has no more requests to hand out.
+    fn exhausted(&self) -> bool {
+        if self
+            .total
+            .is_some_and(|n| self.next.load(Ordering::Relaxed) >= n)
+        {
+            return true;
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            self.time_up.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// Whether worker `index` is active now under the concurrency schedule.
+    fn active(&self, index: usize) -> bool {
+        let Some(workers) = &self.workers else {
+            return true;
+        };
+        let active = workers
+            .rate_at(self.start.elapsed())
+            .map_or(usize::MAX, |n| n.floor().max(1.0) as usize);
+        index < active
+    }
 }
 
 /// Runs `plan` against `targets` (at least one), with request `i` carrying
@@ -233,6 +269,7 @@ pub async fn run<T: Target>(
             warmup_errors: AtomicU64::new(0),
             monitor: monitor.clone(),
             stop_in_flight: None,
+            workers: None,
         });
         run_workers(targets, &messages, &warmup, concurrency).await;
         warmup_calls = warmup.sent.load(Ordering::Relaxed);
@@ -243,7 +280,10 @@ pub async fn run<T: Target>(
     let _ = monitor.started.set(start);
     monitor.set_phase(Phase::Measuring);
     let shards = (0..concurrency.min(MAX_SHARDS))
-        .map(|_| Mutex::new(Stats::new(plan.interval).counting_errors(plan.count_errors)))
+        .map(|_| {
+            let stats = Stats::new(plan.interval).counting_errors(plan.count_errors);
+            Mutex::new(stats.keeping_details(plan.details))
+        })
         .collect();
     let deadline = plan.duration.map(|d| start + d);
     let shared = Arc::new(Shared {
@@ -260,12 +300,15 @@ pub async fn run<T: Target>(
         stop_in_flight: deadline
             .filter(|_| plan.duration_stop != DurationStop::Wait)
             .map(|d| (d, plan.duration_stop)),
+        workers: plan.workers,
     });
     run_workers(targets, &messages, &shared, concurrency).await;
     let total_time = start.elapsed();
     monitor.set_phase(Phase::Done);
 
-    let mut stats = Stats::new(plan.interval).counting_errors(plan.count_errors);
+    let mut stats = Stats::new(plan.interval)
+        .counting_errors(plan.count_errors)
+        .keeping_details(plan.details);
     for shard in shared.shards.iter().flatten() {
         stats.merge(&shard.lock());
     }
@@ -320,6 +363,17 @@ async fn worker<T: Target>(
     loop {
         if shared.monitor.is_cancelled() {
             return;
+        }
+        // Under a concurrency schedule, a worker beyond the active count waits its turn
+        // (checked every 10 ms) unless the run has ended.
+        while !shared.active(index) {
+            if shared.exhausted() {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+                _ = cancel.wait_for(|&c| c) => return,
+            }
         }
         let i = shared.next.fetch_add(1, Ordering::Relaxed);
         if shared.total.is_some_and(|n| i >= n) {

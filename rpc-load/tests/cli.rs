@@ -113,7 +113,19 @@ async fn summary_csv_and_html() {
         assert!(summary.contains(part), "{part:?} missing from:\n{summary}");
     }
 
+    // ghz's per-call listing: a header and one row per call.
     let csv = stdout_of(&rpc_load(base_args(&url, &["-O", "csv"])).await);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "duration (ms),status,error");
+    assert_eq!(lines.len(), 101, "{csv}");
+    for row in &lines[1..] {
+        let cols: Vec<&str> = row.split(',').collect();
+        assert_eq!(cols.len(), 3, "{row}");
+        assert!(cols[0].parse::<f64>().unwrap() > 0.0, "{row}");
+        assert_eq!((cols[1], cols[2]), ("OK", ""), "{row}");
+    }
+
+    let csv = stdout_of(&rpc_load(base_args(&url, &["-O", "csv-summary"])).await);
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 2, "{csv}");
     let header: Vec<&str> = lines[0].split(',').collect();

@@ -496,3 +496,55 @@ async fn duration_stop_closes_waits_for_or_ignores_calls_in_flight() {
     );
     assert_eq!(ignore.sent, ignore.count);
 }
+
+/// `--concurrency-schedule step`: 1 worker, then one more every 300 ms up to 4; each call
+/// takes 50 ms, so the completion rate climbs from about 20/s to about 80/s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_schedule_adds_workers_over_time() {
+    let url = start_rpc_server().await;
+    let report = app::run(&args(
+        "echo.proto",
+        &[
+            "--call",
+            "echo.Echo/Echo",
+            "-d",
+            r#"{"delayMs": 50}"#,
+            "-z",
+            "1200ms",
+            "-x",
+            "wait",
+            "--concurrency-schedule",
+            "step",
+            "--concurrency-start",
+            "1",
+            "--concurrency-step",
+            "1",
+            "--concurrency-step-duration",
+            "300ms",
+            "--concurrency-end",
+            "4",
+            &url,
+        ],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(report.errors, 0);
+    assert_eq!(report.options.concurrency, 4, "the most workers it had");
+    // Calls completed in the first and the last 300 ms.
+    let calls_in = |from: u64, to: u64| -> f64 {
+        report
+            .timeline
+            .iter()
+            .filter(|p| p.start >= from && p.start < to)
+            .map(|p| p.rps * report.timeline_interval as f64 / 1e9)
+            .sum()
+    };
+    let (first, last) = (
+        calls_in(0, 300_000_000),
+        calls_in(900_000_000, 1_200_000_000),
+    );
+    assert!(
+        (3.0..=8.0).contains(&first) && last >= 2.5 * first,
+        "calls in the first 300 ms: {first}, in the last: {last}"
+    );
+}

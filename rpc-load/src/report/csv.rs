@@ -1,7 +1,23 @@
-//! `-O csv`: one header line and one line of figures, so that the lines of several runs
-//! concatenate into one table (e.g. for a spreadsheet or a benchmark script).
+//! `-O csv`: ghz's per-call listing (`duration (ms),status,error`, one row per call, in
+//! completion order); `-O csv-summary`: one header line and one line of figures, so that
+//! the lines of several runs concatenate into one table (e.g. for a benchmark script).
 
 use super::{Report, PERCENTILES, TAIL_PERCENTILES};
+
+pub(super) fn render_details(r: &Report) -> String {
+    use std::fmt::Write;
+    let mut out = String::from("duration (ms),status,error\n");
+    for d in &r.call_details {
+        let _ = writeln!(
+            out,
+            "{:.2},{},{}",
+            d.latency.as_secs_f64() * 1e3,
+            crate::report::code_name(d.code),
+            quote(d.error.as_deref().unwrap_or(""))
+        );
+    }
+    out
+}
 
 pub(super) fn render(r: &Report) -> String {
     let mut header: Vec<String> = [

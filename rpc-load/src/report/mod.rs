@@ -165,6 +165,9 @@ pub struct Report {
     /// Finer histogram for the HTML report (not serialized).
     #[serde(skip)]
     pub fine_histogram: Vec<Bucket>,
+    /// Every call, for `-O csv` (not serialized; empty unless kept).
+    #[serde(skip)]
+    pub call_details: Vec<crate::stats::Detail>,
 }
 
 impl Report {
@@ -235,6 +238,7 @@ impl Report {
             timeline_interval: stats.interval().as_nanos() as u64,
             timeline: timeline(stats, total),
             fine_histogram: log_histogram(stats, FINE_HISTOGRAM_BUCKETS),
+            call_details: stats.details().to_vec(),
         }
     }
 
@@ -268,6 +272,11 @@ impl Report {
     }
 
     /// A CSV header line and one line of figures.
+    pub fn to_csv_details(&self) -> String {
+        csv::render_details(self)
+    }
+
+    /// `-O csv-summary`: one header line and one line of figures.
     pub fn to_csv(&self) -> String {
         csv::render(self)
     }

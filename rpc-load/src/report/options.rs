@@ -78,6 +78,24 @@ pub struct ReportOptions {
     /// `--max-message-size`, bytes.
     #[serde(rename = "max-message-size")]
     pub max_message_size: usize,
+    /// `--concurrency-schedule`.
+    #[serde(rename = "concurrency-schedule")]
+    pub concurrency_schedule: LoadSchedule,
+    /// `--concurrency-start`.
+    #[serde(rename = "concurrency-start")]
+    pub concurrency_start: u64,
+    /// `--concurrency-step`.
+    #[serde(rename = "concurrency-step")]
+    pub concurrency_step: i64,
+    /// `--concurrency-end`.
+    #[serde(rename = "concurrency-end")]
+    pub concurrency_end: u64,
+    /// `--concurrency-step-duration`, ns.
+    #[serde(rename = "concurrency-step-duration")]
+    pub concurrency_step_duration: u64,
+    /// `--concurrency-max-duration`, ns.
+    #[serde(rename = "concurrency-max-duration")]
+    pub concurrency_max_duration: u64,
     /// `-x`.
     #[serde(rename = "duration-stop")]
     pub duration_stop: crate::runner::DurationStop,
@@ -143,6 +161,12 @@ impl ReportOptions {
             load_step_duration: args.load_step_duration.map_or(0, ns),
             load_max_duration: args.load_max_duration.map_or(0, ns),
             warmup: args.warmup,
+            concurrency_schedule: args.concurrency_schedule,
+            concurrency_start: args.concurrency_start,
+            concurrency_step: args.concurrency_step,
+            concurrency_end: args.concurrency_end,
+            concurrency_step_duration: args.concurrency_step_duration.map_or(0, ns),
+            concurrency_max_duration: args.concurrency_max_duration.map_or(0, ns),
             duration_stop: args.duration_stop,
             count_errors: args.count_errors,
             stream_interval: args.stream_interval.map_or(0, ns),

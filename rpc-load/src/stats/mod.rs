@@ -139,6 +139,24 @@ pub struct Stats {
     /// `--count-errors`: failed calls' latencies count in the histogram, the percentiles
     /// and the extremes too.
     count_errors: bool,
+    /// One record per call, for `-O csv` (ghz's per-call rows); `None` otherwise.
+    details: Option<Vec<Detail>>,
+}
+
+/// The most calls recorded one by one (`-O csv`); later calls are only aggregated.
+pub const MAX_DETAILS: usize = 10_000_000;
+
+/// One call, as `-O csv` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detail {
+    /// When it completed, since the start of the run.
+    pub at: Duration,
+    /// Its latency.
+    pub latency: Duration,
+    /// Its status code.
+    pub code: Code,
+    /// Its error, ghz-formatted (`rpc error: code = ... desc = ...`); `None` if OK.
+    pub error: Option<Box<str>>,
 }
 
 impl Stats {
@@ -161,7 +179,19 @@ impl Stats {
             stream_sent: 0,
             stream_received: 0,
             count_errors: false,
+            details: None,
         }
+    }
+
+    /// Empty stats that also keep every call (up to [`MAX_DETAILS`]) for `-O csv`.
+    pub fn keeping_details(mut self, keep: bool) -> Stats {
+        self.details = keep.then(Vec::new);
+        self
+    }
+
+    /// The calls recorded one by one, in completion order; empty unless kept.
+    pub fn details(&self) -> &[Detail] {
+        self.details.as_deref().unwrap_or(&[])
     }
 
     /// Empty stats that count failed calls' latencies as successful ones' (ghz's
@@ -189,6 +219,19 @@ impl Stats {
         let index = (at.as_nanos() / self.interval.as_nanos()) as usize;
         if self.timeline.len() <= index {
             self.timeline.resize(index + 1, Interval::default());
+        }
+        if let Some(details) = &mut self.details {
+            if details.len() < MAX_DETAILS {
+                details.push(Detail {
+                    at,
+                    latency,
+                    code: result.as_ref().map_or_else(|e| e.code, |()| Code::Ok),
+                    error: result
+                        .as_ref()
+                        .err()
+                        .map(|e| e.to_ghz_string().into_boxed_str()),
+                });
+            }
         }
         let slot = &mut self.timeline[index];
         slot.latency_sum_ns = slot.latency_sum_ns.saturating_add(ns);
@@ -233,6 +276,11 @@ impl Stats {
 
     /// Adds `other`'s measurements (same interval width) to these.
     pub fn merge(&mut self, other: &Stats) {
+        if let (Some(mine), Some(theirs)) = (&mut self.details, &other.details) {
+            let room = MAX_DETAILS.saturating_sub(mine.len());
+            mine.extend(theirs.iter().take(room).cloned());
+            mine.sort_by_key(|d| d.at);
+        }
         self.stream_sent += other.stream_sent;
         self.stream_received += other.stream_received;
         self.ok += other.ok;
