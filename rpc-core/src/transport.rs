@@ -94,11 +94,12 @@ pub trait Connection: Send + Sync + 'static {
         )))
     }
 
-    /// Whether one buffer from [`Connection::alloc`] may hold several complete frames
-    /// back to back (a byte-stream transport): the runtime then sends a run of small
-    /// stream messages in one buffer. The default is `false` (one frame per buffer).
-    fn concatenates(&self) -> bool {
-        false
+    /// How many complete frames one buffer from [`Connection::alloc`] may hold back to
+    /// back, within [`Connection::gather_min`] bytes: the runtime then sends a run of
+    /// small stream messages in one buffer (a byte stream writes them in one go; RDMA
+    /// sends them as one batch message). The default is 1 (one frame per buffer).
+    fn max_frames_per_buffer(&self) -> usize {
+        1
     }
 
     /// Asks the transport to hand every received frame to `sink` from its own completion

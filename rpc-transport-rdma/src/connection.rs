@@ -107,6 +107,23 @@ impl State {
     }
 }
 
+/// How many whole frames `bytes` holds back to back (1 unless the runtime wrote a run
+/// of them; bytes that are not whole frames count as one, which the receiver refuses).
+fn frames_in(bytes: &[u8]) -> u16 {
+    let mut at = 0;
+    let mut n: u16 = 0;
+    while at < bytes.len() {
+        match rpc_core::wire::Header::decode(&bytes[at..]) {
+            Ok(Some(header)) if header.frame_len() <= bytes.len() - at && n < MAX_BATCH => {
+                at += header.frame_len();
+                n += 1;
+            }
+            _ => return 1,
+        }
+    }
+    n.max(1)
+}
+
 /// Eager frames back to back in one send slot, not posted yet.
 #[derive(Debug)]
 pub(crate) struct Batch {
@@ -697,14 +714,19 @@ impl Inner {
         mut slot: SendSlot,
         len: usize,
     ) -> Result<(), TransportError> {
-        self.frame_sent();
+        // The runtime may have written several frames back to back (a run of stream
+        // messages): they go as that many frames of a batch.
+        let frames = frames_in(&self.rings.slot_mut(&mut slot)[PREFIX_LEN..PREFIX_LEN + len]);
+        for _ in 0..frames {
+            self.frame_sent();
+        }
         if let Some(batch) = state.batch.as_mut() {
-            if batch.len + len <= self.eager_limit && batch.frames < MAX_BATCH {
+            if batch.len + len <= self.eager_limit && batch.frames + frames <= MAX_BATCH {
                 let from = &self.rings.slot_mut(&mut slot)[PREFIX_LEN..PREFIX_LEN + len];
                 let at = PREFIX_LEN + batch.len;
                 self.rings.slot_mut(&mut batch.slot)[at..at + len].copy_from_slice(from);
                 batch.len += len;
-                batch.frames += 1;
+                batch.frames += frames;
                 // The frame's own slot and credit go back: the batch's message carries it.
                 state.free_send.push(slot);
                 state.session.untake();
@@ -718,11 +740,7 @@ impl Inner {
                 return Err(self.post_failed(e));
             }
         }
-        let batch = Batch {
-            slot,
-            len,
-            frames: 1,
-        };
+        let batch = Batch { slot, len, frames };
         if state.in_flight >= COALESCE_AT {
             state.batch = Some(batch);
             return Ok(());
@@ -921,6 +939,12 @@ impl Connection for RdmaConnection {
         }
     }
 
+    /// Frames back to back in one eager buffer go as one batch message (the receiver
+    /// splits and checks them as it does the batches this transport makes itself).
+    fn max_frames_per_buffer(&self) -> usize {
+        usize::from(MAX_BATCH)
+    }
+
     /// Fields of more than a slot's worth: those that lie in a kept received frame are
     /// lent from where they are (the frame's first bytes inline in the descriptor);
     /// others are copied.
@@ -1053,5 +1077,33 @@ impl Drop for Lending<'_> {
             self.inner.state.lock().session.release_lending(self.bytes);
         }
         self.inner.space.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rpc_core::wire::{FrameKind, Header};
+
+    use super::{frames_in, MAX_BATCH};
+
+    fn frame(payload: usize) -> Vec<u8> {
+        let mut header = Header::new(FrameKind::Message, 7);
+        header.payload_len = payload as u32;
+        let mut bytes = header.encode().to_vec();
+        bytes.resize(bytes.len() + payload, 0xab);
+        bytes
+    }
+
+    #[test]
+    fn a_run_of_frames_in_one_buffer_counts_each() {
+        assert_eq!(frames_in(&frame(10)), 1);
+        let run: Vec<u8> = [frame(10), frame(0), frame(300)].concat();
+        assert_eq!(frames_in(&run), 3);
+        // Not whole frames: one (the receiver refuses it).
+        assert_eq!(frames_in(&run[..run.len() - 1]), 1);
+        assert_eq!(frames_in(&[0u8; 50]), 1);
+        // More than a batch holds: one, never a count over the limit.
+        let many: Vec<u8> = (0..=MAX_BATCH).flat_map(|_| frame(1)).collect();
+        assert_eq!(frames_in(&many), 1);
     }
 }

@@ -296,9 +296,9 @@ impl Connection for TcpConnection {
         }
     }
 
-    /// A byte stream: frames in one buffer are written back to back.
-    fn concatenates(&self) -> bool {
-        true
+    /// A byte stream: frames in one buffer are written back to back, any number.
+    fn max_frames_per_buffer(&self) -> usize {
+        usize::MAX
     }
 
     /// The writer's coalescing size ([`TcpConfig::write_buffer`]): smaller fields would

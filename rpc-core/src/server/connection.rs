@@ -772,20 +772,33 @@ fn drive<C: Connection>(
                 "response message of {len} bytes exceeds the maximum of {limit}"
             ))
         };
-        // On a byte-stream transport, small messages that are ready together go out in
-        // one buffer: one queueing and one write for a run of them, as HTTP/2 packs
-        // messages into DATA frames.
-        let batch_max = if conn.concatenates() {
+        // Small messages that are ready together go out in one buffer where the
+        // transport takes several frames per buffer: one queueing and one write (TCP) or
+        // one batch message (RDMA) for a run of them, as HTTP/2 packs messages into DATA
+        // frames.
+        let max_frames = conn.max_frames_per_buffer();
+        let batch_max = if max_frames > 1 {
             conn.gather_min().unwrap_or(BATCH_BYTES).min(BATCH_BYTES)
         } else {
             0
         };
-        while let Some(item) = stream.next().await {
-            let message = item?;
-            let len = message.encoded_len();
-            if len > limit {
-                return Err(too_large(len));
-            }
+        // A message pulled for a batch that it did not fit: the next one's first.
+        let mut carry: Option<(BoxMessage, usize)> = None;
+        loop {
+            let (message, len) = match carry.take() {
+                Some(carried) => carried,
+                None => match stream.next().await {
+                    Some(item) => {
+                        let message = item?;
+                        let len = message.encoded_len();
+                        if len > limit {
+                            return Err(too_large(len));
+                        }
+                        (message, len)
+                    }
+                    None => break,
+                },
+            };
             outbox.reserve(HEADER_LEN + len).await?;
             if HEADER_LEN + len >= batch_max {
                 let header = Header::new(FrameKind::Message, call_id);
@@ -798,13 +811,17 @@ fn drive<C: Connection>(
             let mut bytes = HEADER_LEN + len;
             let mut end = None;
             // Whatever the stream has ready now, while the window and the batch allow.
-            while bytes < batch_max && outbox.has_window() {
+            while batch.len() < max_frames && outbox.has_window() {
                 let mut cx = Context::from_waker(Waker::noop());
                 match stream.as_mut().poll_next(&mut cx) {
                     Poll::Ready(Some(Ok(next))) => {
                         let len = next.encoded_len();
                         if len > limit {
                             end = Some(Err(too_large(len)));
+                            break;
+                        }
+                        if bytes + HEADER_LEN + len >= batch_max {
+                            carry = Some((next, len));
                             break;
                         }
                         outbox.take(HEADER_LEN + len);

@@ -159,10 +159,10 @@ impl Connection for AnyConnection {
         }
     }
 
-    fn concatenates(&self) -> bool {
+    fn max_frames_per_buffer(&self) -> usize {
         match self {
-            AnyConnection::Tcp(c) => c.concatenates(),
-            AnyConnection::Rdma(c) => c.concatenates(),
+            AnyConnection::Tcp(c) => c.max_frames_per_buffer(),
+            AnyConnection::Rdma(c) => c.max_frames_per_buffer(),
         }
     }
 
