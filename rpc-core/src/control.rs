@@ -77,6 +77,13 @@ impl ControlQueue {
         self.notify.notify_one();
     }
 
+    /// Forgets a window update not yet sent for stream `call_id`, which ended: a grant to
+    /// it is of no use, and a peer that opens and ends streams while it reads slowly
+    /// would otherwise grow the queue by one entry per stream.
+    pub(crate) fn forget_window(&self, call_id: u64) {
+        self.state.lock().windows.remove(&call_id);
+    }
+
     /// Ends [`ControlQueue::next_batch`].
     pub(crate) fn close(&self) {
         self.state.lock().closed = true;
@@ -142,6 +149,21 @@ mod tests {
         assert_eq!(batch.last(), Some(&(FrameKind::Pong, 9_999, 0)));
         q.close();
         assert!(q.next_batch().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn an_ended_streams_update_is_forgotten() {
+        let q = ControlQueue::default();
+        for id in 0..100_000 {
+            q.window(id, 10);
+            q.forget_window(id);
+        }
+        q.window(7, 1);
+        assert_eq!(q.state.lock().windows.len(), 1, "one entry per open stream");
+        assert_eq!(
+            q.next_batch().await.unwrap(),
+            [(FrameKind::WindowUpdate, 7, 1)]
+        );
     }
 
     #[tokio::test]

@@ -166,6 +166,11 @@ impl Inbox {
         state.waker = None;
     }
 
+    /// The stream ended: a window update still queued for it is dropped.
+    pub(crate) fn forget_window(&self) {
+        self.control.forget_window(self.call_id);
+    }
+
     /// The response headers arrived (client side).
     pub(crate) fn set_headers(&self, headers: Metadata) {
         let mut state = self.state.lock();

@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     } else {
         args.test_case.split(',').map(str::trim).collect()
     };
-    let resolved = args.transport.resolve("auto://127.0.0.1:50052", 16 << 20)?;
+    let resolved = args.transport.resolve("auto://127.0.0.1:50052", 4 << 20)?;
     let channel = resolved.connect(None).await?;
     let clients = InteropClients::new(channel);
     let mut failed = 0;

@@ -28,8 +28,16 @@ use crate::grpc_testing::{
 /// The largest payload the service makes (gRPC's default message limit): a larger
 /// requested size is `INVALID_ARGUMENT`, so that a peer cannot make it allocate at will.
 pub const MAX_PAYLOAD: usize = 4 << 20;
-/// The most responses a `HalfDuplexCall` collects before answering.
+/// The most responses a `HalfDuplexCall` collects before answering, and a
+/// `FullDuplexCall` has waiting to be sent: more are `RESOURCE_EXHAUSTED` (one request
+/// could otherwise ask for millions).
 pub const MAX_HALF_DUPLEX_RESPONSES: usize = 10_000;
+
+fn too_many_responses() -> Status {
+    Status::resource_exhausted(format!(
+        "more than {MAX_HALF_DUPLEX_RESPONSES} responses asked for"
+    ))
+}
 
 /// Zeros for payloads: sent as slices of one static buffer, never allocated per call.
 static ZEROS: [u8; MAX_PAYLOAD] = [0; MAX_PAYLOAD];
@@ -227,6 +235,12 @@ impl TestService for InteropService {
                             {
                                 return Some((Err(status), (requests, pending, true, running)));
                             }
+                            if pending.len() + request.response_parameters.len()
+                                > MAX_HALF_DUPLEX_RESPONSES
+                            {
+                                let status = too_many_responses();
+                                return Some((Err(status), (requests, pending, true, running)));
+                            }
                             pending.extend(request.response_parameters);
                         }
                         Ok(None) => return None,
@@ -253,12 +267,10 @@ impl TestService for InteropService {
             if let Some(status) = requested_status(request.response_status.as_ref()) {
                 return Err(status);
             }
-            parameters.extend(request.response_parameters);
-            if parameters.len() > MAX_HALF_DUPLEX_RESPONSES {
-                return Err(Status::resource_exhausted(format!(
-                    "more than {MAX_HALF_DUPLEX_RESPONSES} responses asked for"
-                )));
+            if parameters.len() + request.response_parameters.len() > MAX_HALF_DUPLEX_RESPONSES {
+                return Err(too_many_responses());
             }
+            parameters.extend(request.response_parameters);
         }
         let stream = futures_util::stream::iter(parameters)
             .then(|p| async move { respond_after(&p).await })

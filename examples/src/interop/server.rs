@@ -18,5 +18,5 @@ async fn main() -> anyhow::Result<()> {
     examples::init_tracing();
     let args = Args::parse();
     let service = TestServiceServer::new(InteropService::default());
-    serve_until_ctrl_c(&args.transport, "auto://127.0.0.1:50052", 16 << 20, service).await
+    serve_until_ctrl_c(&args.transport, "auto://127.0.0.1:50052", 4 << 20, service).await
 }

@@ -59,6 +59,7 @@ impl StreamEnds {
     /// its response stream stops.
     fn end(self, status: Status) {
         if let Some(inbox) = self.inbox {
+            inbox.forget_window();
             inbox.fail(status.clone(), true);
         }
         if let Some(outbox) = self.outbox {
