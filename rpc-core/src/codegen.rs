@@ -42,19 +42,14 @@ where
     Fut: Future<Output = Result<Response<S>, Status>> + Send + 'static,
 {
     let (metadata, body, timeout) = request.into_parts();
-    let decoded = match body {
+    let request = match body {
         StreamRequest::Message(payload) => payload
             .decode::<Req>()
+            .map(|message| Request::from_parts(metadata, message, timeout))
             .map_err(|e| Status::invalid_argument(format!("failed to decode request: {e}"))),
         StreamRequest::Stream(_) => Err(Status::internal("expected one request message")),
     };
-    match decoded {
-        Ok(message) => {
-            let fut = f(Request::from_parts(metadata, message, timeout));
-            Box::pin(async move { Ok(fut.await?.map(|s| box_stream(s, boxed))) })
-        }
-        Err(status) => Box::pin(std::future::ready(Err(status))),
-    }
+    start(request, f, move |s| box_stream(s, boxed))
 }
 
 /// Runs a client-streaming handler `f` on `request`'s stream of `Req`.
@@ -69,13 +64,9 @@ where
     F: FnOnce(Request<Streaming<Req>>) -> Fut,
     Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
 {
-    match request_stream(request) {
-        Ok(request) => {
-            let fut = f(request);
-            Box::pin(async move { Ok(fut.await?.map(|m| StreamResponse::Message(boxed(m)))) })
-        }
-        Err(status) => Box::pin(std::future::ready(Err(status))),
-    }
+    start(request_stream(request), f, move |m| {
+        StreamResponse::Message(boxed(m))
+    })
 }
 
 /// Runs a bidirectional streaming handler `f` on `request`'s stream of `Req`.
@@ -91,10 +82,24 @@ where
     F: FnOnce(Request<Streaming<Req>>) -> Fut,
     Fut: Future<Output = Result<Response<S>, Status>> + Send + 'static,
 {
-    match request_stream(request) {
+    start(request_stream(request), f, move |s| box_stream(s, boxed))
+}
+
+/// Runs handler `f` on a request that was prepared for it, its response turned into a
+/// [`StreamResponse`] by `answer`; a ready failure when the preparation failed.
+fn start<Req, T, F, Fut>(
+    request: Result<Request<Req>, Status>,
+    f: F,
+    answer: impl FnOnce(T) -> StreamResponse + Send + 'static,
+) -> StreamingFuture
+where
+    F: FnOnce(Request<Req>) -> Fut,
+    Fut: Future<Output = Result<Response<T>, Status>> + Send + 'static,
+{
+    match request {
         Ok(request) => {
             let fut = f(request);
-            Box::pin(async move { Ok(fut.await?.map(|s| box_stream(s, boxed))) })
+            Box::pin(async move { Ok(fut.await?.map(answer)) })
         }
         Err(status) => Box::pin(std::future::ready(Err(status))),
     }

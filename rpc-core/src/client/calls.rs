@@ -66,8 +66,9 @@ pub(crate) enum Waiter<T> {
 }
 
 impl<T> Waiter<T> {
-    /// The call failed with `status`.
-    fn fail(self, status: Status) {
+    /// The call failed with `status` (a stream's queued messages are still delivered
+    /// before it).
+    pub(crate) fn fail(self, status: Status) {
         match self {
             Waiter::Once(tx) => {
                 let _ = tx.send(Err(status));

@@ -824,7 +824,7 @@ impl<C: Connection> OpenStream<C> {
                     ));
                     let waiter = shared.calls.lock().take(call_id);
                     if let Some(waiter) = waiter {
-                        waiter_fail(waiter, status);
+                        waiter.fail(status);
                         shared.control.cancel_stream(call_id);
                     }
                     return;
@@ -853,7 +853,7 @@ impl<C: Connection> OpenStream<C> {
                         };
                         let waiter = shared.calls.lock().take(call_id);
                         if let Some(waiter) = waiter {
-                            waiter_fail(waiter, status);
+                            waiter.fail(status);
                             shared.control.cancel_stream(call_id);
                         }
                         return;
@@ -913,15 +913,6 @@ impl<C: Connection> OpenStream<C> {
         } else {
             Inbound::Held(frame)
         })
-    }
-}
-
-fn waiter_fail<T>(waiter: Waiter<T>, status: Status) {
-    match waiter {
-        Waiter::Once(tx) | Waiter::Upload(tx, _) => {
-            let _ = tx.send(Err(status));
-        }
-        Waiter::Stream(inbox, _) => inbox.fail(status, true),
     }
 }
 
@@ -1092,7 +1083,7 @@ fn dispatch<C: Connection>(shared: &Shared<C>, buf: C::RecvBuf) -> Result<(), St
                         "the server answered with a stream: the client and the server \
                          disagree on the method's kind",
                     );
-                    waiter_fail(waiter, status);
+                    waiter.fail(status);
                     shared.control.cancel_stream(call_id);
                 }
                 return Ok(());

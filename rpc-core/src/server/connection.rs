@@ -374,8 +374,9 @@ impl<C: Connection> State<C> {
             tracing::trace!(call_id, "message for a stream no longer open");
             return Ok(());
         };
-        if header.flags.contains(Flags::DISCARDED) {
-            let max = self.inner.config.max_message_size;
+        // Over the limit: skipped by the transport (DISCARDED) or declared so.
+        let max = self.inner.config.max_message_size;
+        if header.flags.contains(Flags::DISCARDED) || header.payload_len as usize > max {
             inbox.fail(
                 Status::resource_exhausted(format!(
                     "request message of {} bytes exceeds the maximum of {max}",
@@ -391,17 +392,6 @@ impl<C: Connection> State<C> {
             }
             return inbox.close(None);
         }
-        let max = self.inner.config.max_message_size;
-        if header.payload_len as usize > max {
-            inbox.fail(
-                Status::resource_exhausted(format!(
-                    "request message of {} bytes exceeds the maximum of {max}",
-                    header.payload_len
-                )),
-                true,
-            );
-            return Ok(());
-        }
         let payload = stream::take_payload(&*self.conn, buf, &header);
         inbox.push(header.frame_len(), payload)
     }
@@ -411,7 +401,6 @@ impl<C: Connection> State<C> {
     ///
     /// # Errors
     /// A status to answer the call with at once.
-    #[allow(clippy::type_complexity)]
     fn open_stream(
         &mut self,
         header: &Header,

@@ -303,37 +303,10 @@ fn percentiles<const N: usize>(stats: &Stats, percents: [f64; N]) -> Vec<Latency
 /// `buckets + 1` marks from fastest to slowest in equal steps (ghz's layout); each call
 /// counts in the first bucket whose mark is at or above its latency.
 fn histogram(stats: &Stats, buckets: usize) -> Vec<Bucket> {
-    let (Some(fastest), Some(slowest)) = (stats.fastest(), stats.slowest()) else {
-        return Vec::new();
-    };
-    let (low, high) = (fastest.as_nanos() as f64, slowest.as_nanos() as f64);
-    let step = (high - low) / buckets as f64;
-    let marks: Vec<f64> = (0..=buckets)
-        .map(|i| {
-            if i == buckets {
-                high
-            } else {
-                low + step * i as f64
-            }
-        })
-        .collect();
-    let mut counts = vec![0u64; marks.len()];
-    for value in stats.latency_histogram().iter_recorded() {
-        // The histogram's value is rounded to 3 digits: clamp it to the exact extremes.
-        let v = (value.value_iterated_to() as f64).clamp(low, high);
-        let i = marks.partition_point(|&m| m < v).min(marks.len() - 1);
-        counts[i] += value.count_at_value();
-    }
-    let ok = stats.ok().max(1) as f64;
-    marks
-        .into_iter()
-        .zip(counts)
-        .map(|(mark, count)| Bucket {
-            mark: mark / 1e9,
-            count,
-            frequency: count as f64 / ok,
-        })
-        .collect()
+    bucketed(stats, |low, high| {
+        let step = (high - low) / buckets as f64;
+        (0..=buckets).map(|i| low + step * i as f64).collect()
+    })
 }
 
 /// A histogram of successful calls on `buckets` logarithmic buckets from the fastest to
@@ -341,22 +314,26 @@ fn histogram(stats: &Stats, buckets: usize) -> Vec<Bucket> {
 /// one): a long tail gets buckets of its own instead of one bar holding nearly every
 /// call.
 fn log_histogram(stats: &Stats, buckets: usize) -> Vec<Bucket> {
+    bucketed(stats, |low, high| {
+        let factor = (high / low).powf(1.0 / buckets as f64);
+        (1..=buckets).map(|i| low * factor.powi(i as i32)).collect()
+    })
+}
+
+/// Successful calls counted into buckets whose upper marks `marks(fastest, slowest)`
+/// gives (in ns, rising; the last is set to the slowest exactly).
+fn bucketed(stats: &Stats, marks: impl FnOnce(f64, f64) -> Vec<f64>) -> Vec<Bucket> {
     let (Some(fastest), Some(slowest)) = (stats.fastest(), stats.slowest()) else {
         return Vec::new();
     };
     let (low, high) = (fastest.as_nanos() as f64, slowest.as_nanos() as f64);
-    let factor = (high / low).powf(1.0 / buckets as f64);
-    let marks: Vec<f64> = (1..=buckets)
-        .map(|i| {
-            if i == buckets {
-                high
-            } else {
-                low * factor.powi(i as i32)
-            }
-        })
-        .collect();
+    let mut marks = marks(low, high);
+    if let Some(last) = marks.last_mut() {
+        *last = high;
+    }
     let mut counts = vec![0u64; marks.len()];
     for value in stats.latency_histogram().iter_recorded() {
+        // The histogram's value is rounded to 3 digits: clamp it to the exact extremes.
         let v = (value.value_iterated_to() as f64).clamp(low, high);
         let i = marks.partition_point(|&m| m < v).min(marks.len() - 1);
         counts[i] += value.count_at_value();
