@@ -441,3 +441,100 @@ async fn a_million_message_server_stream_has_bounded_memory() {
         assert!(grew < 16 * 1024, "{what}: RSS grew {grew} KiB");
     }
 }
+
+/// The repeat method's wire id.
+const REPEAT: u32 = rpc_core::codegen::method_id("/echo.Echo/Repeat");
+
+/// Opens `connections` connections from `source` (an address of the loopback network)
+/// and `per_connection` endless server streams on each, announcing a receive window of
+/// 0: every stream's handler waits for a window that never comes, holding its permits
+/// (a stream without a deadline has no lifetime limit). The sockets are returned open.
+async fn hold_idle_streams(
+    server: &ServerProcess,
+    source: std::net::IpAddr,
+    connections: usize,
+    per_connection: u64,
+) -> Vec<TcpStream> {
+    let mut held = Vec::new();
+    for _ in 0..connections {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((source, 0).into()).unwrap();
+        let mut stream = socket
+            .connect(server.addr().parse().unwrap())
+            .await
+            .unwrap();
+        let mut frames = Vec::new();
+        for id in 1..=per_connection {
+            let request = examples::echo::RepeatRequest {
+                payload: vec![7; 64].into(),
+                count: u64::MAX,
+            };
+            let mut frame = request_frame(id, REPEAT, &request, 0);
+            // The header's credits: the client's receive window for this stream.
+            let mut header = Header::decode(&frame).unwrap().unwrap();
+            header.credits = 0;
+            frame[..rpc_core::wire::HEADER_LEN].copy_from_slice(&header.encode());
+            frames.extend_from_slice(&frame);
+        }
+        stream.write_all(&frames).await.unwrap();
+        held.push(stream);
+    }
+    held
+}
+
+/// One peer (127.0.0.2) opens many connections, each with as many idle streams as one
+/// connection may run: it takes its share of the server-wide permits, not all of them,
+/// and a client from another address is served. The same attack on a server whose
+/// per-peer share is the whole server starves the other client: the test's control.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_with_many_connections_of_idle_streams_takes_only_its_share() {
+    let attacker: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let limits = |per_peer: &'static str| {
+        [
+            ("RPC_SERVER_MAX_CONCURRENT_CALLS", "64"),
+            ("RPC_SERVER_MAX_CONCURRENT_CALLS_PER_CONNECTION", "16"),
+            ("RPC_SERVER_MAX_CONCURRENT_CALLS_PER_PEER", per_peer),
+        ]
+    };
+    // 8 connections x 16 streams: twice the server's permits.
+    let server = ServerProcess::start(&limits("32"));
+    good_call(server.port).await.expect("served before");
+    let held = hold_idle_streams(&server, attacker, 8, 16).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let served = good_call(server.port).await;
+    // A stream from the other address runs too (it needs a permit for as long as it runs).
+    let client = channel(server.port, 1 << 20).await;
+    let streamed = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut replies = client
+            .repeat(examples::echo::RepeatRequest {
+                payload: vec![1; 16].into(),
+                count: 100,
+            })
+            .await?
+            .into_inner();
+        let mut n = 0;
+        while replies.message().await?.is_some() {
+            n += 1;
+        }
+        Ok::<_, rpc_core::Status>(n)
+    })
+    .await;
+    report(&format!(
+        "per-peer share: 128 idle streams from 127.0.0.2 over 8 connections (share 32 of 64): other client's call {served:?}, stream {streamed:?}"
+    ));
+    served.expect("a client from another address is served");
+    assert_eq!(streamed.expect("within 5 s").expect("stream"), 100);
+    drop(held);
+
+    // Control: the share is the whole server; the same attack takes every permit.
+    let server = ServerProcess::start(&limits("64"));
+    good_call(server.port).await.expect("served before");
+    let held = hold_idle_streams(&server, attacker, 8, 16).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let starved = good_call(server.port).await;
+    report(&format!(
+        "per-peer share: control with share 64 of 64: other client's call {starved:?}"
+    ));
+    assert!(starved.is_err(), "the control starves: {starved:?}");
+    drop(held);
+}

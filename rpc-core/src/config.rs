@@ -114,6 +114,13 @@ pub struct ServerConfig {
     /// Most calls running at once on one connection, so that one client cannot take
     /// every server-wide permit. Default 256.
     pub max_concurrent_calls_per_connection: usize,
+    /// Most calls running at once from one peer (an IP address), over all its
+    /// connections: a peer that opens many connections and holds a call open on each
+    /// (an idle stream, a call whose response it does not read) still leaves the rest
+    /// of [`ServerConfig::max_concurrent_calls`] to others. Default 1024, a quarter of
+    /// the server's. Behind a proxy or a sidecar every call comes from one address:
+    /// raise it to `max_concurrent_calls` there.
+    pub max_concurrent_calls_per_peer: usize,
     /// Most requests of one connection waiting (decoded) for a permit. The connection
     /// keeps reading while calls wait, so it still sees CANCEL, PING and EOF; a request
     /// beyond this is answered at once with `RESOURCE_EXHAUSTED` (flagged as not started,
@@ -146,6 +153,7 @@ impl Default for ServerConfig {
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             max_concurrent_calls: 4096,
             max_concurrent_calls_per_connection: 256,
+            max_concurrent_calls_per_peer: 1024,
             max_queued_calls_per_connection: 1024,
             max_queued_bytes_per_connection: 32 << 20,
             max_queued_replies: 64,
@@ -177,6 +185,12 @@ impl ServerConfig {
     /// Sets [`ServerConfig::max_concurrent_calls_per_connection`].
     pub fn max_concurrent_calls_per_connection(&mut self, calls: usize) -> &mut Self {
         self.max_concurrent_calls_per_connection = calls;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_concurrent_calls_per_peer`].
+    pub fn max_concurrent_calls_per_peer(&mut self, calls: usize) -> &mut Self {
+        self.max_concurrent_calls_per_peer = calls;
         self
     }
 

@@ -114,6 +114,14 @@ pub trait Connection: Send + Sync + 'static {
 
     /// A short description of the peer for logs, e.g. `tcp://127.0.0.1:4000`.
     fn peer(&self) -> String;
+
+    /// The peer's socket address, where it has one (TCP, and RDMA's side channel): the
+    /// server groups connections by its IP address for
+    /// [`ServerConfig::max_concurrent_calls_per_peer`](crate::ServerConfig::max_concurrent_calls_per_peer).
+    /// The default is `None` (each connection counts as a peer of its own).
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
 }
 
 /// Where a transport that runs to completion hands received frames (see

@@ -70,6 +70,8 @@ pub(crate) struct Inner {
     /// Registered memory of received frames the application keeps.
     pub(crate) kept: Arc<KeptBytes>,
     pub(crate) peer: String,
+    /// The side channel's peer address.
+    pub(crate) peer_addr: Option<std::net::SocketAddr>,
     /// Largest frame accepted or sent.
     pub(crate) max_frame: usize,
     pub(crate) eager_limit: usize,
@@ -1020,6 +1022,10 @@ impl Connection for RdmaConnection {
 
     fn peer(&self) -> String {
         self.inner.peer.clone()
+    }
+
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.inner.peer_addr
     }
 }
 

@@ -131,9 +131,10 @@ impl Connected {
     /// Starts the connection: its task, and its place on the shared CQ (completions and
     /// timers).
     fn start(self, side: TcpStream, config: &RdmaConfig) -> RdmaConnection {
-        let peer = match side.peer_addr() {
-            Ok(addr) => format!("rdma://{addr}"),
-            Err(_) => "rdma://?".into(),
+        let peer_addr = side.peer_addr().ok();
+        let peer = match peer_addr {
+            Some(addr) => format!("rdma://{addr}"),
+            None => "rdma://?".into(),
         };
         let qp_num = self.rings.qp_num();
         let (rings, slots, remote) = (self.rings, self.slots, &self.remote);
@@ -192,6 +193,7 @@ impl Connected {
                 regions: Default::default(),
             }),
             peer,
+            peer_addr,
             max_frame,
             eager_limit,
         });

@@ -49,6 +49,7 @@ pub struct SendReservation(OwnedSemaphorePermit);
 #[derive(Debug)]
 pub struct TcpConnection {
     peer: String,
+    peer_addr: Option<std::net::SocketAddr>,
     max_frame: usize,
     outbound: mpsc::Sender<Queued>,
     /// Permits are bytes queued for the writer (at most `budget`).
@@ -153,9 +154,10 @@ impl TcpConnection {
         accepted: bool,
     ) -> Result<TcpConnection, TransportError> {
         stream.set_nodelay(true)?;
-        let peer = match stream.peer_addr() {
-            Ok(addr) => format!("tcp://{addr}"),
-            Err(_) => "tcp://?".to_owned(),
+        let peer_addr = stream.peer_addr().ok();
+        let peer = match peer_addr {
+            Some(addr) => format!("tcp://{addr}"),
+            None => "tcp://?".to_owned(),
         };
         let (read, write) = stream.into_split();
         let (outbound, queue) = mpsc::channel(config.send_queue_frames.max(1));
@@ -178,6 +180,7 @@ impl TcpConnection {
         let first_frame = accepted.then_some(config.first_frame_timeout);
         Ok(TcpConnection {
             peer,
+            peer_addr,
             max_frame: HEADER_LEN + MAX_METADATA_LEN + config.max_message_size,
             outbound,
             queued_bytes,
@@ -344,6 +347,10 @@ impl Connection for TcpConnection {
 
     fn peer(&self) -> String {
         self.peer.clone()
+    }
+
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.peer_addr
     }
 }
 

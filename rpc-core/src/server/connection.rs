@@ -78,26 +78,53 @@ struct Pending {
     stream: Option<u64>,
 }
 
-/// The connection's and the server's permit, held while a call runs and until its
-/// response is handed to the transport.
+/// The connection's, its peer's and the server's permit, held while a call runs and
+/// until its response is handed to the transport.
 struct Permits {
     _connection: OwnedSemaphorePermit,
+    _peer: OwnedSemaphorePermit,
     _server: OwnedSemaphorePermit,
 }
 
 type Acquire = Pin<Box<dyn Future<Output = Option<Permits>> + Send>>;
 
-/// Waits for a connection permit, then a server-wide one (tokio's semaphore is fair, so
-/// connections waiting for server permits are served in arrival order).
-fn acquire(connection: Arc<Semaphore>, server: Arc<Semaphore>) -> Acquire {
-    Box::pin(async move {
-        let connection = connection.acquire_owned().await.ok()?;
-        let server = server.acquire_owned().await.ok()?;
+/// The semaphores a call's permits come from, narrowest first.
+#[derive(Clone)]
+struct Limits {
+    connection: Arc<Semaphore>,
+    peer: Arc<Semaphore>,
+    server: Arc<Semaphore>,
+}
+
+impl Limits {
+    /// Waits for a connection permit, then the peer's, then a server-wide one (tokio's
+    /// semaphore is fair, so connections waiting for server permits are served in
+    /// arrival order).
+    fn acquire(&self) -> Acquire {
+        let limits = self.clone();
+        Box::pin(async move {
+            let connection = limits.connection.acquire_owned().await.ok()?;
+            let peer = limits.peer.acquire_owned().await.ok()?;
+            let server = limits.server.acquire_owned().await.ok()?;
+            Some(Permits {
+                _connection: connection,
+                _peer: peer,
+                _server: server,
+            })
+        })
+    }
+
+    /// All three permits, if all are free now.
+    fn try_acquire(&self) -> Option<Permits> {
+        let connection = self.connection.clone().try_acquire_owned().ok()?;
+        let peer = self.peer.clone().try_acquire_owned().ok()?;
+        let server = self.server.clone().try_acquire_owned().ok()?;
         Some(Permits {
             _connection: connection,
+            _peer: peer,
             _server: server,
         })
-    })
+    }
 }
 
 /// Serves `conn` until the peer closes it, it fails, or a graceful shutdown completes.
@@ -114,9 +141,16 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
         // Every handler task holds a clone of `alive`; `done` yields None once all are gone.
         let (alive, done) = mpsc::channel::<()>(1);
         let mut state = State {
-            permits: Arc::new(Semaphore::new(
-                config.max_concurrent_calls_per_connection.max(1),
-            )),
+            limits: Limits {
+                connection: Arc::new(Semaphore::new(
+                    config.max_concurrent_calls_per_connection.max(1),
+                )),
+                peer: inner.peers.share(
+                    conn.peer_addr(),
+                    config.max_concurrent_calls_per_peer.max(1),
+                ),
+                server: inner.limit.clone(),
+            },
             admission: Admission::new(
                 config.max_queued_calls_per_connection,
                 config.max_queued_bytes_per_connection,
@@ -169,8 +203,8 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
 struct State<C: Connection> {
     inner: Arc<Inner>,
     conn: Arc<C>,
-    /// Permits for this connection's running calls.
-    permits: Arc<Semaphore>,
+    /// Where running calls' permits come from.
+    limits: Limits,
     /// Decoded requests waiting for permits.
     admission: Admission<Pending>,
     running: Running,
@@ -219,7 +253,7 @@ impl<C: Connection> State<C> {
                 }
             }
             if self.admission.len() > 0 && acquiring.is_none() {
-                acquiring = Some(acquire(self.permits.clone(), self.inner.limit.clone()));
+                acquiring = Some(self.limits.acquire());
             }
             let expiry = self.admission.next_deadline();
             let drain_end = drain.map(|s| s + self.inner.config.drain_timeout);
@@ -547,7 +581,7 @@ impl<C: Connection> State<C> {
             stream,
         };
         if self.admission.len() == 0 {
-            if let Some(permits) = self.try_permits() {
+            if let Some(permits) = self.limits.try_acquire() {
                 let admitted = Admitted {
                     call_id,
                     deadline,
@@ -582,16 +616,6 @@ impl<C: Connection> State<C> {
         if let Some(ends) = self.streams.lock().remove(&call_id) {
             ends.end(Status::cancelled(why));
         }
-    }
-
-    /// Both permits, if both are free now.
-    fn try_permits(&self) -> Option<Permits> {
-        let connection = self.permits.clone().try_acquire_owned().ok()?;
-        let server = self.inner.limit.clone().try_acquire_owned().ok()?;
-        Some(Permits {
-            _connection: connection,
-            _server: server,
-        })
     }
 
     /// Runs an admitted call: answered here if its handler is done on its first poll,

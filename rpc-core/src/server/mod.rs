@@ -2,6 +2,7 @@
 
 mod admission;
 mod connection;
+mod peers;
 mod respond;
 mod router;
 
@@ -35,6 +36,8 @@ struct Inner {
     config: ServerConfig,
     /// Permits for running calls, shared by every connection.
     limit: Arc<Semaphore>,
+    /// Each peer's share of `limit`.
+    peers: peers::Peers,
     /// Flips to true when a graceful shutdown starts; connections watch it.
     shutdown: watch::Sender<bool>,
 }
@@ -69,6 +72,7 @@ impl ServerBuilder {
         Server {
             inner: Arc::new(Inner {
                 limit: Arc::new(Semaphore::new(self.config.max_concurrent_calls.max(1))),
+                peers: peers::Peers::default(),
                 router: self.router,
                 config: self.config,
                 shutdown,

@@ -217,6 +217,13 @@ impl Connection for AnyConnection {
             AnyConnection::Rdma(c) => c.peer(),
         }
     }
+
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            AnyConnection::Tcp(c) => c.peer_addr(),
+            AnyConnection::Rdma(c) => c.peer_addr(),
+        }
+    }
 }
 
 /// Connects to `endpoint`:

@@ -32,6 +32,7 @@
 //! [server]                    # rpc_core::ServerConfig
 //! max_concurrent_calls = 4096
 //! max_concurrent_calls_per_connection = 256
+//! max_concurrent_calls_per_peer = 1024
 //! max_queued_calls_per_connection = 1024
 //! max_queued_bytes_per_connection = 33554432
 //! max_queued_replies = 64
@@ -161,6 +162,8 @@ section! {
         max_concurrent_calls: usize => |c, v| c.max_concurrent_calls = v,
         /// See [`ServerConfig::max_concurrent_calls_per_connection`](rpc_core::ServerConfig::max_concurrent_calls_per_connection).
         max_concurrent_calls_per_connection: usize => |c, v| c.max_concurrent_calls_per_connection = v,
+        /// See [`ServerConfig::max_concurrent_calls_per_peer`](rpc_core::ServerConfig::max_concurrent_calls_per_peer).
+        max_concurrent_calls_per_peer: usize => |c, v| c.max_concurrent_calls_per_peer = v,
         /// See [`ServerConfig::max_queued_calls_per_connection`](rpc_core::ServerConfig::max_queued_calls_per_connection).
         max_queued_calls_per_connection: usize => |c, v| c.max_queued_calls_per_connection = v,
         /// See [`ServerConfig::max_queued_bytes_per_connection`](rpc_core::ServerConfig::max_queued_bytes_per_connection).
@@ -391,7 +394,7 @@ mod tests {
         names.extend(TcpSection::variables());
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 7 + 4);
+        assert_eq!(names.len(), 16 + 4 + 8 + 4);
         let file =
             FileConfig::from_vars(|n| names.iter().any(|v| v == n).then(|| "7".into())).unwrap();
         assert_eq!(
