@@ -447,8 +447,9 @@ const REPEAT: u32 = rpc_core::codegen::method_id("/echo.Echo/Repeat");
 
 /// Opens `connections` connections from `source` (an address of the loopback network)
 /// and `per_connection` endless server streams on each, announcing a receive window of
-/// 0: every stream's handler waits for a window that never comes, holding its permits
-/// (a stream without a deadline has no lifetime limit). The sockets are returned open.
+/// one byte: every stream's handler sends one message, then waits for a window update
+/// that never comes, holding its permits (a stream without a deadline has no lifetime
+/// limit). The sockets are returned open.
 async fn hold_idle_streams(
     server: &ServerProcess,
     source: std::net::IpAddr,
@@ -470,9 +471,10 @@ async fn hold_idle_streams(
                 count: u64::MAX,
             };
             let mut frame = request_frame(id, REPEAT, &request, 0);
-            // The header's credits: the client's receive window for this stream.
+            // The header's credits: the client's receive window for this stream (0 would
+            // mean the default).
             let mut header = Header::decode(&frame).unwrap().unwrap();
-            header.credits = 0;
+            header.credits = 1;
             frame[..rpc_core::wire::HEADER_LEN].copy_from_slice(&header.encode());
             frames.extend_from_slice(&frame);
         }
