@@ -145,6 +145,13 @@ pub struct ServerConfig {
     /// this plus one message. Granted when the call starts (a call waiting for a permit
     /// is granted nothing). Default [`DEFAULT_STREAM_WINDOW`].
     pub stream_window: u32,
+    /// Most frame bytes of request-stream messages one connection's handlers may leave
+    /// unread, summed over its streams: past it the server stops reading the connection
+    /// (backpressure on that client only) until the handlers consume some. Each stream
+    /// keeps to its window, but without this a client with many streams could make the
+    /// server hold every stream's window plus one large message. It may be passed by one
+    /// message. Default 32 MiB.
+    pub max_stream_bytes_per_connection: usize,
 }
 
 impl Default for ServerConfig {
@@ -160,6 +167,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(2),
             stream_window: DEFAULT_STREAM_WINDOW,
+            max_stream_bytes_per_connection: 32 << 20,
         }
     }
 }
@@ -221,6 +229,12 @@ impl ServerConfig {
     /// Sets [`ServerConfig::stream_window`].
     pub fn stream_window(&mut self, bytes: u32) -> &mut Self {
         self.stream_window = bytes;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_stream_bytes_per_connection`].
+    pub fn max_stream_bytes_per_connection(&mut self, bytes: usize) -> &mut Self {
+        self.max_stream_bytes_per_connection = bytes;
         self
     }
 

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -25,12 +26,67 @@ use crate::control::ControlQueue;
 use crate::wire::{INITIAL_STREAM_WINDOW, MAX_STREAM_WINDOW};
 use crate::{Code, Metadata, Payload, Request, Status};
 
+/// What the inboxes of one connection hold together (frame bytes received and not yet
+/// consumed), against a bound past which the connection's reader stops reading: each
+/// stream keeps to its window, but a peer with many streams, each sent its window and a
+/// large message, would otherwise make the sum `calls x (window + message)`.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    buffered: AtomicUsize,
+    limit: usize,
+    room: tokio::sync::Notify,
+}
+
+impl Budget {
+    pub(crate) fn new(limit: usize) -> Budget {
+        Budget {
+            buffered: AtomicUsize::new(0),
+            limit,
+            room: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn take(&self, bytes: usize) {
+        self.buffered.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn give(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let before = self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+        if before > self.limit && before - bytes <= self.limit {
+            self.room.notify_one();
+        }
+    }
+
+    /// Whether the inboxes hold more than the bound (the reader stops reading).
+    pub(crate) fn full(&self) -> bool {
+        self.buffered.load(Ordering::Acquire) > self.limit
+    }
+
+    /// Resolves once the inboxes hold no more than the bound.
+    pub(crate) async fn room(&self) {
+        while self.full() {
+            self.room.notified().await;
+        }
+    }
+
+    /// Frame bytes held now.
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
+        self.buffered.load(Ordering::Acquire)
+    }
+}
+
 /// The receive half of one stream: messages the peer sent that the application has not
 /// taken yet, within the window this side granted.
 pub(crate) struct Inbox {
     call_id: u64,
     /// Where window updates go (sent by the connection's control task).
     control: Arc<ControlQueue>,
+    /// The connection's bound on what its inboxes hold, if it has one.
+    budget: Option<Arc<Budget>>,
     state: Mutex<InboxState>,
 }
 
@@ -73,6 +129,7 @@ impl Inbox {
         Inbox {
             call_id,
             control,
+            budget: None,
             state: Mutex::new(InboxState {
                 queue: VecDeque::new(),
                 window: i64::from(granted.min(target)),
@@ -83,6 +140,25 @@ impl Inbox {
                 waker: None,
             }),
         }
+    }
+
+    /// Counts what this inbox holds against `budget`.
+    pub(crate) fn with_budget(mut self, budget: Arc<Budget>) -> Inbox {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Gives `bytes` (no longer held) back to the connection's budget.
+    fn release(&self, bytes: usize) {
+        if let Some(budget) = &self.budget {
+            budget.give(bytes);
+        }
+    }
+
+    /// Empties the queue (its messages are of no use any more).
+    fn clear(&self, state: &mut InboxState) {
+        let held: usize = state.queue.drain(..).map(|(_, c)| c as usize).sum();
+        self.release(held);
     }
 
     /// Grants the peer the rest of the window (a window update).
@@ -118,10 +194,12 @@ impl Inbox {
                 self.call_id
             ));
         }
+        let charged = charged.min(u32::MAX as usize);
         state.window -= charged as i64;
-        state
-            .queue
-            .push_back((payload, charged.min(u32::MAX as usize) as u32));
+        state.queue.push_back((payload, charged as u32));
+        if let Some(budget) = &self.budget {
+            budget.take(charged);
+        }
         wake(&mut state);
         Ok(())
     }
@@ -152,7 +230,7 @@ impl Inbox {
             return;
         }
         if discard {
-            state.queue.clear();
+            self.clear(&mut state);
         }
         state.end = End::Failed(status);
         wake(&mut state);
@@ -161,7 +239,7 @@ impl Inbox {
     /// The consumer is gone: frees what is queued and discards what comes.
     fn abandon(&self) {
         let mut state = self.state.lock();
-        state.queue.clear();
+        self.clear(&mut state);
         state.end = End::Done;
         state.waker = None;
     }
@@ -204,6 +282,7 @@ impl Inbox {
     fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Status>>> {
         let mut state = self.state.lock();
         if let Some((payload, charged)) = state.queue.pop_front() {
+            self.release(charged as usize);
             state.unreturned += u64::from(charged);
             // Grant it back once half the window is consumed, while the peer still sends.
             if matches!(state.end, End::Open) && state.unreturned >= u64::from(state.target / 2) {
@@ -239,6 +318,14 @@ impl Inbox {
     pub(crate) fn buffered(&self) -> usize {
         let state = self.state.lock();
         state.queue.iter().map(|(_, c)| *c as usize).sum()
+    }
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        let state = self.state.get_mut();
+        let held: usize = state.queue.iter().map(|(_, c)| *c as usize).sum();
+        self.release(held);
     }
 }
 
@@ -672,6 +759,41 @@ mod tests {
         assert_eq!(inbox.buffered(), 0);
         inbox.push(5000, Bytes::from(vec![0; 5000])).unwrap();
         assert_eq!(inbox.buffered(), 0, "discarded, not an error");
+    }
+
+    #[tokio::test]
+    async fn the_connections_budget_counts_what_inboxes_hold_until_consumed_or_dropped() {
+        let budget = Arc::new(Budget::new(1000));
+        let control = Arc::new(ControlQueue::default());
+        let a = Arc::new(Inbox::new(1, control.clone(), 4000, 4000).with_budget(budget.clone()));
+        let b = Arc::new(Inbox::new(2, control.clone(), 4000, 4000).with_budget(budget.clone()));
+        a.push(600, Bytes::from(vec![0; 560])).unwrap();
+        b.push(300, Bytes::from(vec![0; 260])).unwrap();
+        assert!(!budget.full(), "900 of 1000");
+        b.push(300, Bytes::from(vec![0; 260])).unwrap();
+        assert!(budget.full(), "1200 of 1000");
+        // Waiting for room resolves once a consumer takes a message.
+        let room = tokio::spawn({
+            let budget = budget.clone();
+            async move { budget.room().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!room.is_finished());
+        let mut reader = Streaming::raw(a.clone(), Code::Internal);
+        assert_eq!(reader.message().await.unwrap().unwrap().len(), 560);
+        room.await.unwrap();
+        assert_eq!(budget.buffered(), 600);
+        // A discarding failure, a dropped consumer and a dropped inbox give back theirs.
+        b.fail(Status::cancelled("gone"), true);
+        assert_eq!(budget.buffered(), 0);
+        a.push(200, Bytes::from(vec![0; 160])).unwrap();
+        drop(reader);
+        assert_eq!(budget.buffered(), 0, "abandoned");
+        let c = Inbox::new(3, control, 4000, 4000).with_budget(budget.clone());
+        c.push(700, Bytes::from(vec![0; 660])).unwrap();
+        assert_eq!(budget.buffered(), 700);
+        drop(c);
+        assert_eq!(budget.buffered(), 0, "dropped with a message queued");
     }
 
     #[tokio::test]

@@ -29,7 +29,7 @@ use crate::payload::{self, Inbound};
 use crate::service::{
     BoxMessage, MethodKind, ServiceFuture, StreamRequest, StreamResponse, StreamingFuture,
 };
-use crate::stream::{self, Inbox, Outbox};
+use crate::stream::{self, Budget, Inbox, Outbox};
 use crate::transport::Connection;
 use crate::wire::{Flags, Frame, FrameKind, Header, HEADER_LEN};
 use crate::{Code, Metadata, Request, Response, Status, Streaming};
@@ -158,6 +158,7 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
             running: Arc::default(),
             streams: Arc::default(),
             control,
+            budget: Arc::new(Budget::new(config.max_stream_bytes_per_connection)),
             alive: Some(alive),
             replies,
             started: 0,
@@ -211,6 +212,8 @@ struct State<C: Connection> {
     streams: Streams,
     /// Window updates for the client's request streams (sent by the responder).
     control: Arc<ControlQueue>,
+    /// What the request streams hold together; the reader stops reading past it.
+    budget: Arc<Budget>,
     /// `None` while draining: no new handlers start.
     alive: Option<mpsc::Sender<()>>,
     replies: mpsc::Sender<Reply>,
@@ -224,6 +227,8 @@ struct State<C: Connection> {
 enum Event<B> {
     Received(Result<Option<B>, crate::TransportError>),
     Admitted(Option<Permits>),
+    /// The request streams' buffers are back within their bound.
+    Room,
     Expiry,
     Shutdown(bool),
     HandlersDone,
@@ -258,7 +263,10 @@ impl<C: Connection> State<C> {
             let expiry = self.admission.next_deadline();
             let drain_end = drain.map(|s| s + self.inner.config.drain_timeout);
             let event = tokio::select! {
-                received = self.conn.recv() => Event::Received(received),
+                // Backpressure: the handlers' unread request messages are over the
+                // connection's bound; reading resumes once they consume some.
+                received = self.conn.recv(), if !self.budget.full() => Event::Received(received),
+                () = self.budget.room(), if self.budget.full() => Event::Room,
                 permits = async { acquiring.as_mut().expect("guarded").await }, if acquiring.is_some() => {
                     acquiring = None;
                     Event::Admitted(permits)
@@ -301,7 +309,7 @@ impl<C: Connection> State<C> {
                             .await;
                     }
                 }
-                Event::Shutdown(true) => {}
+                Event::Shutdown(true) | Event::Room => {}
                 Event::Shutdown(false) => return false,
                 Event::HandlersDone => handlers_done = true,
                 Event::DrainTimeout => {}
@@ -452,12 +460,15 @@ impl<C: Connection> State<C> {
                     "the request that opens a client stream carries no message",
                 ));
             }
-            let inbox = Arc::new(Inbox::new(
-                call_id,
-                self.control.clone(),
-                self.inner.config.stream_window,
-                0,
-            ));
+            let inbox = Arc::new(
+                Inbox::new(
+                    call_id,
+                    self.control.clone(),
+                    self.inner.config.stream_window,
+                    0,
+                )
+                .with_budget(self.budget.clone()),
+            );
             if ended {
                 // An empty request stream: the client half-closed with its request.
                 let _ = inbox.close(None);

@@ -413,3 +413,70 @@ async fn a_cancelled_stream_stops_sending() {
     let more = next_within(&conn, Duration::from_millis(300)).await;
     assert!(more.is_err(), "nothing after the cancel: {more:?}");
 }
+
+/// A PING answered within `wait`: frames the server sends meanwhile are skipped.
+async fn pong_within(conn: &MemoryConnection, ping: u64, wait: Duration) -> bool {
+    send_control(conn, FrameKind::Ping, ping).await.unwrap();
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        match next_within(conn, left).await {
+            Ok(Some((h, _))) if h.kind == FrameKind::Pong && h.call_id == ping => return true,
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(()) => return false,
+        }
+    }
+}
+
+/// Three Echo streams whose responses the client does not read (it granted one byte),
+/// so their handlers stop reading requests: the client sends each a window's worth of
+/// requests (4 KiB). The handler's first message went out, its second waits for window,
+/// the last two stay queued (2,086 bytes per stream). With 5,000 bytes for the
+/// connection's streams, the server stops reading in the third stream (a PING goes
+/// unanswered) and reads again when the deadline ends the streams and frees their
+/// messages; with the default budget every PING is answered.
+async fn fill_three_streams(budget: Option<usize>) -> Vec<bool> {
+    let mut config = ServerConfig::default();
+    config.stream_window(4096);
+    if let Some(bytes) = budget {
+        config.max_stream_bytes_per_connection(bytes);
+    }
+    let conn = serve(config);
+    let mut answered = Vec::new();
+    for stream in 0..3u64 {
+        let call_id = 10 + stream;
+        open(&conn, call_id, ECHO, None, 1, Duration::from_millis(1500)).await;
+        loop {
+            let (h, _) = next(&conn).await.expect("open");
+            if h.kind == FrameKind::WindowUpdate && h.call_id == call_id {
+                break;
+            }
+        }
+        // Four 1000-byte messages: 1043-byte frames, the window's worth.
+        for _ in 0..4 {
+            message(
+                &conn,
+                call_id,
+                &[stream as u8; COUNT_MESSAGE],
+                Flags::default(),
+            )
+            .await;
+        }
+        answered.push(pong_within(&conn, 100 + stream, Duration::from_millis(300)).await);
+    }
+    // The deadline ends the streams; their messages are freed and reading resumes.
+    answered.push(pong_within(&conn, 200, Duration::from_secs(5)).await);
+    answered
+}
+
+#[tokio::test]
+async fn the_server_stops_reading_a_connection_whose_streams_hold_too_much() {
+    let bounded = fill_three_streams(Some(5000)).await;
+    assert_eq!(
+        bounded,
+        [true, true, false, true],
+        "5,000 bytes for all streams"
+    );
+    let control = fill_three_streams(None).await;
+    assert_eq!(control, [true; 4], "the default budget");
+}

@@ -164,6 +164,8 @@ section! {
         max_concurrent_calls_per_connection: usize => |c, v| c.max_concurrent_calls_per_connection = v,
         /// See [`ServerConfig::max_concurrent_calls_per_peer`](rpc_core::ServerConfig::max_concurrent_calls_per_peer).
         max_concurrent_calls_per_peer: usize => |c, v| c.max_concurrent_calls_per_peer = v,
+        /// See [`ServerConfig::max_stream_bytes_per_connection`](rpc_core::ServerConfig::max_stream_bytes_per_connection).
+        max_stream_bytes_per_connection: usize => |c, v| c.max_stream_bytes_per_connection = v,
         /// See [`ServerConfig::max_queued_calls_per_connection`](rpc_core::ServerConfig::max_queued_calls_per_connection).
         max_queued_calls_per_connection: usize => |c, v| c.max_queued_calls_per_connection = v,
         /// See [`ServerConfig::max_queued_bytes_per_connection`](rpc_core::ServerConfig::max_queued_bytes_per_connection).
@@ -394,7 +396,7 @@ mod tests {
         names.extend(TcpSection::variables());
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 8 + 4);
+        assert_eq!(names.len(), 16 + 4 + 9 + 4);
         let file =
             FileConfig::from_vars(|n| names.iter().any(|v| v == n).then(|| "7".into())).unwrap();
         assert_eq!(
