@@ -177,31 +177,49 @@ impl Inbox {
     /// The peer broke the stream's rules (sent past its window, or after its END_STREAM):
     /// the caller closes the connection.
     pub(crate) fn push(&self, charged: usize, payload: Bytes) -> Result<(), String> {
+        self.push_run([(charged, payload)])
+    }
+
+    /// Messages from the peer that arrived together, each with the frame bytes it is
+    /// charged, queued under one lock with one wake-up (as [`Inbox::push`] each).
+    ///
+    /// # Errors
+    /// As [`Inbox::push`]: the first message that breaks the rules (those before it are
+    /// queued).
+    pub(crate) fn push_run(
+        &self,
+        run: impl IntoIterator<Item = (usize, Bytes)>,
+    ) -> Result<(), String> {
         let mut state = self.state.lock();
-        match state.end {
-            End::Open => {}
-            End::Closed(_) => {
-                return Err(format!(
-                    "stream {:#x}: message after the end of the stream",
-                    self.call_id
-                ))
+        let result = (|| {
+            for (charged, payload) in run {
+                match state.end {
+                    End::Open => {}
+                    End::Closed(_) => {
+                        return Err(format!(
+                            "stream {:#x}: message after the end of the stream",
+                            self.call_id
+                        ))
+                    }
+                    End::Failed(_) | End::Done => return Ok(()), // discarded
+                }
+                if state.window <= 0 {
+                    return Err(format!(
+                        "stream {:#x}: message sent past the stream's window",
+                        self.call_id
+                    ));
+                }
+                let charged = charged.min(u32::MAX as usize);
+                state.window -= charged as i64;
+                state.queue.push_back((payload, charged as u32));
+                if let Some(budget) = &self.budget {
+                    budget.take(charged);
+                }
             }
-            End::Failed(_) | End::Done => return Ok(()), // given up here: discarded
-        }
-        if state.window <= 0 {
-            return Err(format!(
-                "stream {:#x}: message sent past the stream's window",
-                self.call_id
-            ));
-        }
-        let charged = charged.min(u32::MAX as usize);
-        state.window -= charged as i64;
-        state.queue.push_back((payload, charged as u32));
-        if let Some(budget) = &self.budget {
-            budget.take(charged);
-        }
+            Ok(())
+        })();
         wake(&mut state);
-        Ok(())
+        result
     }
 
     /// The peer closed its side; `trailers` end a response stream.
@@ -583,7 +601,15 @@ impl<T> Stream for Streaming<T> {
             this.finish();
             return Poll::Ready(Some(Err(status)));
         }
-        match this.inbox.poll_next(cx) {
+        // A consumer that always finds a message ready still yields to the runtime now
+        // and then (tokio's task budget), so that the window updates its reading queued
+        // go out while it reads on, not once the whole window is read.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let next = this.inbox.poll_next(cx);
+        if next.is_ready() {
+            coop.made_progress();
+        }
+        match next {
             Poll::Ready(Some(Ok(bytes))) => match (this.decode)(bytes) {
                 Ok(message) => Poll::Ready(Some(Ok(message))),
                 Err(e) => {
@@ -680,6 +706,56 @@ pub(crate) fn take_payload<C: crate::Connection>(
         Ok(frame) => frame.slice(start..end),
         Err(buf) => Bytes::copy_from_slice(&buf[start..end]),
     }
+}
+
+/// The payloads of a run of `Message` frames of one stream, with the frame bytes each
+/// is charged: slices of the frames the transport lets go of (large ones), the others
+/// copied together into one allocation (so that a small frame's receive slot or shared
+/// read buffer is not pinned while its message waits, as [`take_payload`] does, but with
+/// one allocation per run). The consumer reads a stream in order, so a run's allocation
+/// is freed by the time later messages are read: what stays pinned is what the stream's
+/// window counts, plus at most one run.
+pub(crate) fn take_payloads<C: crate::Connection>(
+    conn: &C,
+    frames: impl ExactSizeIterator<Item = (C::RecvBuf, crate::wire::Header)>,
+) -> Vec<(usize, Bytes)> {
+    enum Taken<B> {
+        Kept(Bytes),
+        Copy(B, std::ops::Range<usize>),
+    }
+    let mut taken = Vec::with_capacity(frames.len());
+    let mut copied = 0;
+    for (buf, header) in frames {
+        let start = crate::wire::HEADER_LEN + header.meta_len as usize;
+        let range = start..start + header.payload_len as usize;
+        let item = if range.is_empty() {
+            Taken::Kept(Bytes::new())
+        } else {
+            match conn.keep(buf) {
+                Ok(frame) => Taken::Kept(frame.slice(range)),
+                Err(buf) => {
+                    copied += range.len();
+                    Taken::Copy(buf, range)
+                }
+            }
+        };
+        taken.push((header.frame_len(), item));
+    }
+    let mut arena = bytes::BytesMut::with_capacity(copied);
+    for (_, item) in &taken {
+        if let Taken::Copy(buf, range) = item {
+            arena.extend_from_slice(&buf[range.clone()]);
+        }
+    }
+    let mut arena = arena.freeze();
+    taken
+        .into_iter()
+        .map(|(charged, item)| match item {
+            Taken::Kept(bytes) => (charged, bytes),
+            // Dropping the frame here hands its receive resources back.
+            Taken::Copy(_, range) => (charged, arena.split_to(range.len())),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -794,6 +870,59 @@ mod tests {
         assert_eq!(budget.buffered(), 700);
         drop(c);
         assert_eq!(budget.buffered(), 0, "dropped with a message queued");
+    }
+
+    #[tokio::test]
+    async fn a_run_is_queued_in_order_up_to_the_message_that_breaks_the_window() {
+        let (inbox, _control) = inbox(1000, 1000);
+        let run = [400, 400, 400, 50].map(|n| (n, Bytes::from(vec![n as u8; 8])));
+        let err = inbox.push_run(run).unwrap_err();
+        assert!(err.contains("past the stream's window"), "{err}");
+        assert_eq!(
+            inbox.buffered(),
+            1200,
+            "the three within the window are queued"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_runs_small_payloads_share_one_copy_and_large_ones_are_kept_in_place() {
+        use crate::wire::{Header, HEADER_LEN};
+        use crate::Connection;
+        let (a, b) = crate::memory::pair(1 << 20);
+        let sizes = [10usize, 40 * 1024, 20, 0, 30];
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut header = Header::new(FrameKind::Message, 9);
+            header.payload_len = n as u32;
+            crate::outbound::send_frame(&a, header, &crate::Metadata::new(), |buf| {
+                bytes::BufMut::put_slice(buf, &vec![i as u8 + 1; n])
+            })
+            .await
+            .unwrap();
+        }
+        let mut frames = vec![b.recv().await.unwrap().unwrap()];
+        b.recv_ready(&mut frames, 16);
+        assert_eq!(frames.len(), sizes.len());
+        let large_frame = frames[1].as_ptr() as usize;
+        let with_headers = frames
+            .into_iter()
+            .map(|f| (f.clone(), Header::decode(&f).unwrap().unwrap()));
+        let payloads = take_payloads(&b, with_headers.collect::<Vec<_>>().into_iter());
+        for (i, ((charged, payload), &n)) in payloads.iter().zip(&sizes).enumerate() {
+            assert_eq!(*charged, HEADER_LEN + n);
+            assert_eq!(payload.len(), n);
+            assert!(payload.iter().all(|&x| x == i as u8 + 1));
+        }
+        assert_eq!(
+            payloads[1].1.as_ptr() as usize,
+            large_frame + HEADER_LEN,
+            "kept in place"
+        );
+        let (first, third) = (
+            payloads[0].1.as_ptr() as usize,
+            payloads[2].1.as_ptr() as usize,
+        );
+        assert_eq!(third, first + 10, "one allocation for the small ones");
     }
 
     #[tokio::test]

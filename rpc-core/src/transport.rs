@@ -50,6 +50,16 @@ pub trait Connection: Send + Sync + 'static {
     /// its body skipped, so that the runtime can answer it with `RESOURCE_EXHAUSTED`.
     fn recv(&self) -> impl Future<Output = Result<Option<Self::RecvBuf>, TransportError>> + Send;
 
+    /// Complete frames that have already arrived, without waiting: appends up to `max` of
+    /// them to `out`, in order, as consecutive [`Connection::recv`] calls would return
+    /// them. A receiver drains a run of frames this way after one `recv` and handles it
+    /// as a whole (one lookup, one lock and one wake-up per stream and run rather than
+    /// per frame). Errors and the end of the stream are left for `recv` to report. Same
+    /// caller rules as `recv`; the default appends nothing.
+    fn recv_ready(&self, out: &mut Vec<Self::RecvBuf>, max: usize) {
+        let _ = (out, max);
+    }
+
     /// Starts closing the connection: pending and future `recv`/`send` calls fail or
     /// return `None` soon after.
     fn close(&self);

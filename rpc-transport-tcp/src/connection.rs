@@ -326,6 +326,12 @@ impl Connection for TcpConnection {
         reader.next_frame().await
     }
 
+    fn recv_ready(&self, out: &mut Vec<Bytes>, max: usize) {
+        if let Ok(mut reader) = self.reader.try_lock() {
+            reader.ready(out, max);
+        }
+    }
+
     fn close(&self) {
         self.closing.close();
     }
@@ -403,4 +409,66 @@ async fn linger(mut socket: OwnedReadHalf, writer: tokio::task::JoinHandle<()>) 
         }
     };
     let _ = tokio::time::timeout(LINGER, drain).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rpc_core::wire::{FrameKind, Header};
+    use tokio::io::AsyncWriteExt;
+
+    fn frame(call_id: u64, payload: &[u8]) -> Vec<u8> {
+        let mut header = Header::new(FrameKind::Message, call_id);
+        header.payload_len = payload.len() as u32;
+        let mut f = header.encode().to_vec();
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// Frames that arrived together are handed out by `recv_ready` after one `recv`, in
+    /// order, up to `max`; a frame still arriving is not, and `recv` completes it.
+    #[tokio::test]
+    async fn recv_ready_drains_the_complete_frames_already_read() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut peer = tokio::spawn(async move { listener.accept().await.unwrap().0 });
+        let conn = TcpConnection::connect(addr, &TcpConfig::default())
+            .await
+            .unwrap();
+        let mut socket = (&mut peer).await.unwrap();
+        let mut bytes = Vec::new();
+        for id in 1..=5u64 {
+            bytes.extend_from_slice(&frame(id, &[id as u8; 10]));
+        }
+        let sixth = frame(6, &[6; 10]);
+        bytes.extend_from_slice(&sixth[..20]);
+        socket.write_all(&bytes).await.unwrap();
+
+        let first = conn.recv().await.unwrap().unwrap();
+        assert_eq!(Header::decode(&first).unwrap().unwrap().call_id, 1);
+        // `recv` read everything that was there (one read of up to 64 KiB).
+        let mut ready = Vec::new();
+        conn.recv_ready(&mut ready, 3);
+        let ids = |frames: &[Bytes]| -> Vec<u64> {
+            frames
+                .iter()
+                .map(|f| Header::decode(f).unwrap().unwrap().call_id)
+                .collect()
+        };
+        assert_eq!(ids(&ready), [2, 3, 4], "up to max");
+        conn.recv_ready(&mut ready, 10);
+        assert_eq!(ids(&ready), [2, 3, 4, 5], "not the partial sixth");
+        assert_eq!(&ready[3][HEADER_LEN..], &[5; 10]);
+        socket.write_all(&sixth[20..]).await.unwrap();
+        let last = conn.recv().await.unwrap().unwrap();
+        assert_eq!(&last[..], &sixth[..]);
+        let mut none = Vec::new();
+        conn.recv_ready(&mut none, 10);
+        assert!(none.is_empty());
+        drop(socket);
+        assert!(
+            conn.recv().await.unwrap().is_none(),
+            "end of stream via recv"
+        );
+    }
 }

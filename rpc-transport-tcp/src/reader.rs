@@ -188,6 +188,24 @@ impl Reader {
         }
     }
 
+    /// Appends the complete frames already in the buffer, up to `max` in `out`; an error
+    /// stays in the buffer for [`Reader::next_frame`] to report.
+    pub(crate) fn ready(&mut self, out: &mut Vec<Bytes>, max: usize) {
+        if self.socket.is_none() || *self.closed.borrow() {
+            return;
+        }
+        while out.len() < max {
+            match self.parse() {
+                Ok(Some(frame)) => {
+                    self.first_frame_deadline = None;
+                    self.frame_waited = Duration::ZERO;
+                    out.push(frame);
+                }
+                Ok(None) | Err(_) => return,
+            }
+        }
+    }
+
     /// A complete frame from the buffer, if there is one; skips oversized bodies.
     fn parse(&mut self) -> Result<Option<Bytes>, TransportError> {
         if let Some(own) = &self.own_frame {

@@ -204,6 +204,14 @@ impl Connection for AnyConnection {
         }
     }
 
+    fn recv_ready(&self, out: &mut Vec<RecvBuf>, max: usize) {
+        if let AnyConnection::Tcp(c) = self {
+            let mut frames = Vec::new();
+            c.recv_ready(&mut frames, max.saturating_sub(out.len()));
+            out.extend(frames.into_iter().map(|b| RecvBuf(Received::Bytes(b))));
+        }
+    }
+
     fn push_to(&self, sink: std::sync::Arc<dyn rpc_core::FrameSink<RecvBuf>>) -> bool {
         match self {
             AnyConnection::Tcp(_) => false,

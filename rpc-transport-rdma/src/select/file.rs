@@ -176,6 +176,8 @@ section! {
         shutdown_grace_ms: u64 => |c, v| c.shutdown_grace = Duration::from_millis(v),
         /// [`ServerConfig::drain_timeout`](rpc_core::ServerConfig::drain_timeout) in ms.
         drain_timeout_ms: u64 => |c, v| c.drain_timeout = Duration::from_millis(v),
+        /// See [`ServerConfig::stream_window`](rpc_core::ServerConfig::stream_window).
+        stream_window: u32 => |c, v| c.stream_window = v,
     }
 }
 
@@ -190,6 +192,8 @@ section! {
         max_transparent_retries: u32 => |c, v| c.max_transparent_retries = v,
         /// [`ClientConfig::connect_timeout`](rpc_core::ClientConfig::connect_timeout) in ms.
         connect_timeout_ms: u64 => |c, v| c.connect_timeout = Duration::from_millis(v),
+        /// See [`ClientConfig::stream_window`](rpc_core::ClientConfig::stream_window).
+        stream_window: u32 => |c, v| c.stream_window = v,
     }
 }
 
@@ -396,7 +400,7 @@ mod tests {
         names.extend(TcpSection::variables());
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 9 + 4);
+        assert_eq!(names.len(), 16 + 4 + 10 + 5);
         let file =
             FileConfig::from_vars(|n| names.iter().any(|v| v == n).then(|| "7".into())).unwrap();
         assert_eq!(
