@@ -420,13 +420,19 @@ impl Outbox {
         }
     }
 
-    /// Whether the window is positive now (a message may be sent).
-    pub(crate) fn has_window(&self) -> bool {
+    /// The window now (0 once the stream is closed): messages may be sent while it is
+    /// positive.
+    pub(crate) fn window(&self) -> i64 {
         let state = self.state.lock();
-        state.closed.is_none() && state.window > 0
+        if state.closed.is_some() {
+            0
+        } else {
+            state.window
+        }
     }
 
-    /// Takes `len` bytes from the window, which [`Outbox::has_window`] found positive.
+    /// Takes `len` bytes from the window: messages sent while [`Outbox::window`] (less
+    /// what they took before) was positive.
     pub(crate) fn take(&self, len: usize) {
         self.state.lock().window -= len as i64;
     }

@@ -835,8 +835,11 @@ fn drive<C: Connection>(
             let mut batch = vec![(message, len)];
             let mut bytes = HEADER_LEN + len;
             let mut end = None;
-            // Whatever the stream has ready now, while the window and the batch allow.
-            while batch.len() < max_frames && outbox.has_window() {
+            // Whatever the stream has ready now, while the window and the batch allow:
+            // the window read once, what the batch takes subtracted once.
+            let mut window = outbox.window();
+            let mut taken = 0;
+            while batch.len() < max_frames && window > 0 {
                 let mut cx = Context::from_waker(Waker::noop());
                 match stream.as_mut().poll_next(&mut cx) {
                     Poll::Ready(Some(Ok(next))) => {
@@ -849,7 +852,8 @@ fn drive<C: Connection>(
                             carry = Some((next, len));
                             break;
                         }
-                        outbox.take(HEADER_LEN + len);
+                        window -= (HEADER_LEN + len) as i64;
+                        taken += HEADER_LEN + len;
                         bytes += HEADER_LEN + len;
                         batch.push((next, len));
                     }
@@ -864,6 +868,7 @@ fn drive<C: Connection>(
                     Poll::Pending => break,
                 }
             }
+            outbox.take(taken);
             let mut buf = conn.alloc(bytes).await.map_err(unavailable)?;
             for (message, len) in &batch {
                 let mut header = Header::new(FrameKind::Message, call_id);
