@@ -141,6 +141,15 @@ pub trait FrameSink<B>: Send + Sync + 'static {
     /// completion path: it must not block or wait.
     fn frame(&self, frame: B);
 
+    /// Frames that arrived together, in order (drained from `frames`): the receiver may
+    /// handle them as one run (see [`Connection::recv_ready`]). The default hands each to
+    /// [`FrameSink::frame`].
+    fn frames(&self, frames: &mut Vec<B>) {
+        for frame in frames.drain(..) {
+            self.frame(frame);
+        }
+    }
+
     /// The connection ended, after the last frame: `Ok(())` when it closed cleanly, else
     /// why it failed. Called once.
     fn closed(&self, result: Result<(), TransportError>);

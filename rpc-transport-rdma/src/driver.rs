@@ -158,11 +158,11 @@ fn hand_up(inner: &Inner) -> bool {
     drop(discarded);
     match sink {
         // Run to completion: the runtime completes each call from here.
-        Some(sink) => {
-            for frame in ready {
-                sink.frame(frame);
-            }
-        }
+        Some(sink) => match ready.len() {
+            0 => {}
+            1 => ready.into_iter().for_each(|frame| sink.frame(frame)),
+            _ => sink.frames(&mut Vec::from(ready)),
+        },
         None => drop(ready),
     }
     if waiting {

@@ -327,9 +327,7 @@ impl Connection for TcpConnection {
     }
 
     fn recv_ready(&self, out: &mut Vec<Bytes>, max: usize) {
-        if let Ok(mut reader) = self.reader.try_lock() {
-            reader.ready(out, max);
-        }
+        self.recv_ready_each(max.saturating_sub(out.len()), |frame| out.push(frame));
     }
 
     fn close(&self) {
@@ -357,6 +355,16 @@ impl Connection for TcpConnection {
 
     fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         self.peer_addr
+    }
+}
+
+impl TcpConnection {
+    /// [`Connection::recv_ready`] handing each frame to `each` (up to `max` of them), for
+    /// wrappers with a receive buffer type of their own.
+    pub fn recv_ready_each(&self, max: usize, each: impl FnMut(Bytes)) {
+        if let Ok(mut reader) = self.reader.try_lock() {
+            reader.ready(max, each);
+        }
     }
 }
 

@@ -188,18 +188,18 @@ impl Reader {
         }
     }
 
-    /// Appends the complete frames already in the buffer, up to `max` in `out`; an error
+    /// Hands the complete frames already in the buffer to `each`, up to `max`; an error
     /// stays in the buffer for [`Reader::next_frame`] to report.
-    pub(crate) fn ready(&mut self, out: &mut Vec<Bytes>, max: usize) {
+    pub(crate) fn ready(&mut self, max: usize, mut each: impl FnMut(Bytes)) {
         if self.socket.is_none() || *self.closed.borrow() {
             return;
         }
-        while out.len() < max {
+        for _ in 0..max {
             match self.parse() {
                 Ok(Some(frame)) => {
                     self.first_frame_deadline = None;
                     self.frame_waited = Duration::ZERO;
-                    out.push(frame);
+                    each(frame);
                 }
                 Ok(None) | Err(_) => return,
             }

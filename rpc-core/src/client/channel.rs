@@ -1267,6 +1267,22 @@ impl<C: Connection> FrameSink<C::RecvBuf> for Dispatch<C> {
         }
     }
 
+    fn frames(&self, frames: &mut Vec<C::RecvBuf>) {
+        if self.ended.load(Ordering::Acquire) {
+            frames.clear();
+            return;
+        }
+        let Some(shared) = self.shared.upgrade() else {
+            frames.clear();
+            return;
+        };
+        if let Err(reason) = dispatch_run(&shared, frames) {
+            frames.clear();
+            self.ended.store(true, Ordering::Release);
+            ended(&shared, reason);
+        }
+    }
+
     fn closed(&self, result: Result<(), TransportError>) {
         if self.ended.swap(true, Ordering::AcqRel) {
             return;

@@ -206,9 +206,9 @@ impl Connection for AnyConnection {
 
     fn recv_ready(&self, out: &mut Vec<RecvBuf>, max: usize) {
         if let AnyConnection::Tcp(c) = self {
-            let mut frames = Vec::new();
-            c.recv_ready(&mut frames, max.saturating_sub(out.len()));
-            out.extend(frames.into_iter().map(|b| RecvBuf(Received::Bytes(b))));
+            c.recv_ready_each(max.saturating_sub(out.len()), |b| {
+                out.push(RecvBuf(Received::Bytes(b)))
+            });
         }
     }
 
