@@ -47,7 +47,7 @@ pub use request::{IntoRequest, Request, Response};
 pub use server::{Server, ServerBuilder};
 pub use status::{Code, Status};
 pub use stream::{IntoStreamingRequest, Streaming};
-pub use transport::{Connection, FrameSink, Listener, TransportError};
+pub use transport::{Connection, FrameSink, Listener, MethodKinds, TransportError};
 
 /// A boxed stream of messages, as a streaming handler may answer (`type FooStream =
 /// BoxStream<FooReply>;`).

@@ -122,6 +122,14 @@ pub trait Connection: Send + Sync + 'static {
         false
     }
 
+    /// Called by a server before it reads the connection, with the kinds of the methods
+    /// it serves: a transport that translates another protocol's calls into frames (gRPC
+    /// over HTTP/2) needs them to know how a call's request is framed. The default
+    /// ignores them.
+    fn serving(&self, methods: Arc<dyn MethodKinds>) {
+        let _ = methods;
+    }
+
     /// A short description of the peer for logs, e.g. `tcp://127.0.0.1:4000`.
     fn peer(&self) -> String;
 
@@ -132,6 +140,12 @@ pub trait Connection: Send + Sync + 'static {
     fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         None
     }
+}
+
+/// The kinds of the methods a server serves, by wire id (see [`Connection::serving`]).
+pub trait MethodKinds: Send + Sync + 'static {
+    /// The kind of method `method_id`, or `None` if the server does not serve it.
+    fn kind(&self, method_id: u32) -> Option<crate::codegen::MethodKind>;
 }
 
 /// Where a transport that runs to completion hands received frames (see

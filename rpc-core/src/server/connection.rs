@@ -129,6 +129,7 @@ impl Limits {
 
 /// Serves `conn` until the peer closes it, it fails, or a graceful shutdown completes.
 pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
+    conn.serving(inner.clone());
     let conn = Arc::new(conn);
     let span = tracing::info_span!("connection", peer = %conn.peer());
     async move {

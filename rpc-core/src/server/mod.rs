@@ -81,6 +81,12 @@ impl ServerBuilder {
     }
 }
 
+impl crate::MethodKinds for Inner {
+    fn kind(&self, method_id: u32) -> Option<crate::codegen::MethodKind> {
+        self.router.get(method_id).map(|route| route.method.kind)
+    }
+}
+
 impl Server {
     /// A builder.
     pub fn builder() -> ServerBuilder {

@@ -1,0 +1,802 @@
+//! The server side: an HTTP/2 connection from a gRPC client, as a [`Connection`] whose
+//! frames are its calls.
+//!
+//! A driver task runs the HTTP/2 connection and starts a task per gRPC call. The call's
+//! task turns the request into the framework's frames for the server (`recv`), and the
+//! server's frames for the call (`send`, routed to it by call id) into the HTTP/2
+//! response: headers, length-prefixed messages, trailers with `grpc-status`. Bounds:
+//! the HTTP/2 windows (stream and connection) bound what a client may send before the
+//! server reads it; a call's task holds at most one window's worth of request messages
+//! the server has not been granted yet, and sends response messages only as HTTP/2 flow
+//! control lets it, granting the server a message's window back once it went out, so a
+//! client that does not read holds at most the server's stream window per call.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::Poll;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use parking_lot::Mutex;
+use rpc_core::codegen::{method_id, MethodKind};
+use rpc_core::wire::{encode_head, Flags, Frame, FrameKind, Header, HEADER_LEN};
+use rpc_core::{Code, Connection, Metadata, MethodKinds, Status, TransportError, MAX_METADATA_LEN};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, watch};
+
+use crate::deframe::{self, Deframer};
+use crate::text;
+
+/// Settings of the gRPC side of a server.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct GrpcConfig {
+    /// Largest request message accepted (a larger one fails its call with
+    /// `RESOURCE_EXHAUSTED`, told from its prefix, before it is buffered). Default 4 MiB.
+    pub max_message_size: usize,
+    /// Calls open at once on one HTTP/2 connection (`SETTINGS_MAX_CONCURRENT_STREAMS`):
+    /// further ones are refused by HTTP/2. Default 256.
+    pub max_concurrent_streams: u32,
+    /// HTTP/2 window of each call's request body: what a client may send before the
+    /// server reads it. Default 1 MiB.
+    pub stream_window: u32,
+    /// HTTP/2 window of the whole connection. Default 16 MiB.
+    pub connection_window: u32,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        GrpcConfig {
+            max_message_size: rpc_core::DEFAULT_MAX_MESSAGE_SIZE,
+            max_concurrent_streams: 256,
+            stream_window: rpc_core::DEFAULT_STREAM_WINDOW,
+            connection_window: 16 << 20,
+        }
+    }
+}
+
+impl GrpcConfig {
+    /// Sets [`GrpcConfig::max_message_size`].
+    pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {
+        self.max_message_size = bytes;
+        self
+    }
+}
+
+/// One HTTP/2 connection of a gRPC client, as the server sees it: see the module docs.
+#[derive(Debug)]
+pub struct GrpcConnection {
+    shared: Arc<Shared>,
+    incoming: tokio::sync::Mutex<mpsc::Receiver<Bytes>>,
+    peer: String,
+    peer_addr: Option<SocketAddr>,
+}
+
+struct Shared {
+    config: GrpcConfig,
+    /// The server's frames for each open call, by call id.
+    calls: Mutex<HashMap<u64, mpsc::UnboundedSender<Bytes>>>,
+    methods: OnceLock<Arc<dyn MethodKinds>>,
+    /// Set once the server told its methods (the driver waits for it).
+    ready: watch::Sender<bool>,
+    /// Set when the server sent GOAWAY: HTTP/2's graceful shutdown.
+    goaway: watch::Sender<bool>,
+    /// Set by `close`: the connection is dropped at once.
+    closed: watch::Sender<bool>,
+    next_call: AtomicU64,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("calls", &self.calls.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Frames queued for the server (`recv`) across all calls: a server that stops reading
+/// stops the calls' tasks, which stop reading their bodies (HTTP/2 flow control).
+const INCOMING_FRAMES: usize = 256;
+
+impl GrpcConnection {
+    /// Runs the server side of HTTP/2 on `io`, whose first bytes (the connection
+    /// preface) are still to be read from it or were read into `already_read`.
+    ///
+    /// # Errors
+    /// The HTTP/2 handshake failed.
+    pub async fn accept<T>(
+        io: T,
+        already_read: &[u8],
+        config: &GrpcConfig,
+        peer_addr: Option<SocketAddr>,
+    ) -> Result<GrpcConnection, TransportError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let io = Rewind::new(io, Bytes::copy_from_slice(already_read));
+        let mut builder = h2::server::Builder::new();
+        builder
+            .max_concurrent_streams(config.max_concurrent_streams)
+            .initial_window_size(config.stream_window)
+            .initial_connection_window_size(config.connection_window)
+            .max_header_list_size((MAX_METADATA_LEN + 16 * 1024) as u32)
+            .max_send_buffer_size(64 * 1024);
+        let connection = builder
+            .handshake(io)
+            .await
+            .map_err(|e| TransportError::Other(format!("HTTP/2 handshake: {e}")))?;
+        let (tx, rx) = mpsc::channel(INCOMING_FRAMES);
+        let shared = Arc::new(Shared {
+            config: config.clone(),
+            calls: Mutex::default(),
+            methods: OnceLock::new(),
+            ready: watch::channel(false).0,
+            goaway: watch::channel(false).0,
+            closed: watch::channel(false).0,
+            next_call: AtomicU64::new(1),
+        });
+        tokio::spawn(drive(connection, shared.clone(), tx));
+        let peer = match peer_addr {
+            Some(addr) => format!("grpc://{addr}"),
+            None => "grpc://?".into(),
+        };
+        Ok(GrpcConnection {
+            shared,
+            incoming: tokio::sync::Mutex::new(rx),
+            peer,
+            peer_addr,
+        })
+    }
+}
+
+impl Connection for GrpcConnection {
+    type SendBuf = BytesMut;
+    type RecvBuf = Bytes;
+
+    async fn alloc(&self, len: usize) -> Result<BytesMut, TransportError> {
+        let max = HEADER_LEN + MAX_METADATA_LEN + self.shared.config.max_message_size;
+        if len > max {
+            return Err(TransportError::TooLarge { len, max });
+        }
+        Ok(BytesMut::with_capacity(len))
+    }
+
+    async fn send(&self, frame: BytesMut) -> Result<(), TransportError> {
+        if *self.shared.closed.borrow() {
+            return Err(TransportError::Closed);
+        }
+        let frame = frame.freeze();
+        // A buffer may hold several frames back to back (runs of stream messages).
+        let mut at = 0;
+        while at < frame.len() {
+            let header = match Header::decode(&frame[at..]) {
+                Ok(Some(header)) if at + header.frame_len() <= frame.len() => header,
+                _ => return Err(TransportError::Other("a malformed frame to send".into())),
+            };
+            let one = frame.slice(at..at + header.frame_len());
+            at += header.frame_len();
+            match header.kind {
+                FrameKind::GoAway => {
+                    self.shared.goaway.send_replace(true);
+                }
+                FrameKind::Pong | FrameKind::Ping => {}
+                _ => {
+                    let call = self.shared.calls.lock().get(&header.call_id).cloned();
+                    // A call that ended (its client reset it) takes nothing more.
+                    if let Some(call) = call {
+                        let _ = call.send(one);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn recv(&self) -> Result<Option<Bytes>, TransportError> {
+        Ok(self.incoming.lock().await.recv().await)
+    }
+
+    fn recv_ready(&self, out: &mut Vec<Bytes>, max: usize) {
+        if let Ok(mut incoming) = self.incoming.try_lock() {
+            while out.len() < max {
+                match incoming.try_recv() {
+                    Ok(frame) => out.push(frame),
+                    Err(_) => return,
+                }
+            }
+        }
+    }
+
+    fn close(&self) {
+        self.shared.closed.send_replace(true);
+    }
+
+    fn serving(&self, methods: Arc<dyn MethodKinds>) {
+        let _ = self.shared.methods.set(methods);
+        self.shared.ready.send_replace(true);
+    }
+
+    fn peer(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer_addr
+    }
+}
+
+impl Drop for GrpcConnection {
+    fn drop(&mut self) {
+        self.shared.closed.send_replace(true);
+    }
+}
+
+/// Runs the HTTP/2 connection: accepts calls (once the server told its methods) until
+/// the client goes, the server closes, or a graceful shutdown completes.
+async fn drive<T>(
+    mut connection: h2::server::Connection<Rewind<T>, Bytes>,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Bytes>,
+) where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut ready = shared.ready.subscribe();
+    let mut goaway = shared.goaway.subscribe();
+    let mut closed = shared.closed.subscribe();
+    tokio::select! {
+        () = set(&mut ready) => {}
+        () = set(&mut closed) => return,
+    }
+    let mut going_away = false;
+    loop {
+        tokio::select! {
+            accepted = connection.accept() => match accepted {
+                Some(Ok((request, respond))) => {
+                    let call_id = shared.next_call.fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(call(shared.clone(), tx.clone(), call_id, request, respond));
+                }
+                Some(Err(e)) => {
+                    tracing::debug!("HTTP/2 connection ended: {e}");
+                    break;
+                }
+                None => break,
+            },
+            () = set(&mut goaway), if !going_away => {
+                going_away = true;
+                connection.graceful_shutdown();
+                // The server waits for the client's acknowledgement of its GOAWAY: HTTP/2
+                // refuses new streams from here on, which is what it would acknowledge.
+                let _ = tx.send(control(FrameKind::GoAway, 0)).await;
+            }
+            () = set(&mut closed) => {
+                connection.abrupt_shutdown(h2::Reason::NO_ERROR);
+                break;
+            }
+        }
+    }
+    // The calls' tasks end with their streams; the server sees the end once they and this
+    // sender are gone.
+}
+
+/// Resolves once the flag is set (or its sender is gone).
+async fn set(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|set| *set).await.map(|_| ());
+}
+
+/// A frame with no body.
+fn control(kind: FrameKind, call_id: u64) -> Bytes {
+    Bytes::copy_from_slice(&Header::new(kind, call_id).encode())
+}
+
+/// A frame with `metadata` and `payload`.
+fn frame(mut header: Header, metadata: &Metadata, payload: &[u8]) -> Bytes {
+    header.payload_len = payload.len() as u32;
+    let mut buf = BytesMut::with_capacity(HEADER_LEN + metadata.encoded_len() + payload.len());
+    encode_head(&mut header, metadata, &mut buf);
+    buf.put_slice(payload);
+    buf.freeze()
+}
+
+/// Answers a call the server never saw, with only trailers.
+fn refuse(respond: &mut SendResponse<Bytes>, status: &Status) {
+    let mut response = Response::new(());
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+    status_headers(headers, status.code(), status.message());
+    let _ = respond.send_response(response, true);
+}
+
+fn status_headers(headers: &mut HeaderMap, code: Code, message: &str) {
+    headers.insert("grpc-status", HeaderValue::from(code as u8 as u32));
+    if !message.is_empty() {
+        if let Ok(value) = HeaderValue::from_str(&text::percent_encode(message)) {
+            headers.insert("grpc-message", value);
+        }
+    }
+}
+
+/// One gRPC call: see the module docs.
+async fn call(
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Bytes>,
+    call_id: u64,
+    request: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+) {
+    let (parts, body) = request.into_parts();
+    let grpc = parts
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if !grpc || parts.method != http::Method::POST {
+        // Not gRPC: HTTP's answer (gRPC's spec: 415 for a wrong content type).
+        let mut response = Response::new(());
+        *response.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+        let _ = respond.send_response(response, true);
+        return;
+    }
+    if let Some(encoding) = parts.headers.get("grpc-encoding") {
+        if encoding != "identity" {
+            let status = Status::unimplemented(format!(
+                "grpc-encoding {encoding:?} is not supported; send uncompressed messages"
+            ));
+            return refuse(&mut respond, &status);
+        }
+    }
+    let timeout = match parts.headers.get("grpc-timeout") {
+        None => None,
+        Some(value) => match text::parse_timeout(value.as_bytes()) {
+            Some(timeout) => Some(timeout),
+            None => return refuse(&mut respond, &Status::internal("malformed grpc-timeout")),
+        },
+    };
+    let metadata = text::metadata_from(&parts.headers);
+    if metadata.check().is_err() || metadata.encoded_len() > MAX_METADATA_LEN {
+        return refuse(
+            &mut respond,
+            &Status::resource_exhausted("request metadata over the limit"),
+        );
+    }
+    let path = parts.uri.path();
+    let id = method_id(path);
+    let kind = shared
+        .methods
+        .get()
+        .and_then(|m| m.kind(id))
+        .unwrap_or(MethodKind::Unary);
+    let (frames_tx, frames) = mpsc::unbounded_channel();
+    shared.calls.lock().insert(call_id, frames_tx);
+    let mut call = Call {
+        shared: shared.clone(),
+        tx,
+        call_id,
+        kind,
+        body,
+        respond,
+        sending: None,
+        out: VecDeque::new(),
+        finished: None,
+        headers_sent: false,
+        done: false,
+    };
+    let mut header = Header::new(FrameKind::Request, call_id);
+    header.method_id = id;
+    header.timeout_us = timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX.into()) as u64);
+    call.run(header, &metadata, frames).await;
+    shared.calls.lock().remove(&call_id);
+}
+
+struct Call {
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Bytes>,
+    call_id: u64,
+    kind: MethodKind,
+    body: RecvStream,
+    respond: SendResponse<Bytes>,
+    /// The response body, once the headers went out.
+    sending: Option<SendStream<Bytes>>,
+    /// Response messages (prefixed) waiting for HTTP/2 flow control, with the window
+    /// each took from the server.
+    out: VecDeque<(Bytes, usize)>,
+    /// The server's final frame, sent once `out` is empty.
+    finished: Option<Bytes>,
+    headers_sent: bool,
+    /// The final status went out.
+    done: bool,
+}
+
+/// What a call's HTTP/2 stream did.
+enum Wait {
+    /// This many bytes may be sent.
+    Capacity(usize),
+    /// The client reset the call (or the connection went).
+    Reset,
+}
+
+/// Why a call's task stops early.
+enum Stop {
+    /// The client reset the call or the connection went: the server is told (CANCEL).
+    Cancelled,
+    /// The server stopped reading this connection for good.
+    ServerGone,
+}
+
+impl Call {
+    async fn run(
+        &mut self,
+        mut header: Header,
+        metadata: &Metadata,
+        mut frames: mpsc::UnboundedReceiver<Bytes>,
+    ) {
+        let max = self.shared.config.max_message_size;
+        let window = self.shared.config.stream_window;
+        if self.kind.server_streams() {
+            header.credits = window;
+        }
+        let result = if self.kind.client_streams() {
+            self.stream_requests(header, metadata, &mut frames, max)
+                .await
+        } else {
+            match self.one_request(max).await {
+                Ok(message) => {
+                    header.flags = Flags::END_STREAM;
+                    self.to_server(frame(header, metadata, &message)).await
+                }
+                Err(Some(status)) => {
+                    refuse(&mut self.respond, &status);
+                    return;
+                }
+                Err(None) => return, // reset before the request was complete
+            }
+        };
+        let result = match result {
+            Ok(()) => self.respond_until_done(&mut frames).await,
+            Err(stop) => Err(stop),
+        };
+        if let Err(Stop::Cancelled) = result {
+            let _ = self.tx.send(control(FrameKind::Cancel, self.call_id)).await;
+        }
+    }
+
+    /// The one message of a unary or server-streaming request, read to the end of the
+    /// body. `Err(None)`: the client went.
+    async fn one_request(&mut self, max: usize) -> Result<Bytes, Option<Status>> {
+        let mut deframer = Deframer::default();
+        let mut message = None;
+        while let Some(chunk) = self.body.data().await {
+            let chunk = chunk.map_err(|_| None)?;
+            let _ = self.body.flow_control().release_capacity(chunk.len());
+            deframer.push(&chunk);
+            while let Some(next) = deframer.next(max).map_err(Some)? {
+                if message.replace(next).is_some() {
+                    return Err(Some(Status::unimplemented(
+                        "more than one request message for a method that takes one",
+                    )));
+                }
+            }
+        }
+        if deframer.held() > 0 {
+            return Err(Some(Status::internal("the request ended inside a message")));
+        }
+        message.ok_or_else(|| Some(Status::unimplemented("no request message")))
+    }
+
+    /// A client-streaming or bidirectional call: the opening request, then the body's
+    /// messages as the server grants its window, while answering the server's frames.
+    async fn stream_requests(
+        &mut self,
+        mut header: Header,
+        metadata: &Metadata,
+        frames: &mut mpsc::UnboundedReceiver<Bytes>,
+        max: usize,
+    ) -> Result<(), Stop> {
+        if self.kind.server_streams() {
+            header.credits = self.shared.config.stream_window;
+        }
+        self.to_server(frame(header, metadata, &[])).await?;
+        let mut deframer = Deframer::default();
+        let mut queued: VecDeque<Bytes> = VecDeque::new();
+        let mut queued_bytes = 0usize;
+        let mut window: i64 = 0;
+        let mut body_done = false;
+        let limit = self.shared.config.stream_window as usize;
+        loop {
+            // Messages within the server's window go up.
+            while window > 0 {
+                let Some(message) = queued.pop_front() else {
+                    break;
+                };
+                queued_bytes -= message.len();
+                window -= (HEADER_LEN + message.len()) as i64;
+                let m = Header::new(FrameKind::Message, self.call_id);
+                self.to_server(frame(m, &Metadata::new(), &message)).await?;
+            }
+            if body_done && queued.is_empty() {
+                let mut end = Header::new(FrameKind::Message, self.call_id);
+                end.flags = Flags::END_STREAM;
+                self.to_server(frame(end, &Metadata::new(), &[])).await?;
+                return Ok(());
+            }
+            if self.finished.is_some() && self.out.is_empty() {
+                // The server ended the call before the client finished sending.
+                return self.finish();
+            }
+            tokio::select! {
+                chunk = self.body.data(), if !body_done && queued_bytes + deframer.held() < limit => {
+                    match chunk {
+                        Some(Ok(chunk)) => {
+                            let _ = self.body.flow_control().release_capacity(chunk.len());
+                            deframer.push(&chunk);
+                            loop {
+                                match deframer.next(max) {
+                                    Ok(Some(message)) => {
+                                        queued_bytes += message.len();
+                                        queued.push_back(message);
+                                    }
+                                    Ok(None) => break,
+                                    Err(status) => {
+                                        // The server's call is told to stop; the client gets the reason.
+                                        let _ = self.tx.send(control(FrameKind::Cancel, self.call_id)).await;
+                                        self.fail(&status);
+                                        return Err(Stop::ServerGone);
+                                    }
+                                }
+                            }
+                        }
+                        Some(Err(_)) => return Err(Stop::Cancelled),
+                        None => body_done = true,
+                    }
+                }
+                frame = frames.recv() => {
+                    let Some(frame) = frame else { return Err(Stop::ServerGone) };
+                    if let Some(credits) = self.on_server_frame(frame)? {
+                        window += i64::from(credits);
+                    }
+                }
+                wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out) => {
+                    self.sent(wait).await?;
+                }
+            }
+        }
+    }
+
+    /// After the request: the server's frames until its final one went out.
+    async fn respond_until_done(
+        &mut self,
+        frames: &mut mpsc::UnboundedReceiver<Bytes>,
+    ) -> Result<(), Stop> {
+        loop {
+            if self.done {
+                return Ok(());
+            }
+            if self.finished.is_some() && self.out.is_empty() {
+                return self.finish();
+            }
+            tokio::select! {
+                frame = frames.recv() => {
+                    let Some(frame) = frame else { return Err(Stop::ServerGone) };
+                    // Window updates for a request stream that ended: nothing to send.
+                    self.on_server_frame(frame)?;
+                }
+                wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out) => {
+                    self.sent(wait).await?;
+                }
+            }
+        }
+    }
+
+    /// Waits until HTTP/2 lets the first queued message (or part of it) go, or the
+    /// client resets the call.
+    async fn wait_stream(
+        respond: &mut SendResponse<Bytes>,
+        sending: &mut Option<SendStream<Bytes>>,
+        out: &VecDeque<(Bytes, usize)>,
+    ) -> Wait {
+        std::future::poll_fn(|cx| match sending {
+            Some(stream) => {
+                if stream.poll_reset(cx).is_ready() {
+                    return Poll::Ready(Wait::Reset);
+                }
+                if let Some((data, _)) = out.front() {
+                    stream.reserve_capacity(data.len());
+                    match stream.poll_capacity(cx) {
+                        Poll::Ready(Some(Ok(0))) | Poll::Pending => {}
+                        Poll::Ready(Some(Ok(n))) => return Poll::Ready(Wait::Capacity(n)),
+                        Poll::Ready(_) => return Poll::Ready(Wait::Reset),
+                    }
+                }
+                Poll::Pending
+            }
+            None => match respond.poll_reset(cx) {
+                Poll::Ready(_) => Poll::Ready(Wait::Reset),
+                Poll::Pending => Poll::Pending,
+            },
+        })
+        .await
+    }
+
+    /// Sends what HTTP/2 now allows of the first queued message; a message that went out
+    /// whole gives the server its window back.
+    async fn sent(&mut self, wait: Wait) -> Result<(), Stop> {
+        let Wait::Capacity(capacity) = wait else {
+            return Err(Stop::Cancelled);
+        };
+        let stream = self.sending.as_mut().expect("capacity needs a stream");
+        let (data, charged) = self.out.front_mut().expect("capacity needs data");
+        let n = capacity.min(data.len());
+        let part = data.split_to(n);
+        if stream.send_data(part, false).is_err() {
+            return Err(Stop::Cancelled);
+        }
+        if data.is_empty() {
+            let charged = *charged;
+            self.out.pop_front();
+            let mut grant = Header::new(FrameKind::WindowUpdate, self.call_id);
+            grant.credits = charged.min(u32::MAX as usize) as u32;
+            self.to_server(Bytes::copy_from_slice(&grant.encode()))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// One frame from the server for this call. Returns the credits of a window update
+    /// (for the request stream).
+    fn on_server_frame(&mut self, buf: Bytes) -> Result<Option<u32>, Stop> {
+        let Ok(frame) = Frame::parse(&buf) else {
+            return Ok(None);
+        };
+        let header = frame.header;
+        match header.kind {
+            FrameKind::WindowUpdate => return Ok(Some(header.credits)),
+            FrameKind::Message => {
+                if !self.headers_sent {
+                    self.send_headers(&Metadata::new(), false)?;
+                }
+                self.out
+                    .push_back((deframe::frame(frame.payload), header.frame_len()));
+            }
+            FrameKind::Response if !header.flags.contains(Flags::END_STREAM) => {
+                let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
+                self.send_headers(&metadata, false)?;
+            }
+            FrameKind::Response => self.finished = Some(buf),
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn send_headers(&mut self, metadata: &Metadata, end: bool) -> Result<(), Stop> {
+        let mut response = Response::new(());
+        let headers = response.headers_mut();
+        headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+        text::append_metadata(headers, metadata);
+        self.headers_sent = true;
+        match self.respond.send_response(response, end) {
+            Ok(stream) => {
+                self.sending = Some(stream);
+                Ok(())
+            }
+            Err(_) => Err(Stop::Cancelled),
+        }
+    }
+
+    /// The server's final frame: status and trailers (with the response message of a
+    /// unary or client-streaming call).
+    fn finish(&mut self) -> Result<(), Stop> {
+        self.done = true;
+        let buf = self.finished.take().expect("finished");
+        let Ok(frame) = Frame::parse(&buf) else {
+            self.fail(&Status::internal("malformed response"));
+            return Ok(());
+        };
+        let code = Code::from_u8(frame.header.status);
+        let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
+        if code != Code::Ok {
+            let message = String::from_utf8_lossy(frame.payload).into_owned();
+            self.fail(&Status::new(code, message));
+            return Ok(());
+        }
+        let mut trailers = HeaderMap::new();
+        status_headers(&mut trailers, Code::Ok, "");
+        if self.kind.server_streams() {
+            // A stream's end: its metadata block is the trailers.
+            if !self.headers_sent {
+                self.send_headers(&Metadata::new(), false)?;
+            }
+            text::append_metadata(&mut trailers, &metadata);
+        } else {
+            // The one response message; this framework's wire carries its headers and
+            // trailers as one block, sent here as headers.
+            if !self.headers_sent {
+                self.send_headers(&metadata, false)?;
+            }
+            let stream = self.sending.as_mut().expect("headers sent");
+            // HTTP/2 buffers it, and the call's task is done with it: a response is
+            // bounded by the server's message limit.
+            if stream
+                .send_data(deframe::frame(frame.payload), false)
+                .is_err()
+            {
+                return Err(Stop::Cancelled);
+            }
+        }
+        let stream = self.sending.as_mut().expect("headers sent");
+        stream.send_trailers(trailers).map_err(|_| Stop::Cancelled)
+    }
+
+    /// Ends the call with `status`: trailers-only if nothing was sent yet.
+    fn fail(&mut self, status: &Status) {
+        self.done = true;
+        match self.sending.as_mut() {
+            Some(stream) => {
+                let mut trailers = HeaderMap::new();
+                status_headers(&mut trailers, status.code(), status.message());
+                let _ = stream.send_trailers(trailers);
+            }
+            None => refuse(&mut self.respond, status),
+        }
+    }
+
+    async fn to_server(&self, frame: Bytes) -> Result<(), Stop> {
+        self.tx.send(frame).await.map_err(|_| Stop::ServerGone)
+    }
+}
+
+/// An I/O object whose first bytes were already read: they are read again first.
+#[derive(Debug)]
+struct Rewind<T> {
+    prefix: Bytes,
+    io: T,
+}
+
+impl<T> Rewind<T> {
+    fn new(io: T, prefix: Bytes) -> Rewind<T> {
+        Rewind { prefix, io }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            let part = self.prefix.split_to(n);
+            buf.put_slice(&part);
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
