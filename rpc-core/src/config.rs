@@ -114,7 +114,7 @@ pub struct ServerConfig {
     /// Most calls running at once on one connection, so that one client cannot take
     /// every server-wide permit. Default 256.
     pub max_concurrent_calls_per_connection: usize,
-    /// Most calls running at once from one peer (an IP address), over all its
+    /// Most calls running at once from one peer (an IPv4 address or an IPv6 /64), over all its
     /// connections: a peer that opens many connections and holds a call open on each
     /// (an idle stream, a call whose response it does not read) still leaves the rest
     /// of [`ServerConfig::max_concurrent_calls`] to others. Default 1024, a quarter of
@@ -145,12 +145,12 @@ pub struct ServerConfig {
     /// this plus one message. Granted when the call starts (a call waiting for a permit
     /// is granted nothing). Default [`DEFAULT_STREAM_WINDOW`].
     pub stream_window: u32,
-    /// Most frame bytes of request-stream messages one connection's handlers may leave
-    /// unread, summed over its streams: past it the server stops reading the connection
-    /// (backpressure on that client only) until the handlers consume some. Each stream
-    /// keeps to its window, but without this a client with many streams could make the
-    /// server hold every stream's window plus one large message. It may be passed by one
-    /// message. Default 32 MiB.
+    /// Most bytes of window the server grants one connection's request streams together:
+    /// each stream's window comes out of it when its call starts and goes back as its
+    /// handler reads (or when the call ends); a stream that finds no room waits, its
+    /// window spent, until another gives some back. The server keeps reading the
+    /// connection meanwhile. What the request streams buffer is then at most this plus
+    /// one message per stream granted a window. Default 32 MiB.
     pub max_stream_bytes_per_connection: usize,
 }
 

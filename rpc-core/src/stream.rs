@@ -14,8 +14,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
@@ -26,56 +25,77 @@ use crate::control::ControlQueue;
 use crate::wire::{INITIAL_STREAM_WINDOW, MAX_STREAM_WINDOW};
 use crate::{Code, Metadata, Payload, Request, Status};
 
-/// What the inboxes of one connection hold together (frame bytes received and not yet
-/// consumed), against a bound past which the connection's reader stops reading: each
-/// stream keeps to its window, but a peer with many streams, each sent its window and a
-/// large message, would otherwise make the sum `calls x (window + message)`.
+/// The windows the inboxes of one connection may grant together: each stream keeps to
+/// its window, but a peer with many streams would otherwise make the sum `calls x
+/// window`. A window is granted from the budget and given back as its messages are
+/// consumed (or the stream ends); an inbox that finds no room waits, with its window
+/// spent, until another gives some back. The reader never stops reading for it (control
+/// frames, cancellations and the end of the connection are always seen).
 #[derive(Debug)]
 pub(crate) struct Budget {
-    buffered: AtomicUsize,
     limit: usize,
-    room: tokio::sync::Notify,
+    state: Mutex<BudgetState>,
 }
+
+#[derive(Debug, Default)]
+struct BudgetState {
+    /// Windows granted and not given back.
+    committed: usize,
+    /// Inboxes that want to grant more, in the order they asked.
+    waiting: VecDeque<Weak<Inbox>>,
+}
+
+/// The smallest grant worth a window update (a smaller want is granted whole or not).
+const MIN_GRANT: usize = 4096;
 
 impl Budget {
     pub(crate) fn new(limit: usize) -> Budget {
         Budget {
-            buffered: AtomicUsize::new(0),
             limit,
-            room: tokio::sync::Notify::new(),
+            state: Mutex::default(),
         }
     }
 
-    fn take(&self, bytes: usize) {
-        self.buffered.fetch_add(bytes, Ordering::Relaxed);
+    /// Up to `wanted` bytes of window, as far as the budget has room (nothing if less
+    /// than `wanted` or [`MIN_GRANT`], whichever is smaller, is left).
+    fn commit(&self, wanted: usize) -> usize {
+        let mut state = self.state.lock();
+        let got = wanted.min(self.limit.saturating_sub(state.committed));
+        if got < wanted.min(MIN_GRANT) {
+            return 0;
+        }
+        state.committed += got;
+        got
     }
 
-    fn give(&self, bytes: usize) {
+    fn wait(&self, inbox: Weak<Inbox>) {
+        self.state.lock().waiting.push_back(inbox);
+    }
+
+    /// Gives `bytes` back; the inboxes waiting for room, to retry.
+    #[must_use]
+    fn release(&self, bytes: usize) -> Vec<Weak<Inbox>> {
         if bytes == 0 {
-            return;
+            return Vec::new();
         }
-        let before = self.buffered.fetch_sub(bytes, Ordering::AcqRel);
-        if before > self.limit && before - bytes <= self.limit {
-            self.room.notify_one();
-        }
+        let mut state = self.state.lock();
+        state.committed = state.committed.saturating_sub(bytes);
+        state.waiting.drain(..).collect()
     }
 
-    /// Whether the inboxes hold more than the bound (the reader stops reading).
-    pub(crate) fn full(&self) -> bool {
-        self.buffered.load(Ordering::Acquire) > self.limit
-    }
-
-    /// Resolves once the inboxes hold no more than the bound.
-    pub(crate) async fn room(&self) {
-        while self.full() {
-            self.room.notified().await;
-        }
-    }
-
-    /// Frame bytes held now.
+    /// Windows granted and not given back.
     #[cfg(test)]
-    pub(crate) fn buffered(&self) -> usize {
-        self.buffered.load(Ordering::Acquire)
+    pub(crate) fn committed(&self) -> usize {
+        self.state.lock().committed
+    }
+}
+
+/// Lets the inboxes that waited for room grant what they could not.
+fn retry(waiting: Vec<Weak<Inbox>>) {
+    for inbox in waiting {
+        if let Some(inbox) = inbox.upgrade() {
+            inbox.retry_grant();
+        }
     }
 }
 
@@ -85,8 +105,10 @@ pub(crate) struct Inbox {
     call_id: u64,
     /// Where window updates go (sent by the connection's control task).
     control: Arc<ControlQueue>,
-    /// The connection's bound on what its inboxes hold, if it has one.
+    /// The connection's bound on the windows its inboxes grant, if it has one.
     budget: Option<Arc<Budget>>,
+    /// This inbox, to wait for room in the budget.
+    me: Weak<Inbox>,
     state: Mutex<InboxState>,
 }
 
@@ -99,6 +121,12 @@ struct InboxState {
     target: u32,
     /// Bytes consumed and not yet granted back.
     unreturned: u64,
+    /// Window granted from the budget and not given back (with a budget).
+    holding: u64,
+    /// Window this side wants to grant but the budget had no room for.
+    deferred: u64,
+    /// Whether this inbox waits in the budget's queue.
+    waiting: bool,
     /// Response headers (client side), until taken.
     headers: Option<Metadata>,
     end: End,
@@ -130,11 +158,15 @@ impl Inbox {
             call_id,
             control,
             budget: None,
+            me: Weak::new(),
             state: Mutex::new(InboxState {
                 queue: VecDeque::new(),
                 window: i64::from(granted.min(target)),
                 target,
                 unreturned: 0,
+                holding: 0,
+                deferred: 0,
+                waiting: false,
                 headers: None,
                 end: End::Open,
                 waker: None,
@@ -142,23 +174,84 @@ impl Inbox {
         }
     }
 
-    /// Counts what this inbox holds against `budget`.
-    pub(crate) fn with_budget(mut self, budget: Arc<Budget>) -> Inbox {
-        self.budget = Some(budget);
-        self
+    /// An inbox that grants its windows from `budget` and has granted nothing yet (a
+    /// server's request stream, granted its window when the call starts).
+    pub(crate) fn with_budget(
+        call_id: u64,
+        control: Arc<ControlQueue>,
+        target: u32,
+        budget: Arc<Budget>,
+    ) -> Arc<Inbox> {
+        Arc::new_cyclic(|me| {
+            let mut inbox = Inbox::new(call_id, control, target, 0);
+            inbox.budget = Some(budget);
+            inbox.me = me.clone();
+            inbox
+        })
     }
 
-    /// Gives `bytes` (no longer held) back to the connection's budget.
-    fn release(&self, bytes: usize) {
-        if let Some(budget) = &self.budget {
-            budget.give(bytes);
+    /// Grants the peer `wanted` more bytes (and what was deferred), as far as the budget
+    /// allows; the rest waits for room.
+    fn grant(&self, state: &mut InboxState, wanted: u64) {
+        let Some(budget) = &self.budget else {
+            state.window += wanted as i64;
+            self.control
+                .window(self.call_id, wanted.min(u64::from(u32::MAX)) as u32);
+            return;
+        };
+        let total = wanted + std::mem::take(&mut state.deferred);
+        let got = budget.commit(total.min(u64::from(u32::MAX)) as usize) as u64;
+        state.deferred = total - got;
+        if got > 0 {
+            state.holding += got;
+            state.window += got as i64;
+            self.control.window(self.call_id, got as u32);
+        }
+        if state.deferred > 0 && !state.waiting {
+            state.waiting = true;
+            budget.wait(self.me.clone());
         }
     }
 
-    /// Empties the queue (its messages are of no use any more).
-    fn clear(&self, state: &mut InboxState) {
-        let held: usize = state.queue.drain(..).map(|(_, c)| c as usize).sum();
-        self.release(held);
+    /// The budget has room again: grants what was deferred.
+    fn retry_grant(&self) {
+        let mut state = self.state.lock();
+        state.waiting = false;
+        if matches!(state.end, End::Open) && state.deferred > 0 {
+            self.grant(&mut state, 0);
+        }
+    }
+
+    /// Gives `bytes` of this inbox's window back to the budget (those that backed
+    /// consumed messages, or all of it when the stream ends); returns who to retry.
+    #[must_use]
+    fn give_back(&self, state: &mut InboxState, bytes: u64) -> Vec<Weak<Inbox>> {
+        let Some(budget) = &self.budget else {
+            return Vec::new();
+        };
+        let bytes = bytes.min(state.holding);
+        state.holding -= bytes;
+        budget.release(bytes as usize)
+    }
+
+    /// The stream takes no more messages: the window not backing queued ones (and
+    /// anything deferred) goes back to the budget.
+    #[must_use]
+    fn stop_granting(&self, state: &mut InboxState) -> Vec<Weak<Inbox>> {
+        state.deferred = 0;
+        let queued: u64 = state.queue.iter().map(|(_, c)| u64::from(*c)).sum();
+        let unused = state.holding.saturating_sub(queued);
+        self.give_back(state, unused)
+    }
+
+    /// Empties the queue (its messages are of no use any more): the whole window goes
+    /// back to the budget.
+    #[must_use]
+    fn clear(&self, state: &mut InboxState) -> Vec<Weak<Inbox>> {
+        state.queue.clear();
+        state.deferred = 0;
+        let all = state.holding;
+        self.give_back(state, all)
     }
 
     /// Grants the peer the rest of the window (a window update).
@@ -166,8 +259,7 @@ impl Inbox {
         let mut state = self.state.lock();
         let rest = i64::from(state.target) - state.window;
         if rest > 0 && matches!(state.end, End::Open) {
-            state.window += rest;
-            self.control.window(self.call_id, rest as u32);
+            self.grant(&mut state, rest as u64);
         }
     }
 
@@ -212,9 +304,6 @@ impl Inbox {
                 let charged = charged.min(u32::MAX as usize);
                 state.window -= charged as i64;
                 state.queue.push_back((payload, charged as u32));
-                if let Some(budget) = &self.budget {
-                    budget.take(charged);
-                }
             }
             Ok(())
         })();
@@ -235,7 +324,10 @@ impl Inbox {
             }
             End::Failed(_) | End::Done => {}
         }
+        let waiting = self.stop_granting(&mut state);
         wake(&mut state);
+        drop(state);
+        retry(waiting);
         Ok(())
     }
 
@@ -247,19 +339,25 @@ impl Inbox {
         if matches!(state.end, End::Done | End::Failed(_)) {
             return;
         }
-        if discard {
-            self.clear(&mut state);
-        }
+        let waiting = if discard {
+            self.clear(&mut state)
+        } else {
+            self.stop_granting(&mut state)
+        };
         state.end = End::Failed(status);
         wake(&mut state);
+        drop(state);
+        retry(waiting);
     }
 
     /// The consumer is gone: frees what is queued and discards what comes.
     fn abandon(&self) {
         let mut state = self.state.lock();
-        self.clear(&mut state);
+        let waiting = self.clear(&mut state);
         state.end = End::Done;
         state.waker = None;
+        drop(state);
+        retry(waiting);
     }
 
     /// The stream ended: a window update still queued for it is dropped.
@@ -300,15 +398,15 @@ impl Inbox {
     fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Status>>> {
         let mut state = self.state.lock();
         if let Some((payload, charged)) = state.queue.pop_front() {
-            self.release(charged as usize);
+            let waiting = self.give_back(&mut state, u64::from(charged));
             state.unreturned += u64::from(charged);
             // Grant it back once half the window is consumed, while the peer still sends.
             if matches!(state.end, End::Open) && state.unreturned >= u64::from(state.target / 2) {
                 let credits = std::mem::take(&mut state.unreturned);
-                state.window += credits as i64;
-                self.control
-                    .window(self.call_id, credits.min(u64::from(u32::MAX)) as u32);
+                self.grant(&mut state, credits);
             }
+            drop(state);
+            retry(waiting);
             return Poll::Ready(Some(Ok(payload)));
         }
         match std::mem::replace(&mut state.end, End::Done) {
@@ -342,8 +440,11 @@ impl Inbox {
 impl Drop for Inbox {
     fn drop(&mut self) {
         let state = self.state.get_mut();
-        let held: usize = state.queue.iter().map(|(_, c)| *c as usize).sum();
-        self.release(held);
+        let held = state.holding;
+        state.holding = 0;
+        if let Some(budget) = &self.budget {
+            retry(budget.release(held as usize));
+        }
     }
 }
 
@@ -843,39 +944,67 @@ mod tests {
         assert_eq!(inbox.buffered(), 0, "discarded, not an error");
     }
 
+    /// The window updates queued for `call_id`, summed.
+    async fn granted(control: &ControlQueue, call_id: u64) -> u64 {
+        let batch = tokio::time::timeout(Duration::from_millis(50), control.next_batch())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        batch
+            .iter()
+            .filter(|(kind, id, _)| *kind == FrameKind::WindowUpdate && *id == call_id)
+            .map(|(_, _, credits)| u64::from(*credits))
+            .sum()
+    }
+
     #[tokio::test]
-    async fn the_connections_budget_counts_what_inboxes_hold_until_consumed_or_dropped() {
-        let budget = Arc::new(Budget::new(1000));
+    async fn windows_come_from_the_connections_budget_and_go_back_as_messages_are_read() {
+        let budget = Arc::new(Budget::new(10_000));
         let control = Arc::new(ControlQueue::default());
-        let a = Arc::new(Inbox::new(1, control.clone(), 4000, 4000).with_budget(budget.clone()));
-        let b = Arc::new(Inbox::new(2, control.clone(), 4000, 4000).with_budget(budget.clone()));
-        a.push(600, Bytes::from(vec![0; 560])).unwrap();
-        b.push(300, Bytes::from(vec![0; 260])).unwrap();
-        assert!(!budget.full(), "900 of 1000");
-        b.push(300, Bytes::from(vec![0; 260])).unwrap();
-        assert!(budget.full(), "1200 of 1000");
-        // Waiting for room resolves once a consumer takes a message.
-        let room = tokio::spawn({
-            let budget = budget.clone();
-            async move { budget.room().await }
-        });
-        tokio::task::yield_now().await;
-        assert!(!room.is_finished());
+        let a = Inbox::with_budget(1, control.clone(), 8000, budget.clone());
+        let b = Inbox::with_budget(2, control.clone(), 8000, budget.clone());
+        a.grant_rest();
+        assert_eq!(granted(&control, 1).await, 8000);
+        // 2,000 left: less than b's window and than the smallest grant; b waits.
+        b.grant_rest();
+        assert_eq!(granted(&control, 2).await, 0);
+        assert_eq!(budget.committed(), 8000);
+        // a's peer sends 6,000; reading 4,000 of it gives 4,000 back: b, waiting, takes
+        // room as soon as there is a grant's worth, never past the budget.
+        for _ in 0..6 {
+            a.push(1000, Bytes::from(vec![1; 960])).unwrap();
+        }
         let mut reader = Streaming::raw(a.clone(), Code::Internal);
-        assert_eq!(reader.message().await.unwrap().unwrap().len(), 560);
-        room.await.unwrap();
-        assert_eq!(budget.buffered(), 600);
-        // A discarding failure, a dropped consumer and a dropped inbox give back theirs.
-        b.fail(Status::cancelled("gone"), true);
-        assert_eq!(budget.buffered(), 0);
-        a.push(200, Bytes::from(vec![0; 160])).unwrap();
+        for _ in 0..4 {
+            reader.message().await.unwrap().unwrap();
+            assert!(budget.committed() <= 10_000);
+        }
+        let to_b = granted(&control, 2).await;
+        assert!(to_b >= MIN_GRANT as u64, "b got room: {to_b}");
+        assert!(budget.committed() <= 10_000);
+        // a's stream ends: all it held goes back, and b gets the rest of its window.
         drop(reader);
-        assert_eq!(budget.buffered(), 0, "abandoned");
-        let c = Inbox::new(3, control, 4000, 4000).with_budget(budget.clone());
-        c.push(700, Bytes::from(vec![0; 660])).unwrap();
-        assert_eq!(budget.buffered(), 700);
-        drop(c);
-        assert_eq!(budget.buffered(), 0, "dropped with a message queued");
+        assert_eq!(to_b + granted(&control, 2).await, 8000);
+        assert_eq!(budget.committed(), 8000);
+        // b fails (discarding its queue) or is dropped: everything goes back.
+        b.push(500, Bytes::from(vec![2; 460])).unwrap();
+        b.fail(Status::cancelled("gone"), true);
+        assert_eq!(budget.committed(), 0);
+        let c = Inbox::with_budget(3, control.clone(), 3000, budget.clone());
+        c.grant_rest();
+        assert_eq!(budget.committed(), 3000);
+        c.close(None).unwrap();
+        assert_eq!(
+            budget.committed(),
+            0,
+            "a half-closed stream's unused window goes back"
+        );
+        let d = Inbox::with_budget(4, control, 3000, budget.clone());
+        d.grant_rest();
+        d.push(1000, Bytes::from(vec![4; 960])).unwrap();
+        drop(d);
+        assert_eq!(budget.committed(), 0, "dropped with a message queued");
     }
 
     #[tokio::test]

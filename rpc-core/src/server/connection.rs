@@ -213,7 +213,7 @@ struct State<C: Connection> {
     streams: Streams,
     /// Window updates for the client's request streams (sent by the responder).
     control: Arc<ControlQueue>,
-    /// What the request streams hold together; the reader stops reading past it.
+    /// The windows the request streams may grant together.
     budget: Arc<Budget>,
     /// `None` while draining: no new handlers start.
     alive: Option<mpsc::Sender<()>>,
@@ -228,8 +228,6 @@ struct State<C: Connection> {
 enum Event<B> {
     Received(Result<Option<B>, crate::TransportError>),
     Admitted(Option<Permits>),
-    /// The request streams' buffers are back within their bound.
-    Room,
     Expiry,
     Shutdown(bool),
     HandlersDone,
@@ -264,10 +262,7 @@ impl<C: Connection> State<C> {
             let expiry = self.admission.next_deadline();
             let drain_end = drain.map(|s| s + self.inner.config.drain_timeout);
             let event = tokio::select! {
-                // Backpressure: the handlers' unread request messages are over the
-                // connection's bound; reading resumes once they consume some.
-                received = self.conn.recv(), if !self.budget.full() => Event::Received(received),
-                () = self.budget.room(), if self.budget.full() => Event::Room,
+                received = self.conn.recv() => Event::Received(received),
                 permits = async { acquiring.as_mut().expect("guarded").await }, if acquiring.is_some() => {
                     acquiring = None;
                     Event::Admitted(permits)
@@ -310,7 +305,7 @@ impl<C: Connection> State<C> {
                             .await;
                     }
                 }
-                Event::Shutdown(true) | Event::Room => {}
+                Event::Shutdown(true) => {}
                 Event::Shutdown(false) => return false,
                 Event::HandlersDone => handlers_done = true,
                 Event::DrainTimeout => {}
@@ -461,14 +456,11 @@ impl<C: Connection> State<C> {
                     "the request that opens a client stream carries no message",
                 ));
             }
-            let inbox = Arc::new(
-                Inbox::new(
-                    call_id,
-                    self.control.clone(),
-                    self.inner.config.stream_window,
-                    0,
-                )
-                .with_budget(self.budget.clone()),
+            let inbox = Inbox::with_budget(
+                call_id,
+                self.control.clone(),
+                self.inner.config.stream_window,
+                self.budget.clone(),
             );
             if ended {
                 // An empty request stream: the client half-closed with its request.

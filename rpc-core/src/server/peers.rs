@@ -23,6 +23,16 @@ struct PeerMap {
     sweep_at: usize,
 }
 
+/// What one peer is: an IPv4 address (an IPv4 client of a dual-stack socket is the
+/// same peer as over IPv4), or an IPv6 /64, the block a single host or site is given
+/// (any of its 2^64 addresses would otherwise be a peer of its own).
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        v4 => v4,
+    }
+}
+
 impl Peers {
     /// The share of the peer at `addr`: the one its other open connections use, or a new
     /// one of `permits`. A connection without an address is a peer of its own.
@@ -30,8 +40,7 @@ impl Peers {
         let Some(addr) = addr else {
             return Arc::new(Semaphore::new(permits));
         };
-        // An IPv4 client of a dual-stack socket is the same peer as over IPv4.
-        let ip = addr.ip().to_canonical();
+        let ip = peer_key(addr.ip());
         let mut map = self.inner.lock();
         if let Some(share) = map.shares.get(&ip).and_then(Weak::upgrade) {
             return share;
@@ -75,6 +84,16 @@ mod tests {
             "the share is spent for every connection"
         );
         assert!(other.try_acquire().is_ok());
+        // The addresses of one IPv6 /64 are one peer.
+        let v6 = peers.share(addr("[2001:db8:1:2::1]:1"), 4);
+        assert!(Arc::ptr_eq(
+            &v6,
+            &peers.share(addr("[2001:db8:1:2:ffff::9]:2"), 4)
+        ));
+        assert!(!Arc::ptr_eq(
+            &v6,
+            &peers.share(addr("[2001:db8:1:3::1]:1"), 4)
+        ));
         // Without an address: a share of its own each time.
         let (x, y) = (peers.share(None, 1), peers.share(None, 1));
         assert!(!Arc::ptr_eq(&x, &y));

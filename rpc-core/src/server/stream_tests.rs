@@ -414,69 +414,71 @@ async fn a_cancelled_stream_stops_sending() {
     assert!(more.is_err(), "nothing after the cancel: {more:?}");
 }
 
-/// A PING answered within `wait`: frames the server sends meanwhile are skipped.
-async fn pong_within(conn: &MemoryConnection, ping: u64, wait: Duration) -> bool {
+/// The window the server grants stream `call_id` within `wait`, skipping other frames
+/// (0 if none came); a PING sent first must be answered meanwhile.
+async fn grant_within(
+    conn: &MemoryConnection,
+    call_id: u64,
+    ping: u64,
+    wait: Duration,
+) -> (u32, bool) {
     send_control(conn, FrameKind::Ping, ping).await.unwrap();
     let until = tokio::time::Instant::now() + wait;
+    let (mut credits, mut pong) = (0, false);
     loop {
         let left = until.saturating_duration_since(tokio::time::Instant::now());
         match next_within(conn, left).await {
-            Ok(Some((h, _))) if h.kind == FrameKind::Pong && h.call_id == ping => return true,
+            Ok(Some((h, _))) if h.kind == FrameKind::Pong && h.call_id == ping => {
+                pong = true;
+                if credits > 0 {
+                    return (credits, pong);
+                }
+            }
+            Ok(Some((h, _))) if h.kind == FrameKind::WindowUpdate && h.call_id == call_id => {
+                credits += h.credits;
+                if pong {
+                    return (credits, pong);
+                }
+            }
             Ok(Some(_)) => continue,
-            Ok(None) | Err(()) => return false,
+            Ok(None) | Err(()) => return (credits, pong),
         }
     }
 }
 
-/// Three Echo streams whose responses the client does not read (it granted one byte),
-/// so their handlers stop reading requests: the client sends each a window's worth of
-/// requests (4 KiB). The handler's first message went out, its second waits for window,
-/// the last two stay queued (2,086 bytes per stream). With 5,000 bytes for the
-/// connection's streams, the server stops reading in the third stream (a PING goes
-/// unanswered) and reads again when the deadline ends the streams and frees their
-/// messages; with the default budget every PING is answered.
-async fn fill_three_streams(budget: Option<usize>) -> Vec<bool> {
+/// Two Echo streams on one connection whose request windows (4 KiB each) do not both
+/// fit in the connection's budget: the second is granted nothing until the first ends,
+/// while the server keeps reading the connection (its PINGs are answered, its CANCEL is
+/// seen). With the default budget both are granted at once.
+async fn second_stream_grant(budget: Option<usize>) -> [(u32, bool); 3] {
     let mut config = ServerConfig::default();
     config.stream_window(4096);
     if let Some(bytes) = budget {
         config.max_stream_bytes_per_connection(bytes);
     }
     let conn = serve(config);
-    let mut answered = Vec::new();
-    for stream in 0..3u64 {
-        let call_id = 10 + stream;
-        open(&conn, call_id, ECHO, None, 1, Duration::from_millis(1500)).await;
-        loop {
-            let (h, _) = next(&conn).await.expect("open");
-            if h.kind == FrameKind::WindowUpdate && h.call_id == call_id {
-                break;
-            }
-        }
-        // Four 1000-byte messages: 1043-byte frames, the window's worth.
-        for _ in 0..4 {
-            message(
-                &conn,
-                call_id,
-                &[stream as u8; COUNT_MESSAGE],
-                Flags::default(),
-            )
-            .await;
-        }
-        answered.push(pong_within(&conn, 100 + stream, Duration::from_millis(300)).await);
-    }
-    // The deadline ends the streams; their messages are freed and reading resumes.
-    answered.push(pong_within(&conn, 200, Duration::from_secs(5)).await);
-    answered
+    open(&conn, 10, ECHO, None, 1, Duration::from_secs(30)).await;
+    let first = grant_within(&conn, 10, 100, Duration::from_secs(5)).await;
+    open(&conn, 11, ECHO, None, 1, Duration::from_secs(30)).await;
+    let waiting = grant_within(&conn, 11, 101, Duration::from_millis(300)).await;
+    send_control(&conn, FrameKind::Cancel, 10).await.unwrap();
+    let wait = if budget.is_some() { 5 } else { 1 };
+    let after = grant_within(&conn, 11, 102, Duration::from_secs(wait)).await;
+    [first, waiting, after]
 }
 
 #[tokio::test]
-async fn the_server_stops_reading_a_connection_whose_streams_hold_too_much() {
-    let bounded = fill_three_streams(Some(5000)).await;
+async fn request_windows_come_from_the_connections_budget_and_reading_never_stops() {
+    let bounded = second_stream_grant(Some(6000)).await;
     assert_eq!(
         bounded,
-        [true, true, false, true],
-        "5,000 bytes for all streams"
+        [(4096, true), (0, true), (4096, true)],
+        "6,000 bytes for the connection's windows"
     );
-    let control = fill_three_streams(None).await;
-    assert_eq!(control, [true; 4], "the default budget");
+    let control = second_stream_grant(None).await;
+    assert_eq!(
+        control[..2],
+        [(4096, true), (4096, true)],
+        "the default budget"
+    );
 }
