@@ -13,6 +13,8 @@ pub enum TransportKind {
     Rdma,
     /// `auto://`: RDMA where both ends have a device, otherwise TCP.
     Auto,
+    /// gRPC over HTTP/2 (a server's connection from a standard gRPC client).
+    Grpc,
 }
 
 impl TransportKind {
@@ -22,6 +24,7 @@ impl TransportKind {
             TransportKind::Tcp => "tcp",
             TransportKind::Rdma => "rdma",
             TransportKind::Auto => "auto",
+            TransportKind::Grpc => "grpc",
         }
     }
 }

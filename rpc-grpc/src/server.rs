@@ -211,6 +211,12 @@ impl Connection for GrpcConnection {
         }
     }
 
+    /// Runs of stream messages may come in one buffer: each goes out as its own gRPC
+    /// message.
+    fn max_frames_per_buffer(&self) -> usize {
+        usize::MAX
+    }
+
     fn close(&self) {
         self.shared.closed.send_replace(true);
     }
@@ -555,8 +561,12 @@ impl Call {
                 }
                 frame = frames.recv() => {
                     let Some(frame) = frame else { return Err(Stop::ServerGone) };
-                    if let Some(credits) = self.on_server_frame(frame)? {
-                        window += i64::from(credits);
+                    // With what came along: a run of messages goes out as one DATA frame.
+                    let mut next = Some(frame);
+                    while let Some(frame) = next.take().or_else(|| frames.try_recv().ok()) {
+                        if let Some(credits) = self.on_server_frame(frame)? {
+                            window += i64::from(credits);
+                        }
                     }
                 }
                 wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out) => {
@@ -581,8 +591,12 @@ impl Call {
             tokio::select! {
                 frame = frames.recv() => {
                     let Some(frame) = frame else { return Err(Stop::ServerGone) };
-                    // Window updates for a request stream that ended: nothing to send.
-                    self.on_server_frame(frame)?;
+                    // With what came along: a run of messages goes out as one DATA frame.
+                    // (Window updates for a request stream that ended: nothing to do.)
+                    let mut next = Some(frame);
+                    while let Some(frame) = next.take().or_else(|| frames.try_recv().ok()) {
+                        self.on_server_frame(frame)?;
+                    }
                 }
                 wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out) => {
                     self.sent(wait).await?;
@@ -603,8 +617,8 @@ impl Call {
                 if stream.poll_reset(cx).is_ready() {
                     return Poll::Ready(Wait::Reset);
                 }
-                if let Some((data, _)) = out.front() {
-                    stream.reserve_capacity(data.len());
+                if !out.is_empty() {
+                    stream.reserve_capacity(out.iter().map(|(data, _)| data.len()).sum());
                     match stream.poll_capacity(cx) {
                         Poll::Ready(Some(Ok(0))) | Poll::Pending => {}
                         Poll::Ready(Some(Ok(n))) => return Poll::Ready(Wait::Capacity(n)),
@@ -621,24 +635,44 @@ impl Call {
         .await
     }
 
-    /// Sends what HTTP/2 now allows of the first queued message; a message that went out
-    /// whole gives the server its window back.
+    /// Sends what HTTP/2 now allows of the queued messages, in one DATA frame (clients
+    /// refuse floods of small ones); each message that went out whole gives the server
+    /// its window back.
     async fn sent(&mut self, wait: Wait) -> Result<(), Stop> {
-        let Wait::Capacity(capacity) = wait else {
+        let Wait::Capacity(mut capacity) = wait else {
             return Err(Stop::Cancelled);
         };
         let stream = self.sending.as_mut().expect("capacity needs a stream");
-        let (data, charged) = self.out.front_mut().expect("capacity needs data");
-        let n = capacity.min(data.len());
-        let part = data.split_to(n);
-        if stream.send_data(part, false).is_err() {
+        let mut pieces = Vec::new();
+        let mut granted = 0usize;
+        while capacity > 0 {
+            let Some((data, charged)) = self.out.front_mut() else {
+                break;
+            };
+            let n = capacity.min(data.len());
+            pieces.push(data.split_to(n));
+            capacity -= n;
+            if data.is_empty() {
+                granted += *charged;
+                self.out.pop_front();
+            }
+        }
+        let data = match pieces.len() {
+            1 => pieces.pop().expect("one"),
+            _ => {
+                let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+                for piece in &pieces {
+                    joined.extend_from_slice(piece);
+                }
+                joined.freeze()
+            }
+        };
+        if stream.send_data(data, false).is_err() {
             return Err(Stop::Cancelled);
         }
-        if data.is_empty() {
-            let charged = *charged;
-            self.out.pop_front();
+        if granted > 0 {
             let mut grant = Header::new(FrameKind::WindowUpdate, self.call_id);
-            grant.credits = charged.min(u32::MAX as usize) as u32;
+            grant.credits = granted.min(u32::MAX as usize) as u32;
             self.to_server(Bytes::copy_from_slice(&grant.encode()))
                 .await?;
         }

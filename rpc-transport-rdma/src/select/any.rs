@@ -26,6 +26,8 @@ pub struct TransportSettings {
     pub tcp: TcpConfig,
     /// RDMA settings.
     pub rdma: RdmaConfig,
+    /// gRPC (HTTP/2) settings, for standard gRPC clients on a listener's port.
+    pub grpc: rpc_grpc::GrpcConfig,
     /// On a listener: time allowed from the accept until the connection is established
     /// (protocol detection, and the whole RDMA handshake); a socket that has not sent its
     /// first bytes or finished its handshake by then is closed. Default 10 s.
@@ -40,6 +42,7 @@ impl Default for TransportSettings {
         TransportSettings {
             tcp: TcpConfig::default(),
             rdma: RdmaConfig::default(),
+            grpc: rpc_grpc::GrpcConfig::default(),
             handshake_timeout: Duration::from_secs(10),
             max_handshakes: 256,
         }
@@ -51,6 +54,7 @@ impl TransportSettings {
     pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {
         self.tcp.max_message_size(bytes);
         self.rdma.max_message_size(bytes);
+        self.grpc.max_message_size(bytes);
         self
     }
 }
@@ -65,6 +69,8 @@ pub enum AnyConnection {
     Tcp(TcpConnection),
     /// RDMA.
     Rdma(RdmaConnection),
+    /// gRPC over HTTP/2, from a standard gRPC client (server side).
+    Grpc(rpc_grpc::GrpcConnection),
 }
 
 impl AnyConnection {
@@ -73,6 +79,7 @@ impl AnyConnection {
         match self {
             AnyConnection::Tcp(_) => TransportKind::Tcp,
             AnyConnection::Rdma(_) => TransportKind::Rdma,
+            AnyConnection::Grpc(_) => TransportKind::Grpc,
         }
     }
 
@@ -82,7 +89,7 @@ impl AnyConnection {
     pub fn message_buf(&self, len: usize) -> crate::MessageBuf {
         match self {
             AnyConnection::Rdma(c) => c.message_buf(len),
-            AnyConnection::Tcp(_) => crate::MessageBuf::heap(len),
+            AnyConnection::Tcp(_) | AnyConnection::Grpc(_) => crate::MessageBuf::heap(len),
         }
     }
 
@@ -90,7 +97,7 @@ impl AnyConnection {
     pub fn rdma_counters(&self) -> Option<RdmaCounters> {
         match self {
             AnyConnection::Rdma(c) => Some(c.counters()),
-            AnyConnection::Tcp(_) => None,
+            AnyConnection::Tcp(_) | AnyConnection::Grpc(_) => None,
         }
     }
 }
@@ -104,6 +111,10 @@ impl Connection for AnyConnection {
             // The frame is built only once the send queue has room for it.
             AnyConnection::Tcp(c) => Ok(SendBuf::bytes(len, c.reserve(len).await?)),
             AnyConnection::Rdma(c) => c.alloc(len).await,
+            AnyConnection::Grpc(c) => {
+                c.alloc(len).await?;
+                Ok(SendBuf::heap(len))
+            }
         }
     }
 
@@ -122,9 +133,10 @@ impl Connection for AnyConnection {
                 })
                 .await
             }
-            (AnyConnection::Tcp(_), Target::Registered(_)) => Err(TransportError::Other(
-                "an RDMA buffer sent on a TCP connection".into(),
-            )),
+            (AnyConnection::Grpc(c), Target::Bytes(bytes)) => c.send(bytes).await,
+            (AnyConnection::Tcp(_) | AnyConnection::Grpc(_), Target::Registered(_)) => Err(
+                TransportError::Other("an RDMA buffer sent on a TCP connection".into()),
+            ),
         }
     }
 
@@ -132,6 +144,7 @@ impl Connection for AnyConnection {
         match self {
             AnyConnection::Tcp(c) => Ok(c.recv().await?.map(|b| RecvBuf(Received::Bytes(b)))),
             AnyConnection::Rdma(c) => c.recv().await,
+            AnyConnection::Grpc(c) => Ok(c.recv().await?.map(|b| RecvBuf(Received::Bytes(b)))),
         }
     }
 
@@ -139,6 +152,7 @@ impl Connection for AnyConnection {
         match self {
             AnyConnection::Tcp(c) => c.close(),
             AnyConnection::Rdma(c) => c.close(),
+            AnyConnection::Grpc(c) => c.close(),
         }
     }
 
@@ -146,6 +160,7 @@ impl Connection for AnyConnection {
         match self {
             AnyConnection::Tcp(c) => c.shutdown().await,
             AnyConnection::Rdma(c) => c.close(),
+            AnyConnection::Grpc(c) => c.shutdown().await,
         }
     }
 
@@ -156,6 +171,11 @@ impl Connection for AnyConnection {
                 other => Err(RecvBuf(other)),
             },
             AnyConnection::Rdma(c) => c.keep(frame),
+            // Frames a gRPC call was translated into: the application may keep large ones.
+            AnyConnection::Grpc(_) => match frame.into_received() {
+                Received::Bytes(bytes) if bytes.len() >= rpc_core::memory::KEEP_MIN => Ok(bytes),
+                other => Err(RecvBuf(other)),
+            },
         }
     }
 
@@ -163,6 +183,7 @@ impl Connection for AnyConnection {
         match self {
             AnyConnection::Tcp(c) => c.max_frames_per_buffer(),
             AnyConnection::Rdma(c) => c.max_frames_per_buffer(),
+            AnyConnection::Grpc(c) => c.max_frames_per_buffer(),
         }
     }
 
@@ -170,6 +191,7 @@ impl Connection for AnyConnection {
         match self {
             AnyConnection::Tcp(c) => c.gather_min(),
             AnyConnection::Rdma(c) => c.gather_min(),
+            AnyConnection::Grpc(c) => c.gather_min(),
         }
     }
 
@@ -198,23 +220,30 @@ impl Connection for AnyConnection {
                 };
                 c.send_gathered(head, tail).await
             }
-            (AnyConnection::Tcp(_), Target::Registered(_)) => Err(TransportError::Other(
-                "an RDMA buffer sent on a TCP connection".into(),
-            )),
+            (AnyConnection::Grpc(c), Target::Bytes(bytes)) => c.send_gathered(bytes, tail).await,
+            (AnyConnection::Tcp(_) | AnyConnection::Grpc(_), Target::Registered(_)) => Err(
+                TransportError::Other("an RDMA buffer sent on a TCP connection".into()),
+            ),
         }
     }
 
     fn recv_ready(&self, out: &mut Vec<RecvBuf>, max: usize) {
-        if let AnyConnection::Tcp(c) = self {
-            c.recv_ready_each(max.saturating_sub(out.len()), |b| {
+        match self {
+            AnyConnection::Tcp(c) => c.recv_ready_each(max.saturating_sub(out.len()), |b| {
                 out.push(RecvBuf(Received::Bytes(b)))
-            });
+            }),
+            AnyConnection::Grpc(c) => {
+                let mut frames = Vec::new();
+                c.recv_ready(&mut frames, max.saturating_sub(out.len()));
+                out.extend(frames.into_iter().map(|b| RecvBuf(Received::Bytes(b))));
+            }
+            AnyConnection::Rdma(_) => {}
         }
     }
 
     fn push_to(&self, sink: std::sync::Arc<dyn rpc_core::FrameSink<RecvBuf>>) -> bool {
         match self {
-            AnyConnection::Tcp(_) => false,
+            AnyConnection::Tcp(_) | AnyConnection::Grpc(_) => false,
             AnyConnection::Rdma(c) => c.push_to(sink),
         }
     }
@@ -223,6 +252,13 @@ impl Connection for AnyConnection {
         match self {
             AnyConnection::Tcp(c) => c.peer(),
             AnyConnection::Rdma(c) => c.peer(),
+            AnyConnection::Grpc(c) => c.peer(),
+        }
+    }
+
+    fn serving(&self, methods: std::sync::Arc<dyn rpc_core::MethodKinds>) {
+        if let AnyConnection::Grpc(c) = self {
+            c.serving(methods);
         }
     }
 
@@ -230,6 +266,7 @@ impl Connection for AnyConnection {
         match self {
             AnyConnection::Tcp(c) => c.peer_addr(),
             AnyConnection::Rdma(c) => c.peer_addr(),
+            AnyConnection::Grpc(c) => c.peer_addr(),
         }
     }
 }
@@ -414,7 +451,8 @@ async fn accept_loop(
     }
 }
 
-/// Tells a plain TCP client from an RDMA handshake by the first 8 bytes.
+/// Tells a plain TCP client, an RDMA handshake and a gRPC (HTTP/2) client apart by the
+/// first 8 bytes.
 ///
 /// # Returns
 /// `Ok(None)` for a peer that left without sending a byte (a port probe: health checks,
@@ -434,6 +472,13 @@ async fn classify(
             Ok(n) => got += n,
             Err(e) => return Err(format!("reading the first bytes: {e}")),
         }
+    }
+    if first == rpc_grpc::PREFACE[..8] {
+        let peer = stream.peer_addr().ok();
+        return rpc_grpc::GrpcConnection::accept(stream, &first, &settings.grpc, peer)
+            .await
+            .map(|c| Some(AnyConnection::Grpc(c)))
+            .map_err(|e| e.to_string());
     }
     if &first != HELLO {
         return TcpConnection::accepted(stream, &settings.tcp, &first)

@@ -38,6 +38,16 @@ pub struct SendBuf {
 }
 
 impl SendBuf {
+    /// A heap buffer for a frame of `len` bytes, with no room reserved (gRPC).
+    pub(crate) fn heap(len: usize) -> SendBuf {
+        SendBuf {
+            target: Target::Bytes(BytesMut::with_capacity(len)),
+            filled: 0,
+            cap: len,
+            reservation: None,
+        }
+    }
+
     /// A TCP buffer for a frame of `len` bytes, in room already reserved.
     pub(crate) fn bytes(len: usize, reservation: rpc_transport_tcp::SendReservation) -> SendBuf {
         SendBuf {
