@@ -1,7 +1,8 @@
 //! Hostile peers against a real `echo-server` process over TCP on 127.0.0.1, one test per
 //! item of the hardening issue: floods without reading, thousands of slow calls, silent
 //! and stalled sockets, headers that lie about lengths, oversized responses, a client
-//! that never reads, duplicate call ids, panicking handlers. Each test asserts on the
+//! that never reads, duplicate call ids, panicking handlers; and gRPC (HTTP/2) clients on
+//! the same port that lie about lengths, stall, or never read. Each test asserts on the
 //! server's memory (VmRSS) and open file descriptors from /proc, and on a well-behaved
 //! client being served meanwhile. Each prints its figures (`hostile: …`); see
 //! `docs/limits.md` for the bounds they check.
@@ -12,6 +13,10 @@
 mod peer;
 
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use prost::Message;
 
 use examples::echo::EchoRequest;
 use peer::*;
@@ -538,5 +543,145 @@ async fn a_peer_with_many_connections_of_idle_streams_takes_only_its_share() {
         "per-peer share: control with share 64 of 64: other client's call {starved:?}"
     ));
     assert!(starved.is_err(), "the control starves: {starved:?}");
+    drop(held);
+}
+
+// gRPC (HTTP/2) clients on the same port: lies about message lengths, stalled bodies,
+// requests that are not gRPC, a client that never reads its server streams.
+
+/// An HTTP/2 client connection to the server's port.
+async fn h2_client(server: &ServerProcess) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(server.addr()).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+fn grpc_request(path: &str) -> Request<()> {
+    Request::builder()
+        .method("POST")
+        .uri(format!("http://localhost{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap()
+}
+
+/// `message` with gRPC's 5-byte prefix.
+fn prefixed(message: &[u8]) -> Bytes {
+    let mut out = vec![0];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out.into()
+}
+
+/// The call's `grpc-status` (from the headers of a trailers-only response, or the
+/// trailers), within 10 s; `None` if the call did not end.
+async fn grpc_status(response: h2::client::ResponseFuture) -> Option<u32> {
+    let call = async {
+        let response = response.await.ok()?;
+        if let Some(status) = response.headers().get("grpc-status") {
+            return status.to_str().ok()?.parse().ok();
+        }
+        let mut body = response.into_body();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.ok()?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        let trailers = body.trailers().await.ok()??;
+        trailers.get("grpc-status")?.to_str().ok()?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .ok()
+        .flatten()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_lies_about_lengths_stalls_and_non_grpc_requests_fail_alone() {
+    let server = ServerProcess::start(&[("RPC_GRPC_BODY_TIMEOUT_MS", "500")]);
+    good_call(server.port).await.expect("served before");
+    let mut client = h2_client(&server).await;
+
+    // A prefix claiming 4 GiB, and nothing after it: refused from the prefix alone.
+    let (response, mut body) = client
+        .send_request(grpc_request("/echo.Echo/Echo"), false)
+        .unwrap();
+    body.send_data(Bytes::from_static(&[0, 0xff, 0xff, 0xff, 0xff]), false)
+        .unwrap();
+    let lie = grpc_status(response).await;
+    // A message of 100 bytes of which 10 arrive, then nothing: the body timeout ends it.
+    let started = Instant::now();
+    let (response, mut body) = client
+        .send_request(grpc_request("/echo.Echo/Echo"), false)
+        .unwrap();
+    let mut partial = vec![0, 0, 0, 0, 100];
+    partial.extend_from_slice(&[7; 10]);
+    body.send_data(partial.into(), false).unwrap();
+    let stalled = grpc_status(response).await;
+    let stalled_after = started.elapsed();
+    // Not gRPC: HTTP's 415.
+    let request = Request::builder()
+        .method("POST")
+        .uri("http://localhost/echo.Echo/Echo")
+        .header("content-type", "application/json")
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    let not_grpc = response.await.unwrap().status();
+    // The same HTTP/2 connection still serves a good call.
+    let (response, mut body) = client
+        .send_request(grpc_request("/echo.Echo/Echo"), false)
+        .unwrap();
+    let request = examples::echo::EchoRequest {
+        payload: vec![3; 100].into(),
+        ..Default::default()
+    };
+    body.send_data(prefixed(&request.encode_to_vec()), true)
+        .unwrap();
+    let good = grpc_status(response).await;
+    let other = good_call(server.port).await;
+    report(&format!(
+        "grpc: 4 GiB prefix -> {lie:?}; stalled body -> {stalled:?} after {stalled_after:?}; json -> {not_grpc}; good call on the same connection -> {good:?}; other client {other:?}"
+    ));
+    assert_eq!(lie, Some(8), "RESOURCE_EXHAUSTED");
+    assert_eq!(stalled, Some(1), "CANCELLED by the body timeout");
+    assert!(stalled_after < Duration::from_secs(5));
+    assert_eq!(not_grpc, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(good, Some(0));
+    other.expect("another client is served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_client_that_never_reads_its_streams_holds_bounded_server_memory() {
+    let server = ServerProcess::start(&[]);
+    good_call(server.port).await.expect("served before");
+    let rss0 = server.rss_kib();
+    let mut client = h2_client(&server).await;
+    // 32 endless server streams of 16 KiB messages, never read.
+    let mut held = Vec::new();
+    for _ in 0..32 {
+        let (response, mut body) = client
+            .send_request(grpc_request("/echo.Echo/Repeat"), false)
+            .unwrap();
+        let request = examples::echo::RepeatRequest {
+            payload: vec![5; 16 * 1024].into(),
+            count: u64::MAX,
+        };
+        body.send_data(prefixed(&request.encode_to_vec()), true)
+            .unwrap();
+        held.push(response);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let grown = server.rss_kib().saturating_sub(rss0);
+    let other = good_call(server.port).await;
+    report(&format!(
+        "grpc: 32 server streams of 16 KiB messages never read: server RSS +{grown} KiB; other client {other:?}"
+    ));
+    other.expect("another client is served");
+    // Per stream: the server's window for it (1 MiB) and HTTP/2's send buffer, at most.
+    assert!(grown < 64 * 1024, "RSS grew {grown} KiB");
     drop(held);
 }

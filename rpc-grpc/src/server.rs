@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use h2::server::SendResponse;
@@ -26,7 +27,7 @@ use rpc_core::codegen::{method_id, MethodKind};
 use rpc_core::wire::{encode_head, Flags, Frame, FrameKind, Header, HEADER_LEN};
 use rpc_core::{Code, Connection, Metadata, MethodKinds, Status, TransportError, MAX_METADATA_LEN};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::deframe::{self, Deframer};
 use crate::text;
@@ -46,6 +47,14 @@ pub struct GrpcConfig {
     pub stream_window: u32,
     /// HTTP/2 window of the whole connection. Default 16 MiB.
     pub connection_window: u32,
+    /// Most request bytes of one connection read from HTTP/2 and not yet handed to the
+    /// server (messages in progress, and stream messages waiting for the server's
+    /// window): past it, bodies are not read (HTTP/2 flow control holds the client).
+    /// Default 32 MiB.
+    pub max_buffered_request_bytes: usize,
+    /// How long a request body may stall while a message is in progress (or a unary
+    /// request's body has not ended): the call then fails with `CANCELLED`. Default 30 s.
+    pub body_timeout: Duration,
 }
 
 impl Default for GrpcConfig {
@@ -55,6 +64,8 @@ impl Default for GrpcConfig {
             max_concurrent_streams: 256,
             stream_window: rpc_core::DEFAULT_STREAM_WINDOW,
             connection_window: 16 << 20,
+            max_buffered_request_bytes: 32 << 20,
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -88,6 +99,8 @@ struct Shared {
     /// Set by `close`: the connection is dropped at once.
     closed: watch::Sender<bool>,
     next_call: AtomicU64,
+    /// [`GrpcConfig::max_buffered_request_bytes`], as permits.
+    request_bytes: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -138,6 +151,7 @@ impl GrpcConnection {
             goaway: watch::channel(false).0,
             closed: watch::channel(false).0,
             next_call: AtomicU64::new(1),
+            request_bytes: Arc::new(Semaphore::new(config.max_buffered_request_bytes.max(1))),
         });
         tokio::spawn(drive(connection, shared.clone(), tx));
         let peer = match peer_addr {
@@ -291,6 +305,10 @@ async fn drive<T>(
 /// Resolves once the flag is set (or its sender is gone).
 async fn set(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|set| *set).await.map(|_| ());
+}
+
+fn stalled() -> Status {
+    Status::cancelled("the request body stalled")
 }
 
 /// A frame with no body.
@@ -450,9 +468,12 @@ impl Call {
                 .await
         } else {
             match self.one_request(max).await {
-                Ok(message) => {
+                Ok((message, held)) => {
                     header.flags = Flags::END_STREAM;
-                    self.to_server(frame(header, metadata, &message)).await
+                    let sent = self.to_server(frame(header, metadata, &message)).await;
+                    // The server's own bounds count it from here.
+                    drop(held);
+                    sent
                 }
                 Err(Some(status)) => {
                     refuse(&mut self.respond, &status);
@@ -471,12 +492,22 @@ impl Call {
     }
 
     /// The one message of a unary or server-streaming request, read to the end of the
-    /// body. `Err(None)`: the client went.
-    async fn one_request(&mut self, max: usize) -> Result<Bytes, Option<Status>> {
+    /// body, with the connection's buffer permits it holds. `Err(None)`: the client went.
+    async fn one_request(
+        &mut self,
+        max: usize,
+    ) -> Result<(Bytes, Option<OwnedSemaphorePermit>), Option<Status>> {
         let mut deframer = Deframer::default();
         let mut message = None;
-        while let Some(chunk) = self.body.data().await {
-            let chunk = chunk.map_err(|_| None)?;
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        let timeout = self.shared.config.body_timeout;
+        loop {
+            let chunk = match tokio::time::timeout(timeout, self.body.data()).await {
+                Err(_) => return Err(Some(stalled())),
+                Ok(None) => break,
+                Ok(Some(chunk)) => chunk.map_err(|_| None)?,
+            };
+            self.hold(&mut held, chunk.len()).await?;
             let _ = self.body.flow_control().release_capacity(chunk.len());
             deframer.push(&chunk);
             while let Some(next) = deframer.next(max).map_err(Some)? {
@@ -490,7 +521,32 @@ impl Call {
         if deframer.held() > 0 {
             return Err(Some(Status::internal("the request ended inside a message")));
         }
-        message.ok_or_else(|| Some(Status::unimplemented("no request message")))
+        match message {
+            Some(message) => Ok((message, held)),
+            None => Err(Some(Status::unimplemented("no request message"))),
+        }
+    }
+
+    /// Takes `bytes` more of the connection's request buffer into `held`, waiting (the
+    /// body unread) while it is spent, up to the body timeout.
+    async fn hold(
+        &self,
+        held: &mut Option<OwnedSemaphorePermit>,
+        bytes: usize,
+    ) -> Result<(), Option<Status>> {
+        let max = self.shared.config.max_buffered_request_bytes.max(1);
+        let bytes = bytes.min(max).min(u32::MAX as usize) as u32;
+        let acquire = self.shared.request_bytes.clone().acquire_many_owned(bytes);
+        let permit = match tokio::time::timeout(self.shared.config.body_timeout, acquire).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(None),
+            Err(_) => return Err(Some(stalled())),
+        };
+        match held {
+            Some(held) => held.merge(permit),
+            None => *held = Some(permit),
+        }
+        Ok(())
     }
 
     /// A client-streaming or bidirectional call: the opening request, then the body's
@@ -509,6 +565,11 @@ impl Call {
         let mut deframer = Deframer::default();
         let mut queued: VecDeque<Bytes> = VecDeque::new();
         let mut queued_bytes = 0usize;
+        // The connection's buffer permits for what `deframer` and `queued` hold.
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        // When the last chunk came: a message in progress may stall only so long.
+        let mut last_chunk = tokio::time::Instant::now();
+        let body_timeout = self.shared.config.body_timeout;
         let mut window: i64 = 0;
         let mut body_done = false;
         let limit = self.shared.config.stream_window as usize;
@@ -519,6 +580,9 @@ impl Call {
                     break;
                 };
                 queued_bytes -= message.len();
+                if let Some(permits) = held.as_mut() {
+                    drop(permits.split(message.len().min(permits.num_permits())));
+                }
                 window -= (HEADER_LEN + message.len()) as i64;
                 let m = Header::new(FrameKind::Message, self.call_id);
                 self.to_server(frame(m, &Metadata::new(), &message)).await?;
@@ -537,6 +601,14 @@ impl Call {
                 chunk = self.body.data(), if !body_done && queued_bytes + deframer.held() < limit => {
                     match chunk {
                         Some(Ok(chunk)) => {
+                            last_chunk = tokio::time::Instant::now();
+                            if let Err(status) = self.hold(&mut held, chunk.len()).await {
+                                let _ = self.tx.send(control(FrameKind::Cancel, self.call_id)).await;
+                                if let Some(status) = status {
+                                    self.fail(&status);
+                                }
+                                return Err(Stop::ServerGone);
+                            }
                             let _ = self.body.flow_control().release_capacity(chunk.len());
                             deframer.push(&chunk);
                             loop {
@@ -571,6 +643,11 @@ impl Call {
                 }
                 wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out) => {
                     self.sent(wait).await?;
+                }
+                () = tokio::time::sleep_until(last_chunk + body_timeout), if deframer.held() > 0 => {
+                    let _ = self.tx.send(control(FrameKind::Cancel, self.call_id)).await;
+                    self.fail(&stalled());
+                    return Err(Stop::ServerGone);
                 }
             }
         }

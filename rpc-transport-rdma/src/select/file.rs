@@ -82,6 +82,9 @@ pub struct FileConfig {
     /// Client keepalive and retries.
     #[serde(default)]
     pub client: ClientSection,
+    /// gRPC (HTTP/2) clients of a server.
+    #[serde(default)]
+    pub grpc: GrpcSection,
 }
 
 /// Reads variable `name`, if it is set, as a `T`.
@@ -198,6 +201,22 @@ section! {
 }
 
 section! {
+    /// The `[grpc]` table (variables `RPC_GRPC_<FIELD>`): [`rpc_grpc::GrpcConfig`].
+    GrpcSection, "RPC_GRPC_", rpc_grpc::GrpcConfig {
+        /// See [`GrpcConfig::max_concurrent_streams`](rpc_grpc::GrpcConfig::max_concurrent_streams).
+        max_concurrent_streams: u32 => |c, v| c.max_concurrent_streams = v,
+        /// See [`GrpcConfig::stream_window`](rpc_grpc::GrpcConfig::stream_window).
+        stream_window: u32 => |c, v| c.stream_window = v,
+        /// See [`GrpcConfig::connection_window`](rpc_grpc::GrpcConfig::connection_window).
+        connection_window: u32 => |c, v| c.connection_window = v,
+        /// See [`GrpcConfig::max_buffered_request_bytes`](rpc_grpc::GrpcConfig::max_buffered_request_bytes).
+        max_buffered_request_bytes: usize => |c, v| c.max_buffered_request_bytes = v,
+        /// [`GrpcConfig::body_timeout`](rpc_grpc::GrpcConfig::body_timeout) in ms.
+        body_timeout_ms: u64 => |c, v| c.body_timeout = Duration::from_millis(v),
+    }
+}
+
+section! {
     /// The `[rdma]` table (variables `RPC_RDMA_<FIELD>`): [`RdmaConfig`](crate::RdmaConfig).
     RdmaSection, "RPC_RDMA_", crate::RdmaConfig {
         /// See [`RdmaConfig::device`](crate::RdmaConfig::device).
@@ -255,8 +274,8 @@ impl FileConfig {
 
     /// The same settings from environment variables, for deployments that configure by
     /// environment: `RPC_ADDRESS`, `RPC_MAX_MESSAGE_SIZE`, `RPC_HANDSHAKE_TIMEOUT_MS`,
-    /// `RPC_MAX_HANDSHAKES`, and `RPC_TCP_<FIELD>`, `RPC_SERVER_<FIELD>`, `RPC_CLIENT_<FIELD>`
-    /// and `RPC_RDMA_<FIELD>` for every field of those tables, in upper case
+    /// `RPC_MAX_HANDSHAKES`, and `RPC_TCP_<FIELD>`, `RPC_SERVER_<FIELD>`, `RPC_CLIENT_<FIELD>`,
+    /// `RPC_GRPC_<FIELD>` and `RPC_RDMA_<FIELD>` for every field of those tables, in upper case
     /// (`RPC_RDMA_RING_SLOTS`, `RPC_RDMA_POLL_SPIN_US`, ...: each section's `variables()`).
     ///
     /// # Errors
@@ -278,6 +297,7 @@ impl FileConfig {
             tcp: TcpSection::from_vars(&get)?,
             server: ServerSection::from_vars(&get)?,
             client: ClientSection::from_vars(&get)?,
+            grpc: GrpcSection::from_vars(&get)?,
             rdma: RdmaSection::from_vars(&get)?,
         })
     }
@@ -297,6 +317,7 @@ impl FileConfig {
             settings.max_handshakes = v;
         }
         self.tcp.apply_to(&mut settings.tcp);
+        self.grpc.apply_to(&mut settings.grpc);
         self.rdma.apply_to(&mut settings.rdma);
         settings.rdma.validate()
     }
@@ -400,7 +421,8 @@ mod tests {
         names.extend(TcpSection::variables());
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 10 + 5);
+        names.extend(GrpcSection::variables());
+        assert_eq!(names.len(), 16 + 4 + 10 + 5 + 5);
         let file =
             FileConfig::from_vars(|n| names.iter().any(|v| v == n).then(|| "7".into())).unwrap();
         assert_eq!(
