@@ -52,6 +52,11 @@ pub struct GrpcConfig {
     /// window): past it, bodies are not read (HTTP/2 flow control holds the client).
     /// Default 32 MiB.
     pub max_buffered_request_bytes: usize,
+    /// Most response bytes of one connection handed over by the server and not yet
+    /// taken by HTTP/2 flow control (messages waiting for a client that reads slowly):
+    /// past it the server's sends on this connection wait (backpressure on this client).
+    /// Default 16 MiB.
+    pub max_buffered_response_bytes: usize,
     /// How long a request body may stall while a message is in progress (or a unary
     /// request's body has not ended): the call then fails with `CANCELLED`. Default 30 s.
     pub body_timeout: Duration,
@@ -65,6 +70,7 @@ impl Default for GrpcConfig {
             stream_window: rpc_core::DEFAULT_STREAM_WINDOW,
             connection_window: 16 << 20,
             max_buffered_request_bytes: 32 << 20,
+            max_buffered_response_bytes: 16 << 20,
             body_timeout: Duration::from_secs(30),
         }
     }
@@ -90,7 +96,7 @@ pub struct GrpcConnection {
 struct Shared {
     config: GrpcConfig,
     /// The server's frames for each open call, by call id.
-    calls: Mutex<HashMap<u64, mpsc::UnboundedSender<Bytes>>>,
+    calls: Mutex<HashMap<u64, mpsc::UnboundedSender<ToCall>>>,
     methods: OnceLock<Arc<dyn MethodKinds>>,
     /// Set once the server told its methods (the driver waits for it).
     ready: watch::Sender<bool>,
@@ -98,9 +104,13 @@ struct Shared {
     goaway: watch::Sender<bool>,
     /// Set by `close`: the connection is dropped at once.
     closed: watch::Sender<bool>,
+    /// Set by the driver when the HTTP/2 connection is done.
+    ended: watch::Sender<bool>,
     next_call: AtomicU64,
     /// [`GrpcConfig::max_buffered_request_bytes`], as permits.
     request_bytes: Arc<Semaphore>,
+    /// [`GrpcConfig::max_buffered_response_bytes`], as permits.
+    response_bytes: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -110,6 +120,10 @@ impl std::fmt::Debug for Shared {
             .finish_non_exhaustive()
     }
 }
+
+/// A frame from the server for one call, with the connection's response buffer permits
+/// its payload holds until HTTP/2 takes it.
+type ToCall = (Bytes, Option<OwnedSemaphorePermit>);
 
 /// Frames queued for the server (`recv`) across all calls: a server that stops reading
 /// stops the calls' tasks, which stop reading their bodies (HTTP/2 flow control).
@@ -150,8 +164,10 @@ impl GrpcConnection {
             ready: watch::channel(false).0,
             goaway: watch::channel(false).0,
             closed: watch::channel(false).0,
+            ended: watch::channel(false).0,
             next_call: AtomicU64::new(1),
             request_bytes: Arc::new(Semaphore::new(config.max_buffered_request_bytes.max(1))),
+            response_bytes: Arc::new(Semaphore::new(config.max_buffered_response_bytes.max(1))),
         });
         tokio::spawn(drive(connection, shared.clone(), tx));
         let peer = match peer_addr {
@@ -201,9 +217,19 @@ impl Connection for GrpcConnection {
                 _ => {
                     let call = self.shared.calls.lock().get(&header.call_id).cloned();
                     // A call that ended (its client reset it) takes nothing more.
-                    if let Some(call) = call {
-                        let _ = call.send(one);
-                    }
+                    let Some(call) = call else { continue };
+                    // Messages wait here (the server's send waits) while the connection's
+                    // response buffer is spent: backpressure on this client.
+                    let permit = match header.payload_len {
+                        0 => None,
+                        len => {
+                            let max = self.shared.config.max_buffered_response_bytes.max(1);
+                            let n = (len as usize).min(max) as u32;
+                            let acquire = self.shared.response_bytes.clone().acquire_many_owned(n);
+                            Some(acquire.await.map_err(|_| TransportError::Closed)?)
+                        }
+                    };
+                    let _ = call.send((one, permit));
                 }
             }
         }
@@ -233,6 +259,15 @@ impl Connection for GrpcConnection {
 
     fn close(&self) {
         self.shared.closed.send_replace(true);
+    }
+
+    /// A graceful close: HTTP/2's GOAWAY, then the calls' last frames (their trailers)
+    /// are flushed as the calls finish, and the connection closes (the server bounds
+    /// how long it waits).
+    async fn shutdown(&self) {
+        self.shared.goaway.send_replace(true);
+        let mut ended = self.shared.ended.subscribe();
+        set(&mut ended).await;
     }
 
     fn serving(&self, methods: Arc<dyn MethodKinds>) {
@@ -269,7 +304,10 @@ async fn drive<T>(
     let mut closed = shared.closed.subscribe();
     tokio::select! {
         () = set(&mut ready) => {}
-        () = set(&mut closed) => return,
+        () = set(&mut closed) => {
+            shared.ended.send_replace(true);
+            return;
+        }
     }
     let mut going_away = false;
     loop {
@@ -287,10 +325,12 @@ async fn drive<T>(
             },
             () = set(&mut goaway), if !going_away => {
                 going_away = true;
+                // HTTP/2 refuses new streams from here on and closes once the open ones are
+                // done (this loop goes on polling it, which flushes their last frames).
                 connection.graceful_shutdown();
-                // The server waits for the client's acknowledgement of its GOAWAY: HTTP/2
-                // refuses new streams from here on, which is what it would acknowledge.
-                let _ = tx.send(control(FrameKind::GoAway, 0)).await;
+                // The server waits for the client's acknowledgement of its GOAWAY: the
+                // refusal of new streams is what it would acknowledge. Never waits here.
+                let _ = tx.try_send(control(FrameKind::GoAway, 0));
             }
             () = set(&mut closed) => {
                 connection.abrupt_shutdown(h2::Reason::NO_ERROR);
@@ -298,6 +338,7 @@ async fn drive<T>(
             }
         }
     }
+    shared.ended.send_replace(true);
     // The calls' tasks end with their streams; the server sees the end once they and this
     // sender are gone.
 }
@@ -357,7 +398,11 @@ async fn call(
         .headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/grpc"));
+        .is_some_and(|v| {
+            v == "application/grpc"
+                || v.starts_with("application/grpc+")
+                || v.starts_with("application/grpc;")
+        });
     if !grpc || parts.method != http::Method::POST {
         // Not gRPC: HTTP's answer (gRPC's spec: 415 for a wrong content type).
         let mut response = Response::new(());
@@ -370,7 +415,13 @@ async fn call(
             let status = Status::unimplemented(format!(
                 "grpc-encoding {encoding:?} is not supported; send uncompressed messages"
             ));
-            return refuse(&mut respond, &status);
+            let mut response = Response::new(());
+            let headers = response.headers_mut();
+            headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+            headers.insert("grpc-accept-encoding", HeaderValue::from_static("identity"));
+            status_headers(headers, status.code(), status.message());
+            let _ = respond.send_response(response, true);
+            return;
         }
     }
     let timeout = match parts.headers.get("grpc-timeout") {
@@ -389,11 +440,10 @@ async fn call(
     }
     let path = parts.uri.path();
     let id = method_id(path);
-    let kind = shared
-        .methods
-        .get()
-        .and_then(|m| m.kind(id))
-        .unwrap_or(MethodKind::Unary);
+    let Some(kind) = shared.methods.get().and_then(|m| m.kind(id)) else {
+        let status = Status::unimplemented(format!("unknown method {path}"));
+        return refuse(&mut respond, &status);
+    };
     let (frames_tx, frames) = mpsc::unbounded_channel();
     shared.calls.lock().insert(call_id, frames_tx);
     let mut call = Call {
@@ -406,6 +456,7 @@ async fn call(
         sending: None,
         out: VecDeque::new(),
         finished: None,
+        trailers: None,
         headers_sent: false,
         done: false,
     };
@@ -415,6 +466,10 @@ async fn call(
     call.run(header, &metadata, frames).await;
     shared.calls.lock().remove(&call_id);
 }
+
+/// A response message waiting for HTTP/2 flow control: its bytes (prefixed), the
+/// window it took from the server, the response buffer it holds.
+type Outgoing = (Bytes, usize, Option<OwnedSemaphorePermit>);
 
 struct Call {
     shared: Arc<Shared>,
@@ -426,10 +481,13 @@ struct Call {
     /// The response body, once the headers went out.
     sending: Option<SendStream<Bytes>>,
     /// Response messages (prefixed) waiting for HTTP/2 flow control, with the window
-    /// each took from the server.
-    out: VecDeque<(Bytes, usize)>,
-    /// The server's final frame, sent once `out` is empty.
-    finished: Option<Bytes>,
+    /// each took from the server and the response buffer it holds.
+    out: VecDeque<Outgoing>,
+    /// The server's final frame, handled once `out` is empty.
+    finished: Option<ToCall>,
+    /// The trailers of a unary or client-streaming call, sent once its response message
+    /// went out.
+    trailers: Option<HeaderMap>,
     headers_sent: bool,
     /// The final status went out.
     done: bool,
@@ -456,7 +514,7 @@ impl Call {
         &mut self,
         mut header: Header,
         metadata: &Metadata,
-        mut frames: mpsc::UnboundedReceiver<Bytes>,
+        mut frames: mpsc::UnboundedReceiver<ToCall>,
     ) {
         let max = self.shared.config.max_message_size;
         let window = self.shared.config.stream_window;
@@ -528,7 +586,7 @@ impl Call {
     }
 
     /// Takes `bytes` more of the connection's request buffer into `held`, waiting (the
-    /// body unread) while it is spent, up to the body timeout.
+    /// body unread) while it is spent.
     async fn hold(
         &self,
         held: &mut Option<OwnedSemaphorePermit>,
@@ -536,11 +594,16 @@ impl Call {
     ) -> Result<(), Option<Status>> {
         let max = self.shared.config.max_buffered_request_bytes.max(1);
         let bytes = bytes.min(max).min(u32::MAX as usize) as u32;
-        let acquire = self.shared.request_bytes.clone().acquire_many_owned(bytes);
-        let permit = match tokio::time::timeout(self.shared.config.body_timeout, acquire).await {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(_)) => return Err(None),
-            Err(_) => return Err(Some(stalled())),
+        // A wait on the server's side (other calls' messages waiting for its windows),
+        // not on this client: no timeout here.
+        let Ok(permit) = self
+            .shared
+            .request_bytes
+            .clone()
+            .acquire_many_owned(bytes)
+            .await
+        else {
+            return Err(None);
         };
         match held {
             Some(held) => held.merge(permit),
@@ -555,7 +618,7 @@ impl Call {
         &mut self,
         mut header: Header,
         metadata: &Metadata,
-        frames: &mut mpsc::UnboundedReceiver<Bytes>,
+        frames: &mut mpsc::UnboundedReceiver<ToCall>,
         max: usize,
     ) -> Result<(), Stop> {
         if self.kind.server_streams() {
@@ -569,6 +632,7 @@ impl Call {
         let mut held: Option<OwnedSemaphorePermit> = None;
         // When the last chunk came: a message in progress may stall only so long.
         let mut last_chunk = tokio::time::Instant::now();
+        let mut was_reading = true;
         let body_timeout = self.shared.config.body_timeout;
         let mut window: i64 = 0;
         let mut body_done = false;
@@ -581,7 +645,8 @@ impl Call {
                 };
                 queued_bytes -= message.len();
                 if let Some(permits) = held.as_mut() {
-                    drop(permits.split(message.len().min(permits.num_permits())));
+                    let taken = deframe::PREFIX_LEN + message.len();
+                    drop(permits.split(taken.min(permits.num_permits())));
                 }
                 window -= (HEADER_LEN + message.len()) as i64;
                 let m = Header::new(FrameKind::Message, self.call_id);
@@ -593,12 +658,24 @@ impl Call {
                 self.to_server(frame(end, &Metadata::new(), &[])).await?;
                 return Ok(());
             }
-            if self.finished.is_some() && self.out.is_empty() {
+            if self.out.is_empty() && (self.finished.is_some() || self.trailers.is_some()) {
                 // The server ended the call before the client finished sending.
-                return self.finish();
+                self.finish()?;
+                if self.done {
+                    return Ok(());
+                }
             }
+            // The body is read while the messages waiting for the server's window are
+            // under the limit (a message in progress is read to its end whatever its
+            // size: its prefix was checked). Only while reading does a stalled message
+            // count against the client.
+            let reading = !body_done && queued_bytes < limit;
+            if reading && !was_reading {
+                last_chunk = tokio::time::Instant::now();
+            }
+            was_reading = reading;
             tokio::select! {
-                chunk = self.body.data(), if !body_done && queued_bytes + deframer.held() < limit => {
+                chunk = self.body.data(), if reading => {
                     match chunk {
                         Some(Ok(chunk)) => {
                             last_chunk = tokio::time::Instant::now();
@@ -635,8 +712,8 @@ impl Call {
                     let Some(frame) = frame else { return Err(Stop::ServerGone) };
                     // With what came along: a run of messages goes out as one DATA frame.
                     let mut next = Some(frame);
-                    while let Some(frame) = next.take().or_else(|| frames.try_recv().ok()) {
-                        if let Some(credits) = self.on_server_frame(frame)? {
+                    while let Some((frame, permit)) = next.take().or_else(|| frames.try_recv().ok()) {
+                        if let Some(credits) = self.on_server_frame(frame, permit)? {
                             window += i64::from(credits);
                         }
                     }
@@ -644,7 +721,7 @@ impl Call {
                 wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out) => {
                     self.sent(wait).await?;
                 }
-                () = tokio::time::sleep_until(last_chunk + body_timeout), if deframer.held() > 0 => {
+                () = tokio::time::sleep_until(last_chunk + body_timeout), if reading && deframer.held() > 0 => {
                     let _ = self.tx.send(control(FrameKind::Cancel, self.call_id)).await;
                     self.fail(&stalled());
                     return Err(Stop::ServerGone);
@@ -656,14 +733,14 @@ impl Call {
     /// After the request: the server's frames until its final one went out.
     async fn respond_until_done(
         &mut self,
-        frames: &mut mpsc::UnboundedReceiver<Bytes>,
+        frames: &mut mpsc::UnboundedReceiver<ToCall>,
     ) -> Result<(), Stop> {
         loop {
+            if self.out.is_empty() && (self.finished.is_some() || self.trailers.is_some()) {
+                self.finish()?;
+            }
             if self.done {
                 return Ok(());
-            }
-            if self.finished.is_some() && self.out.is_empty() {
-                return self.finish();
             }
             tokio::select! {
                 frame = frames.recv() => {
@@ -671,8 +748,8 @@ impl Call {
                     // With what came along: a run of messages goes out as one DATA frame.
                     // (Window updates for a request stream that ended: nothing to do.)
                     let mut next = Some(frame);
-                    while let Some(frame) = next.take().or_else(|| frames.try_recv().ok()) {
-                        self.on_server_frame(frame)?;
+                    while let Some((frame, permit)) = next.take().or_else(|| frames.try_recv().ok()) {
+                        self.on_server_frame(frame, permit)?;
                     }
                 }
                 wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out) => {
@@ -687,7 +764,7 @@ impl Call {
     async fn wait_stream(
         respond: &mut SendResponse<Bytes>,
         sending: &mut Option<SendStream<Bytes>>,
-        out: &VecDeque<(Bytes, usize)>,
+        out: &VecDeque<Outgoing>,
     ) -> Wait {
         std::future::poll_fn(|cx| match sending {
             Some(stream) => {
@@ -695,7 +772,7 @@ impl Call {
                     return Poll::Ready(Wait::Reset);
                 }
                 if !out.is_empty() {
-                    stream.reserve_capacity(out.iter().map(|(data, _)| data.len()).sum());
+                    stream.reserve_capacity(out.iter().map(|(data, _, _)| data.len()).sum());
                     match stream.poll_capacity(cx) {
                         Poll::Ready(Some(Ok(0))) | Poll::Pending => {}
                         Poll::Ready(Some(Ok(n))) => return Poll::Ready(Wait::Capacity(n)),
@@ -723,7 +800,7 @@ impl Call {
         let mut pieces = Vec::new();
         let mut granted = 0usize;
         while capacity > 0 {
-            let Some((data, charged)) = self.out.front_mut() else {
+            let Some((data, charged, _)) = self.out.front_mut() else {
                 break;
             };
             let n = capacity.min(data.len());
@@ -758,7 +835,11 @@ impl Call {
 
     /// One frame from the server for this call. Returns the credits of a window update
     /// (for the request stream).
-    fn on_server_frame(&mut self, buf: Bytes) -> Result<Option<u32>, Stop> {
+    fn on_server_frame(
+        &mut self,
+        buf: Bytes,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<Option<u32>, Stop> {
         let Ok(frame) = Frame::parse(&buf) else {
             return Ok(None);
         };
@@ -770,13 +851,13 @@ impl Call {
                     self.send_headers(&Metadata::new(), false)?;
                 }
                 self.out
-                    .push_back((deframe::frame(frame.payload), header.frame_len()));
+                    .push_back((deframe::frame(frame.payload), header.frame_len(), permit));
             }
             FrameKind::Response if !header.flags.contains(Flags::END_STREAM) => {
                 let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
                 self.send_headers(&metadata, false)?;
             }
-            FrameKind::Response => self.finished = Some(buf),
+            FrameKind::Response => self.finished = Some((buf, permit)),
             _ => {}
         }
         Ok(None)
@@ -798,16 +879,28 @@ impl Call {
     }
 
     /// The server's final frame: status and trailers (with the response message of a
-    /// unary or client-streaming call).
+    /// unary or client-streaming call, queued first: the trailers follow once it went
+    /// out, as HTTP/2 flow control lets it).
     fn finish(&mut self) -> Result<(), Stop> {
-        self.done = true;
-        let buf = self.finished.take().expect("finished");
+        if let Some(trailers) = self.trailers.take() {
+            self.done = true;
+            let stream = self.sending.as_mut().expect("headers sent");
+            return stream.send_trailers(trailers).map_err(|_| Stop::Cancelled);
+        }
+        let (buf, permit) = self.finished.take().expect("finished");
         let Ok(frame) = Frame::parse(&buf) else {
             self.fail(&Status::internal("malformed response"));
             return Ok(());
         };
         let code = Code::from_u8(frame.header.status);
         let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
+        if frame.header.flags.contains(Flags::REFUSED) && !self.headers_sent {
+            // Not started (the server is draining): HTTP/2's refusal, which gRPC clients
+            // retry transparently.
+            self.done = true;
+            self.respond.send_reset(h2::Reason::REFUSED_STREAM);
+            return Ok(());
+        }
         if code != Code::Ok {
             let message = String::from_utf8_lossy(frame.payload).into_owned();
             self.fail(&Status::new(code, message));
@@ -821,24 +914,19 @@ impl Call {
                 self.send_headers(&Metadata::new(), false)?;
             }
             text::append_metadata(&mut trailers, &metadata);
-        } else {
-            // The one response message; this framework's wire carries its headers and
-            // trailers as one block, sent here as headers.
-            if !self.headers_sent {
-                self.send_headers(&metadata, false)?;
-            }
+            self.done = true;
             let stream = self.sending.as_mut().expect("headers sent");
-            // HTTP/2 buffers it, and the call's task is done with it: a response is
-            // bounded by the server's message limit.
-            if stream
-                .send_data(deframe::frame(frame.payload), false)
-                .is_err()
-            {
-                return Err(Stop::Cancelled);
-            }
+            return stream.send_trailers(trailers).map_err(|_| Stop::Cancelled);
         }
-        let stream = self.sending.as_mut().expect("headers sent");
-        stream.send_trailers(trailers).map_err(|_| Stop::Cancelled)
+        // The one response message; this framework's wire carries its headers and
+        // trailers as one block, sent here as headers.
+        if !self.headers_sent {
+            self.send_headers(&metadata, false)?;
+        }
+        self.out
+            .push_back((deframe::frame(frame.payload), 0, permit));
+        self.trailers = Some(trailers);
+        Ok(())
     }
 
     /// Ends the call with `status`: trailers-only if nothing was sent yet.

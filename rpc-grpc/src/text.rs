@@ -49,6 +49,10 @@ fn reserved(name: &str) -> bool {
             | "content-length"
             | "connection"
             | "host"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "upgrade"
     )
 }
 
@@ -72,6 +76,10 @@ pub(crate) fn metadata_from(headers: &HeaderMap) -> Metadata {
 /// HTTP header names or values are skipped).
 pub(crate) fn append_metadata(headers: &mut HeaderMap, metadata: &Metadata) {
     for (name, value) in metadata.iter() {
+        // HTTP/2's and gRPC's own names: never the application's to send.
+        if reserved(name) || name.starts_with("grpc-") && !name.ends_with("-bin") {
+            continue;
+        }
         if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(value),

@@ -188,3 +188,87 @@ async fn deadlines_and_unknown_methods_over_grpc() {
         report.status_code_distribution
     );
 }
+
+/// The echo and interop services on one port, HTTP/2 windows of 64 KiB for requests;
+/// shut down gracefully when `stop` resolves. Returns the port and the serving task.
+async fn start_small_window_server(
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> (u16, tokio::task::JoinHandle<()>) {
+    let mut settings = TransportSettings::default();
+    settings.max_message_size(SERVER_MAX);
+    settings.grpc.stream_window = 64 * 1024;
+    let endpoint: Endpoint = "tcp://127.0.0.1:0".parse().unwrap();
+    let listener = AnyListener::bind(&endpoint, &settings).await.unwrap();
+    let port = listener.port();
+    let mut config = ServerConfig::default();
+    config.max_message_size(SERVER_MAX);
+    let server = Server::builder()
+        .add_service(EchoServer::new(EchoService))
+        .unwrap()
+        .add_service(TestServiceServer::new(InteropService::default()))
+        .unwrap()
+        .config(config)
+        .build();
+    let task = tokio::spawn(async move {
+        let _ = server
+            .serve_with_shutdown(listener, async {
+                let _ = stop.await;
+            })
+            .await;
+    });
+    (port, task)
+}
+
+/// A client-streaming message larger than the HTTP/2 window of its stream is read whole
+/// (the body is not paused inside a message); a graceful shutdown lets a long server
+/// stream over gRPC finish, its last messages and trailers flushed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_stream_messages_and_a_graceful_shutdown_over_grpc() {
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (port, task) = start_small_window_server(stopped).await;
+    let url = format!("grpc://127.0.0.1:{port}");
+    // 600 KB messages (800,000 base64 characters) on a stream with a 64 KiB window.
+    let body = "A".repeat(800_000);
+    let data =
+        format!(r#"[{{"payload": {{"body": "{body}"}}}}, {{"payload": {{"body": "{body}"}}}}]"#);
+    let report = app::run(&args(
+        "grpc/testing/test.proto",
+        &[
+            "--call",
+            "grpc.testing.TestService/StreamingInputCall",
+            "-d",
+            &data,
+            "-n",
+            "3",
+            &url,
+        ],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(ok(&report), 3, "{:?}", report.error_distribution);
+    // A server stream of 1,000,000 messages; the server shuts down 100 ms into it.
+    let load = args(
+        "echo.proto",
+        &[
+            "--call",
+            "echo.Echo/Repeat",
+            "-d",
+            r#"{"payload": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "count": 1000000}"#,
+            "-n",
+            "1",
+            "-t",
+            "60s",
+            &url,
+        ],
+    );
+    let run = tokio::spawn(async move { app::run(&load).await });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    stop.send(()).unwrap();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(ok(&report), 1, "{:?}", report.error_distribution);
+    assert_eq!(report.stream_messages.as_ref().unwrap().received, 1_000_000);
+    tokio::time::timeout(std::time::Duration::from_secs(10), task)
+        .await
+        .expect("the server finished its shutdown")
+        .unwrap();
+}
