@@ -283,6 +283,14 @@ pub async fn run_case(channel: Channel, case: &str) -> Result<(), String> {
             drop(tx);
             match outcome {
                 Err(status) if status.code() == Code::DeadlineExceeded => Ok(()),
+                // tonic's own timer, when it fires before the server's answer arrives (a
+                // loaded machine), ends the call with CANCELLED "Timeout expired".
+                Err(status)
+                    if status.code() == Code::Cancelled
+                        && status.message() == "Timeout expired" =>
+                {
+                    Ok(())
+                }
                 other => Err(format!("{other:?}, not DEADLINE_EXCEEDED")),
             }
         }

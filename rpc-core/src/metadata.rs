@@ -6,6 +6,11 @@
 //! repeated { key_len: u16 LE | key: UTF-8 | value_len: u32 LE | value: UTF-8 }
 //! ```
 //! Its total length is the header's `meta_len`, bounded by [`MAX_METADATA_LEN`].
+//!
+//! A response that carries its message and its status in one frame (unary and
+//! client-streaming calls) carries its headers and its trailers in one block: the trailers
+//! follow an entry with an empty key and an empty value (applications' keys are never
+//! empty), absent when there are no trailers.
 
 use bytes::BufMut;
 
@@ -88,13 +93,43 @@ impl Metadata {
         }
     }
 
-    /// Checks that this metadata can be encoded: block within [`MAX_METADATA_LEN`].
+    /// Checks that this metadata can be encoded: block within [`MAX_METADATA_LEN`], no
+    /// empty key (the wire's separator of trailers).
     pub fn check(&self) -> Result<(), FrameError> {
+        if self.entries.iter().any(|(k, _)| k.is_empty()) {
+            return Err(FrameError::BadMetadata("an empty key"));
+        }
         let len = self.encoded_len();
         if len > MAX_METADATA_LEN {
             return Err(FrameError::MetadataTooLarge(len));
         }
         Ok(())
+    }
+
+    /// Appends `trailers` after the separator (one block for headers and trailers; see the
+    /// module docs). Nothing is appended for no trailers.
+    pub fn append_trailers(&mut self, trailers: &Metadata) {
+        if trailers.is_empty() {
+            return;
+        }
+        self.entries.push((String::new(), String::new()));
+        self.entries.extend(trailers.entries.iter().cloned());
+    }
+
+    /// Splits a block of headers and trailers at the separator (see the module docs).
+    pub fn split_trailers(mut self) -> (Metadata, Metadata) {
+        match self
+            .entries
+            .iter()
+            .position(|(k, v)| k.is_empty() && v.is_empty())
+        {
+            Some(at) => {
+                let trailers = self.entries.split_off(at + 1);
+                self.entries.pop();
+                (self, Metadata { entries: trailers })
+            }
+            None => (self, Metadata::new()),
+        }
     }
 
     /// Parses an encoded block.
@@ -133,6 +168,31 @@ fn take<'a>(block: &mut &'a [u8], n: usize) -> Result<&'a [u8], FrameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trailers_follow_the_separator_and_empty_keys_are_refused() {
+        let mut headers = Metadata::new();
+        headers.append("a", "1");
+        let mut trailers = Metadata::new();
+        trailers.append("t", "2");
+        trailers.append("t", "3");
+        let mut block = headers.clone();
+        block.append_trailers(&trailers);
+        assert!(
+            block.check().is_err(),
+            "the separator is not an application key"
+        );
+        let mut out = Vec::new();
+        block.encode(&mut out);
+        let (h, t) = Metadata::decode(&out).unwrap().split_trailers();
+        assert_eq!((h, t), (headers.clone(), trailers));
+        let mut none = headers.clone();
+        none.append_trailers(&Metadata::new());
+        assert_eq!(none.clone().split_trailers(), (headers, Metadata::new()));
+        let mut empty_key = Metadata::new();
+        empty_key.append("", "x");
+        assert!(empty_key.check().is_err());
+    }
 
     #[test]
     fn exact_bytes_and_round_trip() {

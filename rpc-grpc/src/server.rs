@@ -918,11 +918,12 @@ impl Call {
             let stream = self.sending.as_mut().expect("headers sent");
             return stream.send_trailers(trailers).map_err(|_| Stop::Cancelled);
         }
-        // The one response message; this framework's wire carries its headers and
-        // trailers as one block, sent here as headers.
+        // The one response message; headers and trailers come in one block here.
+        let (metadata, app_trailers) = metadata.split_trailers();
         if !self.headers_sent {
             self.send_headers(&metadata, false)?;
         }
+        text::append_metadata(&mut trailers, &app_trailers);
         self.out
             .push_back((deframe::frame(frame.payload), 0, permit));
         self.trailers = Some(trailers);

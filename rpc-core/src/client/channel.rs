@@ -1014,9 +1014,12 @@ fn decode_response<B: std::ops::Deref<Target = [u8]>, Resp>(
         return Err(Status::new(code, String::from_utf8_lossy(frame.payload)));
     }
     let metadata = Metadata::decode(frame.metadata).map_err(|e| Status::internal(e.to_string()))?;
+    let (metadata, trailers) = metadata.split_trailers();
     let message = decode(inbound.payload(frame.payload))
         .map_err(|e| Status::internal(format!("failed to decode response: {e}")))?;
-    Ok(Response::from_parts(metadata, message))
+    let mut response = Response::from_parts(metadata, message);
+    *response.trailers_mut() = trailers;
+    Ok(response)
 }
 
 /// Receives frames and hands responses to their callers until the connection ends

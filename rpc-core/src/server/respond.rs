@@ -25,11 +25,13 @@ pub(super) async fn respond<C: Connection>(
 ) {
     let sent = match outcome {
         Ok(response) => {
-            let (mut metadata, message, trailers) = response.into_all_parts();
-            // One metadata block on this framework's wire: trailers follow the headers.
-            for (key, value) in trailers.iter() {
-                metadata.append(key, value);
-            }
+            let (metadata, message, trailers) = response.into_all_parts();
+            // Checked before the trailers are appended: the block then holds the
+            // separator, an empty key applications may not use.
+            let checked = metadata.check().and_then(|()| trailers.check());
+            // One metadata block on this framework's wire: trailers after the separator.
+            let mut metadata = metadata;
+            metadata.append_trailers(&trailers);
             let len = message.encoded_len();
             let limit = max_message_size.min(u32::MAX as usize);
             if len > limit {
@@ -38,7 +40,14 @@ pub(super) async fn respond<C: Connection>(
                 ));
                 tracing::warn!(call_id, "{}", status.message());
                 send_status_flags(conn, call_id, &status, Flags::default()).await
-            } else if let Err(e) = metadata.check() {
+            } else if let Err(e) = checked.and_then(|()| {
+                let len = metadata.encoded_len();
+                if len > crate::MAX_METADATA_LEN {
+                    Err(crate::wire::FrameError::MetadataTooLarge(len))
+                } else {
+                    Ok(())
+                }
+            }) {
                 let status = Status::internal(format!("response metadata: {e}"));
                 tracing::warn!(call_id, "{}", status.message());
                 send_status_flags(conn, call_id, &status, Flags::default()).await
