@@ -104,10 +104,9 @@ impl<T> IntoRequest<T> for Request<T> {
 
 /// A response message with metadata.
 ///
-/// On a streaming response, the metadata goes first (the response headers) and the
-/// trailers after the last message; on a unary response, over this framework's own
-/// transports, both arrive with the message and the client sees the trailers appended to
-/// the metadata.
+/// The metadata goes first (the response headers) and the trailers after the last
+/// message (on a unary response both arrive with the message, in one block; the client
+/// sees each as the server set it).
 #[derive(Debug, Clone, Default)]
 pub struct Response<T> {
     metadata: Metadata,
@@ -134,7 +133,8 @@ impl<T> Response<T> {
         }
     }
 
-    /// The trailing metadata (server side: sent when the call ends).
+    /// The trailing metadata (server side: sent when the call ends; client side: what the
+    /// server sent when the call ended).
     pub fn trailers(&self) -> &Metadata {
         &self.trailers
     }
