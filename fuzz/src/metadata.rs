@@ -10,13 +10,19 @@ use crate::mutate::{read_le, Field};
 /// On any broken invariant: a decoded block whose encoding differs from the input (the
 /// encoding has exactly one form, so a decoder that accepts a block must reproduce it),
 /// whose `encoded_len` is not the input's length, that does not decode to itself again,
-/// or whose size check disagrees with [`MAX_METADATA_LEN`].
+/// or whose check disagrees with [`MAX_METADATA_LEN`] and the rule against empty keys.
 pub fn metadata(data: &[u8]) {
     let Ok(md) = Metadata::decode(data) else {
         return;
     };
     assert_eq!(md.encoded_len(), data.len(), "encoded_len");
-    assert_eq!(md.check().is_ok(), data.len() <= MAX_METADATA_LEN, "check");
+    // An empty key is the wire's separator of trailers, never an application's key.
+    let empty_key = md.iter().any(|(key, _)| key.is_empty());
+    assert_eq!(
+        md.check().is_ok(),
+        data.len() <= MAX_METADATA_LEN && !empty_key,
+        "check"
+    );
     let mut encoded = Vec::with_capacity(data.len());
     md.encode(&mut encoded);
     assert_eq!(
