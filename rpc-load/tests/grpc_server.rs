@@ -14,10 +14,16 @@ use rpc_load::app;
 use rpc_transport_rdma::{AnyListener, TransportSettings};
 
 /// The echo and interop services on one port of 127.0.0.1 (`AnyListener`: this
-/// framework's TCP frames, RDMA handshakes and HTTP/2 told apart by their first bytes).
-async fn start_one_port_server() -> u16 {
+/// framework's TCP frames, RDMA handshakes and HTTP/2 told apart by their first bytes),
+/// with `settings` adjusted by `tune`; shut down gracefully when `stop` resolves.
+/// Returns the port and the serving task.
+async fn start_server(
+    tune: impl FnOnce(&mut TransportSettings),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (u16, tokio::task::JoinHandle<()>) {
     let mut settings = TransportSettings::default();
     settings.max_message_size(SERVER_MAX);
+    tune(&mut settings);
     let endpoint: Endpoint = "tcp://127.0.0.1:0".parse().unwrap();
     let listener = AnyListener::bind(&endpoint, &settings).await.unwrap();
     let port = listener.port();
@@ -30,8 +36,15 @@ async fn start_one_port_server() -> u16 {
         .unwrap()
         .config(config)
         .build();
-    tokio::spawn(async move { server.serve(listener).await });
-    port
+    let task = tokio::spawn(async move {
+        let _ = server.serve_with_shutdown(listener, stop).await;
+    });
+    (port, task)
+}
+
+/// [`start_server`] with the default settings, serving until the test ends.
+async fn start_one_port_server() -> u16 {
+    start_server(|_| {}, std::future::pending()).await.0
 }
 
 fn ok(report: &rpc_load::report::Report) -> u64 {
@@ -189,43 +202,17 @@ async fn deadlines_and_unknown_methods_over_grpc() {
     );
 }
 
-/// The echo and interop services on one port, HTTP/2 windows of 64 KiB for requests;
-/// shut down gracefully when `stop` resolves. Returns the port and the serving task.
-async fn start_small_window_server(
-    stop: tokio::sync::oneshot::Receiver<()>,
-) -> (u16, tokio::task::JoinHandle<()>) {
-    let mut settings = TransportSettings::default();
-    settings.max_message_size(SERVER_MAX);
-    settings.grpc.stream_window = 64 * 1024;
-    let endpoint: Endpoint = "tcp://127.0.0.1:0".parse().unwrap();
-    let listener = AnyListener::bind(&endpoint, &settings).await.unwrap();
-    let port = listener.port();
-    let mut config = ServerConfig::default();
-    config.max_message_size(SERVER_MAX);
-    let server = Server::builder()
-        .add_service(EchoServer::new(EchoService))
-        .unwrap()
-        .add_service(TestServiceServer::new(InteropService::default()))
-        .unwrap()
-        .config(config)
-        .build();
-    let task = tokio::spawn(async move {
-        let _ = server
-            .serve_with_shutdown(listener, async {
-                let _ = stop.await;
-            })
-            .await;
-    });
-    (port, task)
-}
-
 /// A client-streaming message larger than the HTTP/2 window of its stream is read whole
 /// (the body is not paused inside a message); a graceful shutdown lets a long server
 /// stream over gRPC finish, its last messages and trailers flushed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_stream_messages_and_a_graceful_shutdown_over_grpc() {
     let (stop, stopped) = tokio::sync::oneshot::channel();
-    let (port, task) = start_small_window_server(stopped).await;
+    // HTTP/2 windows of 64 KiB for requests.
+    let (port, task) = start_server(|settings| settings.grpc.stream_window = 64 * 1024, async {
+        let _ = stopped.await;
+    })
+    .await;
     let url = format!("grpc://127.0.0.1:{port}");
     // 600 KB messages (800,000 base64 characters) on a stream with a 64 KiB window.
     let body = "A".repeat(800_000);
