@@ -136,6 +136,139 @@ shared_net_test!(
 );
 shared_net_test!(kv_watch, kv_watch_streams_changes_under_a_prefix(Rdma));
 shared_net_test!(chat_room, chat_members_see_each_others_posts(Rdma));
+shared_net_test!(rdma_under_tls, rdma_with_the_side_channel_under_tls());
+shared_net_test!(
+    grpc_tcp_and_rdma_clients_on_one_port,
+    three_kinds_of_client_on_one_port_at_once()
+);
+
+/// `rdma+tls://`: the side channel (handshake, liveness) runs under TLS, verified against
+/// the test CA, the data path is RDMA: small and rendezvous-sized calls are answered,
+/// and a client that does not trust the server's CA gets no connection.
+async fn rdma_with_the_side_channel_under_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = test_certs::Ca::new("ca").unwrap();
+    let ca_file = ca.write(dir.path()).unwrap();
+    let (cert, key) = ca
+        .issue("server", &[SERVER_IP])
+        .unwrap()
+        .write(dir.path())
+        .unwrap();
+    let mut server_settings = settings(BIG);
+    server_settings.tls.identity(cert, key);
+    let endpoint: Endpoint = format!("rdma+tls://{SERVER_IP}:0").parse().unwrap();
+    let listener = AnyListener::bind(&endpoint, &server_settings)
+        .await
+        .unwrap();
+    let addr = format!("{SERVER_IP}:{}", listener.port());
+    let server = server_with(Probe::default(), big_config());
+    tokio::spawn(async move { server.serve(listener).await });
+
+    let mut client_settings = settings(BIG);
+    client_settings.tls.ca(&ca_file);
+    let endpoint: Endpoint = format!("rdma+tls://{addr}").parse().unwrap();
+    let conn = connect(&endpoint, &client_settings).await.unwrap();
+    assert_eq!(conn.transport(), TransportKind::Rdma);
+    let peer = rpc_core::Connection::peer(&conn);
+    assert!(peer.starts_with("rdma+tls://"), "{peer}");
+    let channel = Channel::new(conn);
+    let client = EchoClient::new(channel.clone());
+    for size in [10usize, 100_000, 3 << 20] {
+        let sent: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let reply = client
+            .echo(echo_request(sent.clone().into()))
+            .await
+            .unwrap();
+        assert_eq!(reply.into_inner().payload, sent, "{size} bytes");
+    }
+    let counters = channel.connection().rdma_counters().unwrap();
+    assert!(counters.rendezvous_reads > 0, "{counters:?}");
+
+    let other = tempfile::tempdir().unwrap();
+    let mut untrusting = settings(BIG);
+    untrusting.tls.ca(test_certs::Ca::new("other")
+        .unwrap()
+        .write(other.path())
+        .unwrap());
+    let error = connect(&endpoint, &untrusting)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("UnknownIssuer"), "{error}");
+}
+
+/// One port, three kinds of client at once, the same service: a standard gRPC client
+/// (HTTP/2, raw h2), a `tcp://` client and an `rdma://` client each make 200 echo calls
+/// concurrently with the others, and every reply is its own request's.
+async fn three_kinds_of_client_on_one_port_at_once() {
+    let addr = Rdma
+        .start(server_with(Probe::default(), big_config()))
+        .await;
+    let rdma = EchoClient::new(Rdma.connect(&addr, BIG).await);
+    let endpoint: Endpoint = format!("tcp://{addr}").parse().unwrap();
+    let tcp_conn = connect(&endpoint, &settings(BIG)).await.unwrap();
+    assert_eq!(tcp_conn.transport(), TransportKind::Tcp);
+    let tcp = EchoClient::new(Channel::new(tcp_conn));
+    let socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (grpc, connection) = h2::client::handshake(socket).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+
+    let calls = 200;
+    let payload =
+        |kind: u8, i: usize| -> Vec<u8> { (0..(i * 13) % 2000).map(|j| kind ^ j as u8).collect() };
+    let rdma_task = tokio::spawn(async move {
+        for i in 0..calls {
+            let sent = payload(1, i);
+            let reply = rdma.echo(echo_request(sent.clone().into())).await.unwrap();
+            assert_eq!(reply.into_inner().payload, sent, "rdma call {i}");
+        }
+    });
+    let tcp_task = tokio::spawn(async move {
+        for i in 0..calls {
+            let sent = payload(2, i);
+            let reply = tcp.echo(echo_request(sent.clone().into())).await.unwrap();
+            assert_eq!(reply.into_inner().payload, sent, "tcp call {i}");
+        }
+    });
+    let grpc_task = tokio::spawn(async move {
+        use prost::Message;
+        for i in 0..calls {
+            let sent = payload(3, i);
+            let request = echo_request(sent.clone().into()).encode_to_vec();
+            let mut body = vec![0];
+            body.extend_from_slice(&(request.len() as u32).to_be_bytes());
+            body.extend_from_slice(&request);
+            let http = http::Request::builder()
+                .method("POST")
+                .uri(format!("http://{SERVER_IP}/echo.Echo/Echo"))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .unwrap();
+            let mut grpc = grpc.clone().ready().await.unwrap();
+            let (response, mut stream) = grpc.send_request(http, false).unwrap();
+            stream.send_data(body.into(), true).unwrap();
+            let response = response.await.unwrap();
+            assert_eq!(response.status(), 200);
+            let mut body = response.into_body();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk.unwrap();
+                let _ = body.flow_control().release_capacity(chunk.len());
+                bytes.extend_from_slice(&chunk);
+            }
+            let trailers = body.trailers().await.unwrap().unwrap();
+            assert_eq!(trailers.get("grpc-status").unwrap(), "0", "grpc call {i}");
+            let reply = examples::echo::EchoReply::decode(&bytes[5..]).unwrap();
+            assert_eq!(reply.payload, sent, "grpc call {i}");
+        }
+    });
+    for task in [rdma_task, tcp_task, grpc_task] {
+        task.await.unwrap();
+    }
+}
 
 async fn large_payloads_not_copied() {
     let size = 256 << 10;

@@ -175,10 +175,22 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--addr", required=True)
     parser.add_argument("--test_case", default="all")
+    parser.add_argument("--use_tls", action="store_true")
+    parser.add_argument("--ca_file", help="PEM roots the server's certificate must lead to")
+    parser.add_argument("--server_host_override", help="the name to verify instead of the host")
     args = parser.parse_args()
     cases = CASES if args.test_case == "all" else args.test_case.split(",")
     failed = 0
-    with grpc.insecure_channel(args.addr, options=[("grpc.max_receive_message_length", 4 << 20)]) as channel:
+    options = [("grpc.max_receive_message_length", 4 << 20)]
+    if args.use_tls:
+        roots = open(args.ca_file, "rb").read() if args.ca_file else None
+        if args.server_host_override:
+            options.append(("grpc.ssl_target_name_override", args.server_host_override))
+        credentials = grpc.ssl_channel_credentials(root_certificates=roots)
+        channel = grpc.secure_channel(args.addr, credentials, options=options)
+    else:
+        channel = grpc.insecure_channel(args.addr, options=options)
+    with channel:
         for case in cases:
             try:
                 run_case(channel, case)

@@ -1,5 +1,6 @@
 //! `tonic-interop-client --addr http://HOST:PORT --test_case CASE[,CASE...]|all`: the
 //! interop cases with tonic's client; one line per case, non-zero exit if any fails.
+//! Under TLS: `--addr https://HOST:PORT --ca_file CA.pem [--server_host_override NAME]`.
 
 use clap::Parser;
 
@@ -11,6 +12,12 @@ struct Args {
     /// Comma-separated cases, or `all`.
     #[arg(long = "test_case", default_value = "all")]
     test_case: String,
+    /// PEM roots the server's certificate must lead to (with an https:// address).
+    #[arg(long = "ca_file")]
+    ca_file: Option<std::path::PathBuf>,
+    /// The name the server's certificate must carry, instead of the address's host.
+    #[arg(long = "server_host_override")]
+    server_host_override: Option<String>,
 }
 
 #[tokio::main]
@@ -21,7 +28,24 @@ async fn main() {
     } else {
         args.test_case.split(',').collect()
     };
-    let channel = match tonic::transport::Endpoint::from_shared(args.addr.clone()) {
+    let endpoint = tonic::transport::Endpoint::from_shared(args.addr.clone()).and_then(|e| {
+        match &args.ca_file {
+            None => Ok(e),
+            Some(ca) => {
+                let pem = std::fs::read(ca).unwrap_or_else(|err| {
+                    eprintln!("cannot read {}: {err}", ca.display());
+                    std::process::exit(2)
+                });
+                let mut tls = tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(pem));
+                if let Some(name) = &args.server_host_override {
+                    tls = tls.domain_name(name.clone());
+                }
+                e.tls_config(tls)
+            }
+        }
+    });
+    let channel = match endpoint {
         Ok(endpoint) => match endpoint.connect().await {
             Ok(channel) => channel,
             Err(e) => {

@@ -1,28 +1,27 @@
 //! tonic's client runs every interop case against this framework's interop service, over
-//! HTTP/2 on the server's one port.
+//! HTTP/2 on the server's one port: in plaintext, and under TLS (`tcp+tls://` on the
+//! server, `https://` with the test CA on tonic's side).
 
 use examples::grpc_testing::test_service_server::TestServiceServer;
 use examples::interop::InteropService;
 use rpc_core::{Endpoint, Server};
 use rpc_transport_rdma::{AnyListener, TransportSettings};
+use tonic::transport::{Certificate, ClientTlsConfig};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_interop_case_passes_with_tonics_client() {
-    let endpoint: Endpoint = "tcp://127.0.0.1:0".parse().unwrap();
-    let listener = AnyListener::bind(&endpoint, &TransportSettings::default())
-        .await
-        .unwrap();
+/// Starts the interop server on `url`; returns its port.
+async fn start(url: &str, settings: &TransportSettings) -> u16 {
+    let endpoint: Endpoint = url.parse().unwrap();
+    let listener = AnyListener::bind(&endpoint, settings).await.unwrap();
     let port = listener.port();
     let server = Server::builder()
         .add_service(TestServiceServer::new(InteropService::default()))
         .unwrap()
         .build();
     tokio::spawn(async move { server.serve(listener).await });
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    port
+}
+
+async fn run_all(channel: tonic::transport::Channel) {
     let mut failed = Vec::new();
     for case in grpc_interop::CASES {
         let outcome = grpc_interop::run_case(channel.clone(), case).await;
@@ -32,4 +31,51 @@ async fn every_interop_case_passes_with_tonics_client() {
         }
     }
     assert!(failed.is_empty(), "failed: {failed:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_interop_case_passes_with_tonics_client() {
+    let port = start("tcp://127.0.0.1:0", &TransportSettings::default()).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    run_all(channel).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_interop_case_passes_with_tonics_client_under_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    test_certs::write_set(dir.path()).unwrap();
+    let mut settings = TransportSettings::default();
+    settings
+        .tls
+        .identity(dir.path().join("server.pem"), dir.path().join("server.key"));
+    let port = start("tcp+tls://127.0.0.1:0", &settings).await;
+    let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .domain_name("localhost");
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+        .unwrap()
+        .tls_config(tls.clone())
+        .unwrap();
+    run_all(endpoint.connect().await.unwrap()).await;
+
+    // A client that does not trust the server's CA is refused, and says why.
+    let stranger = test_certs::Ca::new("other").unwrap();
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+        .unwrap()
+        .tls_config(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(stranger.cert_pem()))
+                .domain_name("localhost"),
+        )
+        .unwrap();
+    let error = match endpoint.connect().await {
+        Ok(_) => panic!("connected with an untrusted server certificate"),
+        Err(e) => format!("{e:?}"),
+    };
+    assert!(error.contains("UnknownIssuer"), "{error}");
 }

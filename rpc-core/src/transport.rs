@@ -130,6 +130,14 @@ pub trait Connection: Send + Sync + 'static {
         let _ = methods;
     }
 
+    /// Called by a client before it sends the request that opens a call of `method`: a
+    /// transport that translates frames into another protocol's calls (gRPC over
+    /// HTTP/2) needs the method's path and kind, which frames carry only as an id. The
+    /// default ignores it.
+    fn calling(&self, method: &crate::codegen::MethodDescriptor) {
+        let _ = method;
+    }
+
     /// A short description of the peer for logs, e.g. `tcp://127.0.0.1:4000`.
     fn peer(&self) -> String;
 

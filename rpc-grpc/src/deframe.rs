@@ -11,9 +11,19 @@ pub(crate) const PREFIX_LEN: usize = 5;
 #[derive(Debug, Default)]
 pub(crate) struct Deframer {
     buf: BytesMut,
+    /// Cuts responses (a client's), not requests: for the errors' words.
+    responses: bool,
 }
 
 impl Deframer {
+    /// A deframer of a response body, on a client.
+    pub(crate) fn for_responses() -> Deframer {
+        Deframer {
+            buf: BytesMut::new(),
+            responses: true,
+        }
+    }
+
     /// Adds a chunk of the body.
     pub(crate) fn push(&mut self, chunk: &[u8]) {
         self.buf.extend_from_slice(chunk);
@@ -41,8 +51,13 @@ impl Deframer {
             ));
         }
         if len > max {
+            let what = if self.responses {
+                "response"
+            } else {
+                "request"
+            };
             return Err(Status::resource_exhausted(format!(
-                "request message of {len} bytes exceeds the maximum of {max}"
+                "{what} message of {len} bytes exceeds the maximum of {max}"
             )));
         }
         if self.buf.len() < PREFIX_LEN + len {

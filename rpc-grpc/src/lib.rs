@@ -1,18 +1,185 @@
-//! gRPC over HTTP/2 as a transport of `rpc-core`.
+//! gRPC over HTTP/2 as a transport of `rpc-core`, both ways.
 //!
-//! A server that finds the HTTP/2 connection preface on its port (see
-//! [`PREFACE`]) wraps the socket in a [`GrpcConnection`]: every gRPC call of the HTTP/2
-//! connection becomes a call of the framework's own frames (request, stream messages,
-//! window updates, status), so the services registered once are reached by gRPC clients
-//! too, through the same admission, limits, deadlines and flow control as any other
-//! client. Each direction of a call keeps to both sides' rules: HTTP/2 flow control
-//! towards the gRPC peer, the server's stream windows towards the server.
+//! **Server side.** A server that finds the HTTP/2 connection preface on its port (see
+//! [`PREFACE`]) wraps the socket in a [`GrpcConnection`] ([`GrpcConnection::accept`]):
+//! every gRPC call of the HTTP/2 connection becomes a call of the framework's own frames
+//! (request, stream messages, window updates, status), so the services registered once
+//! are reached by gRPC clients too, through the same admission, limits, deadlines and
+//! flow control as any other client. Each direction of a call keeps to both sides' rules:
+//! HTTP/2 flow control towards the gRPC peer, the server's stream windows towards the
+//! server.
+//!
+//! **Client side.** [`GrpcConnection::connect`] runs HTTP/2 to any gRPC server
+//! (`grpc://`, and `grpcs://` over TLS): a `Channel` over it, and so every generated
+//! client, calls that server; the channel's frames become gRPC calls and the responses
+//! come back as frames.
+//!
+//! # Layout
+//! - `server.rs`: the server side; `client.rs`: the client side.
+//! - `deframe.rs`: gRPC's length-prefixed messages; `text.rs`: its header texts.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use rpc_core::codegen::MethodDescriptor;
+use rpc_core::{Connection, MethodKinds, TransportError};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+mod client;
 mod deframe;
 mod server;
 mod text;
 
-pub use server::{GrpcConfig, GrpcConnection};
+pub use server::GrpcConfig;
+
+use client::ClientConnection;
+use server::ServerConnection;
 
 /// The first bytes a gRPC (HTTP/2) client sends: the HTTP/2 connection preface.
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// One HTTP/2 connection carrying gRPC calls, as a [`Connection`] of the framework: the
+/// server's side of a gRPC client's connection ([`GrpcConnection::accept`]), or a
+/// client's connection to a gRPC server ([`GrpcConnection::connect`]).
+#[derive(Debug)]
+pub struct GrpcConnection(Side);
+
+#[derive(Debug)]
+enum Side {
+    Server(ServerConnection),
+    Client(ClientConnection),
+}
+
+impl GrpcConnection {
+    /// Runs the server side of HTTP/2 on `io`, whose first bytes (the connection
+    /// preface) are still to be read from it or were read into `already_read`.
+    ///
+    /// # Errors
+    /// The HTTP/2 handshake failed.
+    pub async fn accept<T>(
+        io: T,
+        already_read: &[u8],
+        config: &GrpcConfig,
+        peer_addr: Option<SocketAddr>,
+    ) -> Result<GrpcConnection, TransportError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        ServerConnection::accept(io, already_read, config, peer_addr)
+            .await
+            .map(|c| GrpcConnection(Side::Server(c)))
+    }
+
+    /// Runs the client side of HTTP/2 on `io`, connected (under TLS when `tls`) to the
+    /// gRPC server at `authority` (`host:port`, the requests' `:authority`). Responses
+    /// larger than [`GrpcConfig::max_message_size`] fail their calls with
+    /// `RESOURCE_EXHAUSTED`; [`GrpcConfig::stream_window`] and
+    /// [`GrpcConfig::connection_window`] are the HTTP/2 windows this side grants.
+    ///
+    /// # Errors
+    /// An invalid authority, or the HTTP/2 handshake failed.
+    pub async fn connect<T>(
+        io: T,
+        authority: &str,
+        tls: bool,
+        config: &GrpcConfig,
+        peer_addr: Option<SocketAddr>,
+    ) -> Result<GrpcConnection, TransportError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        ClientConnection::connect(io, authority, tls, config, peer_addr)
+            .await
+            .map(|c| GrpcConnection(Side::Client(c)))
+    }
+
+    /// Whether this is the client side (a connection to a gRPC server).
+    pub fn is_client(&self) -> bool {
+        matches!(self.0, Side::Client(_))
+    }
+}
+
+impl Connection for GrpcConnection {
+    type SendBuf = BytesMut;
+    type RecvBuf = Bytes;
+
+    async fn alloc(&self, len: usize) -> Result<BytesMut, TransportError> {
+        match &self.0 {
+            Side::Server(c) => c.alloc(len).await,
+            Side::Client(c) => {
+                let max = c.max_frame();
+                if len > max {
+                    return Err(TransportError::TooLarge { len, max });
+                }
+                Ok(BytesMut::with_capacity(len))
+            }
+        }
+    }
+
+    async fn send(&self, frame: BytesMut) -> Result<(), TransportError> {
+        match &self.0 {
+            Side::Server(c) => c.send(frame).await,
+            Side::Client(c) => c.send(frame.freeze()),
+        }
+    }
+
+    async fn recv(&self) -> Result<Option<Bytes>, TransportError> {
+        match &self.0 {
+            Side::Server(c) => c.recv().await,
+            Side::Client(c) => c.recv().await,
+        }
+    }
+
+    fn recv_ready(&self, out: &mut Vec<Bytes>, max: usize) {
+        match &self.0 {
+            Side::Server(c) => c.recv_ready(out, max),
+            Side::Client(c) => c.recv_ready(out, max),
+        }
+    }
+
+    /// Runs of stream messages may come in one buffer: each becomes its own gRPC message.
+    fn max_frames_per_buffer(&self) -> usize {
+        usize::MAX
+    }
+
+    fn close(&self) {
+        match &self.0 {
+            Side::Server(c) => c.close(),
+            Side::Client(c) => c.close(),
+        }
+    }
+
+    async fn shutdown(&self) {
+        match &self.0 {
+            Side::Server(c) => c.shutdown().await,
+            Side::Client(c) => c.close(),
+        }
+    }
+
+    fn serving(&self, methods: Arc<dyn MethodKinds>) {
+        if let Side::Server(c) = &self.0 {
+            c.serving(methods);
+        }
+    }
+
+    fn calling(&self, method: &MethodDescriptor) {
+        if let Side::Client(c) = &self.0 {
+            c.calling(method);
+        }
+    }
+
+    fn peer(&self) -> String {
+        match &self.0 {
+            Side::Server(c) => c.peer.clone(),
+            Side::Client(c) => c.peer.clone(),
+        }
+    }
+
+    fn peer_addr(&self) -> Option<SocketAddr> {
+        match &self.0 {
+            Side::Server(c) => c.peer_addr,
+            Side::Client(c) => c.peer_addr,
+        }
+    }
+}

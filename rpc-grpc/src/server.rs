@@ -86,11 +86,11 @@ impl GrpcConfig {
 
 /// One HTTP/2 connection of a gRPC client, as the server sees it: see the module docs.
 #[derive(Debug)]
-pub struct GrpcConnection {
+pub(crate) struct ServerConnection {
     shared: Arc<Shared>,
     incoming: tokio::sync::Mutex<mpsc::Receiver<Bytes>>,
-    peer: String,
-    peer_addr: Option<SocketAddr>,
+    pub(crate) peer: String,
+    pub(crate) peer_addr: Option<SocketAddr>,
 }
 
 struct Shared {
@@ -129,18 +129,18 @@ type ToCall = (Bytes, Option<OwnedSemaphorePermit>);
 /// stops the calls' tasks, which stop reading their bodies (HTTP/2 flow control).
 const INCOMING_FRAMES: usize = 256;
 
-impl GrpcConnection {
+impl ServerConnection {
     /// Runs the server side of HTTP/2 on `io`, whose first bytes (the connection
     /// preface) are still to be read from it or were read into `already_read`.
     ///
     /// # Errors
     /// The HTTP/2 handshake failed.
-    pub async fn accept<T>(
+    pub(crate) async fn accept<T>(
         io: T,
         already_read: &[u8],
         config: &GrpcConfig,
         peer_addr: Option<SocketAddr>,
-    ) -> Result<GrpcConnection, TransportError>
+    ) -> Result<ServerConnection, TransportError>
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -174,7 +174,7 @@ impl GrpcConnection {
             Some(addr) => format!("grpc://{addr}"),
             None => "grpc://?".into(),
         };
-        Ok(GrpcConnection {
+        Ok(ServerConnection {
             shared,
             incoming: tokio::sync::Mutex::new(rx),
             peer,
@@ -183,7 +183,7 @@ impl GrpcConnection {
     }
 }
 
-impl Connection for GrpcConnection {
+impl Connection for ServerConnection {
     type SendBuf = BytesMut;
     type RecvBuf = Bytes;
 
@@ -284,7 +284,7 @@ impl Connection for GrpcConnection {
     }
 }
 
-impl Drop for GrpcConnection {
+impl Drop for ServerConnection {
     fn drop(&mut self) {
         self.shared.closed.send_replace(true);
     }
@@ -344,7 +344,7 @@ async fn drive<T>(
 }
 
 /// Resolves once the flag is set (or its sender is gone).
-async fn set(flag: &mut watch::Receiver<bool>) {
+pub(crate) async fn set(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|set| *set).await.map(|_| ());
 }
 
@@ -353,12 +353,12 @@ fn stalled() -> Status {
 }
 
 /// A frame with no body.
-fn control(kind: FrameKind, call_id: u64) -> Bytes {
+pub(crate) fn control(kind: FrameKind, call_id: u64) -> Bytes {
     Bytes::copy_from_slice(&Header::new(kind, call_id).encode())
 }
 
 /// A frame with `metadata` and `payload`.
-fn frame(mut header: Header, metadata: &Metadata, payload: &[u8]) -> Bytes {
+pub(crate) fn frame(mut header: Header, metadata: &Metadata, payload: &[u8]) -> Bytes {
     header.payload_len = payload.len() as u32;
     let mut buf = BytesMut::with_capacity(HEADER_LEN + metadata.encoded_len() + payload.len());
     encode_head(&mut header, metadata, &mut buf);

@@ -37,6 +37,31 @@ pub(crate) fn percent_encode(message: &str) -> String {
     out
 }
 
+/// A `grpc-message` as sent: `%XX` decoded, invalid UTF-8 replaced (a malformed escape
+/// stays as it is, as the spec asks).
+pub(crate) fn percent_decode(value: &[u8]) -> String {
+    let mut out = Vec::with_capacity(value.len());
+    let mut i = 0;
+    while i < value.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            value[i],
+            value.get(i + 1).copied().and_then(hex),
+            value.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Request headers that are HTTP/2's or gRPC's own, not the application's metadata.
 fn reserved(name: &str) -> bool {
     matches!(
@@ -108,6 +133,10 @@ mod tests {
         assert_eq!(percent_encode("ok 100%"), "ok 100%25");
         assert_eq!(percent_encode("\t\n\u{1}"), "%09%0A%01");
         assert_eq!(percent_encode("é"), "%C3%A9");
+        for message in ["ok 100%", "\t\n\u{1}", "é ✓", ""] {
+            assert_eq!(percent_decode(percent_encode(message).as_bytes()), message);
+        }
+        assert_eq!(percent_decode(b"50%zz%4"), "50%zz%4");
     }
 
     #[test]

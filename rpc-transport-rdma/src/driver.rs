@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rpc_transport_tcp::Socket;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 
 use crate::connection::{Inner, Received, RecvBuf, SlotHold};
 use crate::counters::Counters;
@@ -30,7 +30,7 @@ pub(crate) fn progress(inner: &Inner) -> Result<usize, Close> {
 
 /// The connection's own task: waits for the side channel to end (the peer process is
 /// gone) or the connection to close, then tears down what is left.
-pub(crate) async fn run(inner: Arc<Inner>, mut side: TcpStream) {
+pub(crate) async fn run(inner: Arc<Inner>, mut side: Socket) {
     let mut closed = inner.closed.subscribe();
     let mut side_buf = [0u8; 64];
     if closed.borrow().is_none() {

@@ -23,8 +23,8 @@
 //! being lent from where it lies; version 2 peers would refuse such a descriptor, so the
 //! versions do not mix.
 
+use rpc_transport_tcp::Socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::verbs::{Mtu, QpEndpoint};
 
@@ -135,18 +135,19 @@ impl Offer {
 }
 
 /// Sends NONE with `reason`.
-pub(crate) async fn refuse(stream: &mut TcpStream, reason: &str) -> std::io::Result<()> {
+pub(crate) async fn refuse(stream: &mut Socket, reason: &str) -> std::io::Result<()> {
     let reason = &reason.as_bytes()[..reason.len().min(MAX_REASON)];
     let mut b = [0u8; BLOCK];
     b[0..8].copy_from_slice(NONE);
     b[8..12].copy_from_slice(&(reason.len() as u32).to_le_bytes());
     stream.write_all(&b).await?;
-    stream.write_all(reason).await
+    stream.write_all(reason).await?;
+    stream.flush().await
 }
 
 /// Reads the rest of a NONE (after its 64-byte block) and returns the reason.
 pub(crate) async fn read_refusal(
-    stream: &mut TcpStream,
+    stream: &mut Socket,
     block: &[u8; BLOCK],
 ) -> std::io::Result<String> {
     let len =

@@ -68,6 +68,9 @@ mod verbs;
 pub use config::{RdmaConfig, MIN_SLOT_SIZE};
 pub use connection::{MessageBuf, RdmaConnection, RecvBuf};
 pub use counters::RdmaCounters;
+pub use rpc_transport_tcp::{ClientAuth, TlsConfig};
 pub use select::{connect, AnyConnection, AnyListener, TransportSettings};
-pub use select::{ClientSection, FileConfig, RdmaSection, ServerSection, TcpSection};
+pub use select::{
+    ClientSection, FileConfig, GrpcSection, RdmaSection, ServerSection, TcpSection, TlsSection,
+};
 pub use verbs::{rdma_available, SendBuf};

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 use rpc_core::TransportError;
+use rpc_transport_tcp::Socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
 use crate::completion::Membership;
@@ -34,7 +34,7 @@ pub(crate) struct Prepared {
     pd: Arc<ProtectionDomain>,
 }
 
-fn local_ipv4(stream: &TcpStream) -> Option<Ipv4Addr> {
+fn local_ipv4(stream: &Socket) -> Option<Ipv4Addr> {
     match stream.local_addr().ok()?.ip() {
         IpAddr::V4(ip) => Some(ip),
         IpAddr::V6(ip) => ip.to_ipv4_mapped(),
@@ -43,7 +43,7 @@ fn local_ipv4(stream: &TcpStream) -> Option<Ipv4Addr> {
 
 /// Opens the device that owns the socket's local address (or the configured one) and
 /// prepares a QP with its rings.
-pub(crate) fn prepare(config: &RdmaConfig, stream: &TcpStream) -> Result<Prepared, String> {
+pub(crate) fn prepare(config: &RdmaConfig, stream: &Socket) -> Result<Prepared, String> {
     prepare_at(config, local_ipv4(stream))
 }
 
@@ -130,11 +130,12 @@ struct Connected {
 impl Connected {
     /// Starts the connection: its task, and its place on the shared CQ (completions and
     /// timers).
-    fn start(self, side: TcpStream, config: &RdmaConfig) -> RdmaConnection {
+    fn start(self, side: Socket, config: &RdmaConfig) -> RdmaConnection {
         let peer_addr = side.peer_addr().ok();
+        let scheme = if side.is_tls() { "rdma+tls" } else { "rdma" };
         let peer = match peer_addr {
-            Some(addr) => format!("rdma://{addr}"),
-            None => "rdma://?".into(),
+            Some(addr) => format!("{scheme}://{addr}"),
+            None => format!("{scheme}://?"),
         };
         let qp_num = self.rings.qp_num();
         let (rings, slots, remote) = (self.rings, self.slots, &self.remote);
@@ -215,11 +216,12 @@ impl Connected {
 
 /// What a client's negotiation ended in.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // Once per connection, moved once.
 pub(crate) enum Negotiated {
     /// RDMA is up.
     Rdma(RdmaConnection),
     /// The server declined (reason); the socket carries TCP from here.
-    Tcp(TcpStream, String),
+    Tcp(Socket, String),
 }
 
 /// Client side: offers RDMA on `stream`.
@@ -227,7 +229,7 @@ pub(crate) enum Negotiated {
 /// # Errors
 /// Local set-up failure, a handshake error, or (in [`Mode::Rdma`]) the server's refusal.
 pub(crate) async fn client(
-    mut stream: TcpStream,
+    mut stream: Socket,
     config: &RdmaConfig,
     mode: Mode,
 ) -> Result<Negotiated, TransportError> {
@@ -237,6 +239,8 @@ pub(crate) async fn client(
         stream
             .write_all(&prepared.offer(mode, config).encode(HELLO))
             .await?;
+        // Under TLS a write may sit in the session until flushed.
+        stream.flush().await?;
         let mut block = [0u8; BLOCK];
         stream.read_exact(&mut block).await?;
         Ok::<_, std::io::Error>(block)
@@ -251,6 +255,7 @@ pub(crate) async fn client(
             // Our QP must reach RTS before READY lets the server send.
             let connected = prepared.connect(&remote).map_err(TransportError::Other)?;
             stream.write_all(READY).await?;
+            stream.flush().await?;
             Ok(Negotiated::Rdma(connected.start(stream, config)))
         }
         m if m == NONE => {
@@ -277,9 +282,9 @@ pub(crate) async fn client(
 /// # Errors
 /// Why the handshake failed (the connection is then dropped).
 pub(crate) async fn server(
-    mut stream: TcpStream,
+    mut stream: Socket,
     config: Option<&RdmaConfig>,
-) -> Result<Result<RdmaConnection, TcpStream>, String> {
+) -> Result<Result<RdmaConnection, Socket>, String> {
     let mut block = [0u8; BLOCK];
     block[..8].copy_from_slice(HELLO);
     stream
@@ -328,6 +333,7 @@ pub(crate) async fn server(
     let reply = prepared.offer(offer.mode, config).encode(OKAY);
     let connected = prepared.connect(&offer)?;
     stream.write_all(&reply).await.map_err(|e| e.to_string())?;
+    stream.flush().await.map_err(|e| e.to_string())?;
     let mut ready = [0u8; 8];
     tokio::time::timeout(config.handshake_timeout, stream.read_exact(&mut ready))
         .await

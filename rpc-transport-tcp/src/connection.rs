@@ -8,11 +8,11 @@ use parking_lot::Mutex;
 use rpc_core::wire::HEADER_LEN;
 use rpc_core::{Connection, TransportError, MAX_METADATA_LEN};
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::reader::Reader;
+use crate::socket::{ReadHalf, Socket};
 use crate::writer::writer_task;
 use crate::TcpConfig;
 
@@ -50,6 +50,8 @@ pub struct SendReservation(OwnedSemaphorePermit);
 pub struct TcpConnection {
     peer: String,
     peer_addr: Option<std::net::SocketAddr>,
+    /// The peer's TLS certificate chain, if it presented one.
+    peer_certificates: Option<Vec<Bytes>>,
     max_frame: usize,
     outbound: mpsc::Sender<Queued>,
     /// Permits are bytes queued for the writer (at most `budget`).
@@ -109,12 +111,28 @@ impl TcpConnection {
         TcpConnection::from_stream(stream, config)
     }
 
+    /// Connects to `address` (`host:port`) under TLS: the server's certificate must
+    /// verify (see [`TlsConnector::connect`](crate::TlsConnector::connect)).
+    ///
+    /// # Errors
+    /// The connect error, or the handshake's failure.
+    pub async fn connect_tls(
+        address: &str,
+        tls: &crate::TlsConnector,
+        config: &TcpConfig,
+    ) -> Result<TcpConnection, TransportError> {
+        let stream = TcpStream::connect(address).await?;
+        stream.set_nodelay(true)?;
+        let socket = tls.connect(address, stream).await?;
+        TcpConnection::build(socket, config, &[], false)
+    }
+
     /// Wraps an established stream (sets `TCP_NODELAY`).
     ///
     /// # Errors
     /// If the socket options cannot be set.
     pub fn from_stream(
-        stream: TcpStream,
+        stream: impl Into<Socket>,
         config: &TcpConfig,
     ) -> Result<TcpConnection, TransportError> {
         TcpConnection::from_stream_with_prefix(stream, config, &[])
@@ -127,11 +145,11 @@ impl TcpConnection {
     /// # Errors
     /// If the socket options cannot be set.
     pub fn from_stream_with_prefix(
-        stream: TcpStream,
+        stream: impl Into<Socket>,
         config: &TcpConfig,
         already_read: &[u8],
     ) -> Result<TcpConnection, TransportError> {
-        TcpConnection::build(stream, config, already_read, false)
+        TcpConnection::build(stream.into(), config, already_read, false)
     }
 
     /// Like [`TcpConnection::from_stream_with_prefix`], for a connection a server accepted:
@@ -140,25 +158,27 @@ impl TcpConnection {
     /// # Errors
     /// If the socket options cannot be set.
     pub fn accepted(
-        stream: TcpStream,
+        stream: impl Into<Socket>,
         config: &TcpConfig,
         already_read: &[u8],
     ) -> Result<TcpConnection, TransportError> {
-        TcpConnection::build(stream, config, already_read, true)
+        TcpConnection::build(stream.into(), config, already_read, true)
     }
 
     fn build(
-        stream: TcpStream,
+        stream: Socket,
         config: &TcpConfig,
         already_read: &[u8],
         accepted: bool,
     ) -> Result<TcpConnection, TransportError> {
-        stream.set_nodelay(true)?;
+        stream.tcp().set_nodelay(true)?;
         let peer_addr = stream.peer_addr().ok();
+        let scheme = if stream.is_tls() { "tcp+tls" } else { "tcp" };
         let peer = match peer_addr {
-            Some(addr) => format!("tcp://{addr}"),
-            None => "tcp://?".to_owned(),
+            Some(addr) => format!("{scheme}://{addr}"),
+            None => format!("{scheme}://?"),
         };
+        let peer_certificates = stream.peer_certificates();
         let (read, write) = stream.into_split();
         let (outbound, queue) = mpsc::channel(config.send_queue_frames.max(1));
         // Semaphore permits are counted in u32 per acquire.
@@ -181,6 +201,7 @@ impl TcpConnection {
         Ok(TcpConnection {
             peer,
             peer_addr,
+            peer_certificates,
             max_frame: HEADER_LEN + MAX_METADATA_LEN + config.max_message_size,
             outbound,
             queued_bytes,
@@ -359,6 +380,11 @@ impl Connection for TcpConnection {
 }
 
 impl TcpConnection {
+    /// The certificate chain the peer presented under TLS (DER, its own first).
+    pub fn peer_certificates(&self) -> Option<&[Bytes]> {
+        self.peer_certificates.as_deref()
+    }
+
     /// [`Connection::recv_ready`] handing each frame to `each` (up to `max` of them), for
     /// wrappers with a receive buffer type of their own.
     pub fn recv_ready_each(&self, max: usize, each: impl FnMut(Bytes)) {
@@ -392,7 +418,7 @@ const LINGER: Duration = Duration::from_secs(2);
 /// Reads and discards the peer's input while the writer finishes (it ends within its
 /// write timeout: every write makes progress or fails), then until the peer's end of
 /// stream, an error, or [`LINGER`] more.
-async fn linger(mut socket: OwnedReadHalf, writer: tokio::task::JoinHandle<()>) {
+async fn linger(mut socket: ReadHalf, writer: tokio::task::JoinHandle<()>) {
     let mut sink = [0u8; 4096];
     let mut writer = std::pin::pin!(writer);
     let mut eof = false;

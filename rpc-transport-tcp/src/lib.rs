@@ -13,6 +13,11 @@
 //!   gathering writer in `writer.rs`.
 //! - [`TcpListener`]: accepts connections for `rpc_core::Server` (`listener.rs`).
 //! - [`TcpConfig`]: settings (`config.rs`).
+//! - [`Socket`]: a TCP stream, plain or under TLS (`socket.rs`): what a connection, the
+//!   RDMA side channel and the gRPC server run over.
+//! - [`TlsConfig`]: TLS with rustls (`tls.rs`): certificates and keys from PEM files,
+//!   mutual TLS, [`TlsAcceptor`] and [`TlsConnector`];
+//!   [`TcpConnection::connect_tls`] dials a `tcp+tls://` connection.
 //!
 //! # Feature Flags
 //! None.
@@ -23,8 +28,12 @@ mod connection;
 mod listener;
 mod reader;
 mod recycle;
+mod socket;
+mod tls;
 mod writer;
 
 pub use config::TcpConfig;
 pub use connection::{SendReservation, TcpConnection};
 pub use listener::TcpListener;
+pub use socket::{Socket, TlsStream};
+pub use tls::{ClientAuth, TlsAcceptor, TlsConfig, TlsConnector, TlsError, ALPN_FRAMES, ALPN_H2};

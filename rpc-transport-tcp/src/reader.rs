@@ -9,11 +9,11 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rpc_core::wire::{Flags, Header, HEADER_LEN};
 use rpc_core::TransportError;
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::connection::Closing;
+use crate::socket::ReadHalf;
 use crate::TcpConfig;
 
 /// Bytes asked of the socket at least per read.
@@ -76,7 +76,7 @@ impl Drop for Claim {
 #[derive(Debug)]
 pub(crate) struct Reader {
     /// `None` once taken for the lingering close (the connection is being dropped).
-    socket: Option<OwnedReadHalf>,
+    socket: Option<ReadHalf>,
     buf: BytesMut,
     max_message_size: usize,
     /// Body bytes of an oversized frame still to skip.
@@ -96,7 +96,7 @@ pub(crate) struct Reader {
 
 impl Reader {
     pub(crate) fn new(
-        socket: OwnedReadHalf,
+        socket: ReadHalf,
         config: &TcpConfig,
         first_frame_timeout: Option<Duration>,
         closed: watch::Receiver<bool>,
@@ -121,7 +121,7 @@ impl Reader {
     }
 
     /// The read half, for the lingering close; the reader reads nothing more.
-    pub(crate) fn take_socket(&mut self) -> Option<OwnedReadHalf> {
+    pub(crate) fn take_socket(&mut self) -> Option<ReadHalf> {
         self.socket.take()
     }
 

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
 use crate::connection::{Closing, OutFrame, Queued};
+use crate::socket::WriteHalf;
 use crate::TcpConfig;
 
 /// Writes frames from `queue` until it closes or the connection closes (then it writes
@@ -22,7 +22,7 @@ use crate::TcpConfig;
 /// coalesced before them, so order is kept. A frame's share of the byte budget is given
 /// back once it is written.
 pub(crate) async fn writer_task(
-    socket: OwnedWriteHalf,
+    socket: WriteHalf,
     mut queue: mpsc::Receiver<Queued>,
     closing: Arc<Closing>,
     config: TcpConfig,
@@ -91,7 +91,7 @@ pub(crate) async fn writer_task(
 
 /// The write half with a progress timeout.
 struct Writer {
-    socket: OwnedWriteHalf,
+    socket: WriteHalf,
     timeout: Duration,
 }
 
@@ -131,15 +131,7 @@ impl Writer {
                     }
                     Ok(Ok(n)) => n,
                     Ok(Err(e)) => return Err(e),
-                    Err(_) => {
-                        return Err(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!(
-                                "the peer read nothing for {:?} (write timeout)",
-                                self.timeout
-                            ),
-                        ))
-                    }
+                    Err(_) => return Err(self.timed_out()),
                 };
             // Steps over what was written.
             let mut left = written + offset;
@@ -152,7 +144,20 @@ impl Writer {
                 offset = left;
             }
         }
-        Ok(())
+        // TLS may hold records back (a no-op on plain TCP).
+        tokio::time::timeout(self.timeout, self.socket.flush())
+            .await
+            .map_err(|_| self.timed_out())?
+    }
+
+    fn timed_out(&self) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the peer read nothing for {:?} (write timeout)",
+                self.timeout
+            ),
+        )
     }
 }
 

@@ -606,6 +606,7 @@ impl<C: Connection> Channel<C> {
                 header.flags = Flags::END_STREAM;
                 header.payload_len = payload_len as u32;
             }
+            shared.conn.calling(method);
             let sent = send_frame(&*shared.conn, header, metadata, |buf| {
                 if let Some(message) = message {
                     message.encode_raw(buf);
@@ -750,6 +751,7 @@ impl<C: Connection> Channel<C> {
         header.method_id = method.id;
         header.timeout_us = timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
         header.payload_len = payload_len as u32;
+        shared.conn.calling(method);
         // Large `bytes` fields go by gathered write where the transport has one.
         let split = split
             .zip(shared.conn.gather_min())

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rpc_core::{Connection, Endpoint, Listener, TransportError, TransportKind};
-use rpc_transport_tcp::{TcpConfig, TcpConnection};
+use rpc_transport_tcp::{
+    Socket, TcpConfig, TcpConnection, TlsAcceptor, TlsConfig, ALPN_FRAMES, ALPN_H2,
+};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
@@ -28,6 +30,8 @@ pub struct TransportSettings {
     pub rdma: RdmaConfig,
     /// gRPC (HTTP/2) settings, for standard gRPC clients on a listener's port.
     pub grpc: rpc_grpc::GrpcConfig,
+    /// TLS certificates and keys, for `+tls` endpoints (clients and listeners).
+    pub tls: TlsConfig,
     /// On a listener: time allowed from the accept until the connection is established
     /// (protocol detection, and the whole RDMA handshake); a socket that has not sent its
     /// first bytes or finished its handshake by then is closed. Default 10 s.
@@ -43,6 +47,7 @@ impl Default for TransportSettings {
             tcp: TcpConfig::default(),
             rdma: RdmaConfig::default(),
             grpc: rpc_grpc::GrpcConfig::default(),
+            tls: TlsConfig::default(),
             handshake_timeout: Duration::from_secs(10),
             max_handshakes: 256,
         }
@@ -69,7 +74,8 @@ pub enum AnyConnection {
     Tcp(TcpConnection),
     /// RDMA.
     Rdma(RdmaConnection),
-    /// gRPC over HTTP/2, from a standard gRPC client (server side).
+    /// gRPC over HTTP/2: a standard gRPC client's connection (server side), or a
+    /// connection to a gRPC server (`grpc://`, `grpcs://`).
     Grpc(rpc_grpc::GrpcConnection),
 }
 
@@ -262,6 +268,12 @@ impl Connection for AnyConnection {
         }
     }
 
+    fn calling(&self, method: &rpc_core::codegen::MethodDescriptor) {
+        if let AnyConnection::Grpc(c) = self {
+            c.calling(method);
+        }
+    }
+
     fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         match self {
             AnyConnection::Tcp(c) => c.peer_addr(),
@@ -275,10 +287,16 @@ impl Connection for AnyConnection {
 /// - `tcp://`: TCP.
 /// - `rdma://`: RDMA, or an error naming why not (no local device, server without RDMA).
 /// - `auto://`: RDMA when both ends have a device, otherwise TCP over the same socket;
-///   logs one line saying which.
+///   logs one line saying which (at `info`, target `rpc_transport_rdma`).
+/// - `grpc://`, `grpcs://`: HTTP/2 to a gRPC server (any implementation), over TLS with
+///   ALPN `h2` for `grpcs://`.
+///
+/// With `+tls` (`tcp+tls://`, ...) the TCP connection, or RDMA's side channel (the
+/// handshake, and the channel whose end closes the connection), runs under TLS with
+/// [`TransportSettings::tls`]; RDMA's data path itself is not encrypted.
 ///
 /// # Errors
-/// Connect or handshake failure.
+/// Connect or handshake failure; under TLS, a server certificate that does not verify.
 pub async fn connect(
     endpoint: &Endpoint,
     settings: &TransportSettings,
@@ -290,31 +308,66 @@ pub async fn connect(
                 "{endpoint}: this host has no RDMA device (ibv_get_device_list found none); use tcp:// or auto://"
             )))
         }
-        TransportKind::Tcp => return Ok(AnyConnection::Tcp(TcpConnection::connect(address, &settings.tcp).await?)),
+        _ => {}
+    }
+    let grpc = endpoint.kind == TransportKind::Grpc;
+    // The connector first: bad TLS settings fail before a socket is opened.
+    let tls = match endpoint.tls {
+        true if grpc => Some(settings.tls.connector(&[ALPN_H2])?),
+        true => Some(settings.tls.connector(&[ALPN_FRAMES])?),
+        false => None,
+    };
+    let stream = TcpStream::connect(address).await?;
+    stream.set_nodelay(true)?;
+    let socket = match tls {
+        Some(tls) => tls.connect(address, stream).await?,
+        None => Socket::Plain(stream),
+    };
+    match endpoint.kind {
+        TransportKind::Grpc => {
+            let peer = socket.peer_addr().ok();
+            return Ok(AnyConnection::Grpc(
+                rpc_grpc::GrpcConnection::connect(
+                    socket,
+                    address,
+                    endpoint.tls,
+                    &settings.grpc,
+                    peer,
+                )
+                .await?,
+            ));
+        }
+        TransportKind::Tcp => {
+            return Ok(AnyConnection::Tcp(TcpConnection::from_stream(
+                socket,
+                &settings.tcp,
+            )?))
+        }
         TransportKind::Auto if !rdma_available() => {
             tracing::info!(%endpoint, "auto: no local RDMA device, using TCP");
-            return Ok(AnyConnection::Tcp(TcpConnection::connect(address, &settings.tcp).await?));
+            return Ok(AnyConnection::Tcp(TcpConnection::from_stream(
+                socket,
+                &settings.tcp,
+            )?));
         }
         _ => {}
     }
-    let stream = TcpStream::connect(address).await?;
-    stream.set_nodelay(true)?;
     let mode = if endpoint.kind == TransportKind::Rdma {
         Mode::Rdma
     } else {
         Mode::Auto
     };
-    match setup::client(stream, &settings.rdma, mode).await? {
+    match setup::client(socket, &settings.rdma, mode).await? {
         Negotiated::Rdma(conn) => {
             if mode == Mode::Auto {
                 tracing::info!(%endpoint, "auto: using RDMA");
             }
             Ok(AnyConnection::Rdma(conn))
         }
-        Negotiated::Tcp(stream, reason) => {
+        Negotiated::Tcp(socket, reason) => {
             tracing::info!(%endpoint, "auto: using TCP ({reason})");
             Ok(AnyConnection::Tcp(TcpConnection::from_stream(
-                stream,
+                socket,
                 &settings.tcp,
             )?))
         }
@@ -332,16 +385,19 @@ pub struct AnyListener {
 
 impl AnyListener {
     /// Binds `endpoint`. `rdma://` requires a local RDMA device; `auto://` serves RDMA
-    /// when one exists; `tcp://` answers RDMA handshakes with a TCP fallback.
+    /// when one exists; `tcp://` answers RDMA handshakes with a TCP fallback. With `+tls`
+    /// every connection must begin with a TLS handshake ([`TransportSettings::tls`]
+    /// names the certificate and key, and the CA of clients under mutual TLS); inside
+    /// it, the same kinds of connection are told apart as on a plain port.
     ///
     /// # Errors
-    /// Bind failure, or `rdma://` on a host without RDMA.
+    /// Bind failure, `rdma://` on a host without RDMA, unusable TLS settings.
     pub async fn bind(
         endpoint: &Endpoint,
         settings: &TransportSettings,
     ) -> Result<AnyListener, TransportError> {
         let serves_rdma = match endpoint.kind {
-            TransportKind::Tcp => false,
+            TransportKind::Tcp | TransportKind::Grpc => false,
             TransportKind::Rdma if !rdma_available() => {
                 return Err(TransportError::Other(format!(
                     "{endpoint}: this host has no RDMA device; use tcp:// or auto://"
@@ -355,13 +411,17 @@ impl AnyListener {
         {
             return Err(TransportError::Other(e));
         }
+        let tls = match endpoint.tls {
+            true => Some(settings.tls.acceptor(&[ALPN_H2, ALPN_FRAMES])?),
+            false => None,
+        };
         let listener = tokio::net::TcpListener::bind(endpoint.address.as_str()).await?;
         let local_addr = listener.local_addr()?;
-        let local = format!("{}://{local_addr}", endpoint.kind.scheme());
-        tracing::info!(%local, rdma = serves_rdma, "listening");
+        let local = format!("{}://{local_addr}", endpoint.scheme());
+        tracing::info!(%local, rdma = serves_rdma, tls = endpoint.tls, "listening");
         let (tx, incoming) = mpsc::channel(64);
         let settings = Arc::new(settings.clone());
-        tokio::spawn(accept_loop(listener, tx, settings, serves_rdma));
+        tokio::spawn(accept_loop(listener, tx, settings, serves_rdma, tls));
         Ok(AnyListener {
             incoming,
             local,
@@ -404,6 +464,7 @@ async fn accept_loop(
     tx: mpsc::Sender<AnyConnection>,
     settings: Arc<TransportSettings>,
     serves_rdma: bool,
+    tls: Option<TlsAcceptor>,
 ) {
     let handshakes = Arc::new(Semaphore::new(settings.max_handshakes.max(1)));
     let mut refused = 0u64;
@@ -422,17 +483,19 @@ async fn accept_loop(
                     drop(stream);
                     continue;
                 };
-                let (tx, settings) = (tx.clone(), settings.clone());
+                let (tx, settings, tls) = (tx.clone(), settings.clone(), tls.clone());
                 tokio::spawn(async move {
                     let timeout = settings.handshake_timeout;
-                    let classified =
-                        tokio::time::timeout(timeout, classify(stream, &settings, serves_rdma))
-                            .await
-                            .unwrap_or_else(|_| {
-                                Err(format!(
-                                    "not established within {timeout:?} (handshake timeout)"
-                                ))
-                            });
+                    let classified = tokio::time::timeout(
+                        timeout,
+                        classify(stream, &settings, serves_rdma, tls.as_ref()),
+                    )
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(format!(
+                            "not established within {timeout:?} (handshake timeout)"
+                        ))
+                    });
                     match classified {
                         Ok(Some(conn)) => {
                             let _ = tx.send(conn).await;
@@ -452,21 +515,38 @@ async fn accept_loop(
 }
 
 /// Tells a plain TCP client, an RDMA handshake and a gRPC (HTTP/2) client apart by the
-/// first 8 bytes.
+/// first 8 bytes (under TLS, the first 8 bytes inside it).
 ///
 /// # Returns
 /// `Ok(None)` for a peer that left without sending a byte (a port probe: health checks,
 /// load balancers), which is not worth a warning.
 async fn classify(
-    mut stream: TcpStream,
+    stream: TcpStream,
     settings: &TransportSettings,
     serves_rdma: bool,
+    tls: Option<&TlsAcceptor>,
 ) -> Result<Option<AnyConnection>, String> {
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut socket = match tls {
+        None => Socket::Plain(stream),
+        Some(tls) => {
+            let mut first = [0u8; 1];
+            match stream.peek(&mut first).await {
+                Ok(0) => return Ok(None),
+                Ok(_) => {}
+                Err(e) => return Err(format!("reading the first byte: {e}")),
+            }
+            // A TLS record of type handshake (22).
+            if first[0] != 0x16 {
+                return Err("not a TLS handshake on a TLS port (a plaintext client?)".into());
+            }
+            tls.accept(stream).await.map_err(|e| e.to_string())?
+        }
+    };
     let mut first = [0u8; 8];
     let mut got = 0;
     while got < first.len() {
-        match stream.read(&mut first[got..]).await {
+        match socket.read(&mut first[got..]).await {
             Ok(0) if got == 0 => return Ok(None),
             Ok(0) => return Err(format!("connection closed after {got} bytes")),
             Ok(n) => got += n,
@@ -474,21 +554,21 @@ async fn classify(
         }
     }
     if first == rpc_grpc::PREFACE[..8] {
-        let peer = stream.peer_addr().ok();
-        return rpc_grpc::GrpcConnection::accept(stream, &first, &settings.grpc, peer)
+        let peer = socket.peer_addr().ok();
+        return rpc_grpc::GrpcConnection::accept(socket, &first, &settings.grpc, peer)
             .await
             .map(|c| Some(AnyConnection::Grpc(c)))
             .map_err(|e| e.to_string());
     }
     if &first != HELLO {
-        return TcpConnection::accepted(stream, &settings.tcp, &first)
+        return TcpConnection::accepted(socket, &settings.tcp, &first)
             .map(|c| Some(AnyConnection::Tcp(c)))
             .map_err(|e| e.to_string());
     }
     let rdma = serves_rdma.then_some(&settings.rdma);
-    match setup::server(stream, rdma).await? {
+    match setup::server(socket, rdma).await? {
         Ok(conn) => Ok(Some(AnyConnection::Rdma(conn))),
-        Err(stream) => TcpConnection::accepted(stream, &settings.tcp, &[])
+        Err(socket) => TcpConnection::accepted(socket, &settings.tcp, &[])
             .map(|c| Some(AnyConnection::Tcp(c)))
             .map_err(|e| e.to_string()),
     }

@@ -2,7 +2,7 @@
 //! transport is a configuration change.
 //!
 //! ```toml
-//! address = "auto://10.77.0.2:7000"   # tcp:// | rdma:// | auto://  (a --addr flag wins)
+//! address = "auto://10.77.0.2:7000"   # tcp:// | rdma:// | auto://, +tls  (a --addr flag wins)
 //! max_message_size = 16777216
 //!
 //! [rdma]
@@ -38,6 +38,13 @@
 //! max_queued_replies = 64
 //! shutdown_grace_ms = 30000
 //! drain_timeout_ms = 2000
+//!
+//! [tls]                       # for +tls addresses (tcp+tls://, rdma+tls://, auto+tls://)
+//! cert = "server.pem"         # this side's certificate chain
+//! key = "server.key"
+//! ca = "ca.pem"               # whom to trust: servers (client), clients (mTLS server)
+//! client_auth = "required"    # none | optional | required (servers)
+//! server_name = "echo.internal"   # clients: the name to verify instead of the host
 //!
 //! [client]                    # rpc_core::ClientConfig
 //! keepalive_interval_ms = 10000   # 0 turns keepalive off
@@ -85,6 +92,9 @@ pub struct FileConfig {
     /// gRPC (HTTP/2) clients of a server.
     #[serde(default)]
     pub grpc: GrpcSection,
+    /// TLS certificates and keys, for `+tls` addresses.
+    #[serde(default)]
+    pub tls: TlsSection,
 }
 
 /// Reads variable `name`, if it is set, as a `T`.
@@ -217,6 +227,24 @@ section! {
 }
 
 section! {
+    /// The `[tls]` table (variables `RPC_TLS_<FIELD>`): [`rpc_transport_tcp::TlsConfig`],
+    /// used by `+tls` addresses. Paths are as given (relative ones to the working
+    /// directory).
+    TlsSection, "RPC_TLS_", rpc_transport_tcp::TlsConfig {
+        /// See [`TlsConfig::cert`](rpc_transport_tcp::TlsConfig::cert).
+        cert: std::path::PathBuf => |c, v| c.cert = Some(v),
+        /// See [`TlsConfig::key`](rpc_transport_tcp::TlsConfig::key).
+        key: std::path::PathBuf => |c, v| c.key = Some(v),
+        /// See [`TlsConfig::ca`](rpc_transport_tcp::TlsConfig::ca).
+        ca: std::path::PathBuf => |c, v| c.ca = Some(v),
+        /// See [`TlsConfig::client_auth`](rpc_transport_tcp::TlsConfig::client_auth): `none`, `optional` or `required`.
+        client_auth: rpc_transport_tcp::ClientAuth => |c, v| c.client_auth = v,
+        /// See [`TlsConfig::server_name`](rpc_transport_tcp::TlsConfig::server_name).
+        server_name: String => |c, v| c.server_name = Some(v),
+    }
+}
+
+section! {
     /// The `[rdma]` table (variables `RPC_RDMA_<FIELD>`): [`RdmaConfig`](crate::RdmaConfig).
     RdmaSection, "RPC_RDMA_", crate::RdmaConfig {
         /// See [`RdmaConfig::device`](crate::RdmaConfig::device).
@@ -275,7 +303,7 @@ impl FileConfig {
     /// The same settings from environment variables, for deployments that configure by
     /// environment: `RPC_ADDRESS`, `RPC_MAX_MESSAGE_SIZE`, `RPC_HANDSHAKE_TIMEOUT_MS`,
     /// `RPC_MAX_HANDSHAKES`, and `RPC_TCP_<FIELD>`, `RPC_SERVER_<FIELD>`, `RPC_CLIENT_<FIELD>`,
-    /// `RPC_GRPC_<FIELD>` and `RPC_RDMA_<FIELD>` for every field of those tables, in upper case
+    /// `RPC_GRPC_<FIELD>`, `RPC_TLS_<FIELD>` and `RPC_RDMA_<FIELD>` for every field of those tables, in upper case
     /// (`RPC_RDMA_RING_SLOTS`, `RPC_RDMA_POLL_SPIN_US`, ...: each section's `variables()`).
     ///
     /// # Errors
@@ -298,6 +326,7 @@ impl FileConfig {
             server: ServerSection::from_vars(&get)?,
             client: ClientSection::from_vars(&get)?,
             grpc: GrpcSection::from_vars(&get)?,
+            tls: TlsSection::from_vars(&get)?,
             rdma: RdmaSection::from_vars(&get)?,
         })
     }
@@ -318,6 +347,7 @@ impl FileConfig {
         }
         self.tcp.apply_to(&mut settings.tcp);
         self.grpc.apply_to(&mut settings.grpc);
+        self.tls.apply_to(&mut settings.tls);
         self.rdma.apply_to(&mut settings.rdma);
         settings.rdma.validate()
     }

@@ -10,4 +10,6 @@ mod any;
 mod file;
 
 pub use any::{connect, AnyConnection, AnyListener, TransportSettings};
-pub use file::{ClientSection, FileConfig, RdmaSection, ServerSection, TcpSection};
+pub use file::{
+    ClientSection, FileConfig, GrpcSection, RdmaSection, ServerSection, TcpSection, TlsSection,
+};
