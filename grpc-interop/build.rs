@@ -1,4 +1,4 @@
-//! Generates tonic's client for the gRPC interop service (`grpc.testing`, the project's
+//! Generates tonic's client and server for the gRPC interop service (`grpc.testing`, the project's
 //! copy of the spec's protos), parsed by protox (no `protoc`).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -6,7 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile(["grpc/testing/test.proto"], ["../proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
-        .build_server(false)
+        .build_server(true)
         .compile_fds(descriptors)?;
     Ok(())
 }

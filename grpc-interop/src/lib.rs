@@ -15,6 +15,9 @@ pub mod grpc_testing {
     tonic::include_proto!("grpc.testing");
 }
 
+mod server;
+pub use server::{EchoMetadata, TonicInteropService};
+
 use grpc_testing::test_service_client::TestServiceClient;
 use grpc_testing::unimplemented_service_client::UnimplementedServiceClient;
 use grpc_testing::*;
