@@ -44,7 +44,10 @@ pub fn threads(args: &Args) -> usize {
 /// # Errors
 /// As [`main`], except for writing the report.
 pub async fn run(args: &Args) -> anyhow::Result<Report> {
-    let address = Address::parse(args.address()?)?;
+    let address = Address::parse(
+        args.address()?,
+        args.grpc_client == crate::cli::GrpcClient::Tonic,
+    )?;
     let plan = args.plan()?;
     let pool = load_descriptors(&args.proto, &args.import_paths)?;
     let method = find_method(&pool, &args.call)?;

@@ -18,7 +18,8 @@ pub const MAX_WORKERS: usize = 100_000;
 #[derive(Parser, Debug, Clone)]
 #[command(name = "rpc-load", version, about, long_about = None)]
 pub struct Args {
-    /// Address: tcp://HOST:PORT, rdma://HOST:PORT, auto://HOST:PORT or grpc://HOST:PORT.
+    /// Address: tcp://HOST:PORT, rdma://HOST:PORT, auto://HOST:PORT (each also +tls, e.g.
+    /// tcp+tls://), or a gRPC server: grpc://HOST:PORT, grpcs://HOST:PORT.
     #[arg(value_name = "ADDR")]
     pub address: Option<String>,
     /// The address, as a flag (instead of the positional ADDR).
@@ -78,6 +79,11 @@ pub struct Args {
     /// Connections to spread the workers over.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
+    /// The client behind grpc:// addresses: this framework's `Channel` over its gRPC
+    /// transport (`rpc`, what generated clients use), or tonic's client (`tonic`, for
+    /// comparison; plaintext only).
+    #[arg(long, value_enum, default_value_t = GrpcClient::Rpc)]
+    pub grpc_client: GrpcClient,
     /// Per-call timeout, e.g. 20s; 0 for none.
     #[arg(short = 't', long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -187,6 +193,16 @@ pub enum LoadSchedule {
     Step,
     /// The rate changes continuously by --load-step per second.
     Line,
+}
+
+/// `--grpc-client`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[non_exhaustive]
+pub enum GrpcClient {
+    /// This framework's channel over its gRPC client transport.
+    Rpc,
+    /// tonic's client.
+    Tonic,
 }
 
 /// `-O`: how the report is written.

@@ -18,39 +18,40 @@ use rpc_transport_rdma::{AnyConnection, TransportSettings};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Address {
-    /// A service of this framework: `tcp://`, `rdma://` or `auto://`.
+    /// An endpoint reached through this framework's `Channel`: its own transports
+    /// (`tcp://`, `rdma://`, `auto://`, each also `+tls`) and gRPC servers (`grpc://`,
+    /// `grpcs://`) through its gRPC client transport.
     Rpc(Endpoint),
-    /// A gRPC server: `grpc://HOST:PORT`; holds `HOST:PORT`.
+    /// A gRPC server driven through tonic's client (`--grpc-client tonic`); holds
+    /// `HOST:PORT`.
     Grpc(String),
 }
 
 impl Address {
-    /// Parses `tcp://HOST:PORT`, `rdma://HOST:PORT`, `auto://HOST:PORT` or
-    /// `grpc://HOST:PORT`.
+    /// Parses an endpoint URL; with `tonic`, a `grpc://HOST:PORT` is for tonic's client.
     ///
     /// ```
     /// use rpc_load::connect::Address;
-    /// assert!(matches!(Address::parse("grpc://127.0.0.1:50052").unwrap(), Address::Grpc(a) if a == "127.0.0.1:50052"));
-    /// assert!(matches!(Address::parse("tcp://127.0.0.1:50051").unwrap(), Address::Rpc(_)));
-    /// assert!(Address::parse("127.0.0.1:50051").is_err());
+    /// assert!(matches!(Address::parse("grpc://127.0.0.1:50052", true).unwrap(), Address::Grpc(a) if a == "127.0.0.1:50052"));
+    /// assert!(matches!(Address::parse("grpc://127.0.0.1:50052", false).unwrap(), Address::Rpc(_)));
+    /// assert!(matches!(Address::parse("tcp://127.0.0.1:50051", true).unwrap(), Address::Rpc(_)));
+    /// assert!(Address::parse("127.0.0.1:50051", false).is_err());
     /// ```
     ///
     /// # Errors
     /// Not a URL of one of these schemes with a numeric port.
-    pub fn parse(url: &str) -> anyhow::Result<Address> {
-        if let Some(rest) = url.strip_prefix("grpc://") {
-            let addr = rest.trim_end_matches('/');
-            let port_ok = addr
-                .rsplit_once(':')
-                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-            if !port_ok {
-                bail!("{url:?} needs HOST:PORT with a numeric port");
-            }
-            return Ok(Address::Grpc(addr.to_owned()));
-        }
+    pub fn parse(url: &str, tonic: bool) -> anyhow::Result<Address> {
         let endpoint: Endpoint = url.parse().map_err(|e: String| {
-            anyhow::anyhow!("{e}; expected tcp://, rdma://, auto:// or grpc://HOST:PORT")
+            anyhow::anyhow!(
+                "{e}; expected tcp://, rdma://, auto:// (+tls), grpc:// or grpcs://HOST:PORT"
+            )
         })?;
+        if tonic && endpoint.kind == rpc_core::TransportKind::Grpc {
+            if endpoint.tls {
+                bail!("--grpc-client tonic drives plaintext grpc:// only");
+            }
+            return Ok(Address::Grpc(endpoint.address));
+        }
         Ok(Address::Rpc(endpoint))
     }
 }

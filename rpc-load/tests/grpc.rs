@@ -1,4 +1,5 @@
-//! End to end over grpc:// against the tonic echo server on 127.0.0.1.
+//! End to end over grpc:// (this framework's gRPC client transport) against the tonic
+//! echo server on 127.0.0.1.
 
 mod common;
 

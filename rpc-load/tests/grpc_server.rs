@@ -1,5 +1,5 @@
-//! This framework's server answering standard gRPC clients (rpc-load's grpc:// path is
-//! tonic's client) on the same port as its own TCP clients: unary calls with metadata,
+//! This framework's server answering standard gRPC clients (rpc-load's grpc:// path with
+//! `--grpc-client tonic` is tonic's client) on the same port as its own TCP clients: unary calls with metadata,
 //! server, client and bidirectional streams, deadlines, unknown methods.
 
 mod common;
@@ -12,6 +12,13 @@ use examples::EchoService;
 use rpc_core::{Endpoint, Server, ServerConfig};
 use rpc_load::app;
 use rpc_transport_rdma::{AnyListener, TransportSettings};
+
+/// [`args`] with tonic's client behind grpc:// addresses.
+fn tonic_args(file: &str, rest: &[&str]) -> rpc_load::cli::Args {
+    let mut rest = rest.to_vec();
+    rest.extend(["--grpc-client", "tonic"]);
+    args(file, &rest)
+}
 
 /// The echo and interop services on one port of 127.0.0.1 (`AnyListener`: this
 /// framework's TCP frames, RDMA handshakes and HTTP/2 told apart by their first bytes),
@@ -59,7 +66,7 @@ fn ok(report: &rpc_load::report::Report) -> u64 {
 async fn grpc_and_tcp_clients_call_the_same_port_at_once() {
     let port = start_one_port_server().await;
     let load = |scheme: &str| {
-        args(
+        tonic_args(
             "echo.proto",
             &[
                 "--call",
@@ -91,7 +98,7 @@ async fn streams_of_every_kind_over_grpc() {
     let port = start_one_port_server().await;
     let url = format!("grpc://127.0.0.1:{port}");
     // Server streaming: 3 streams of 20,000 messages, flow-controlled both ways.
-    let report = app::run(&args(
+    let report = app::run(&tonic_args(
         "echo.proto",
         &[
             "--call",
@@ -110,7 +117,7 @@ async fn streams_of_every_kind_over_grpc() {
     assert_eq!(ok(&report), 3, "{:?}", report.error_distribution);
     assert_eq!(report.stream_messages.as_ref().unwrap().received, 60_000);
     // Client streaming: three requests, their sizes summed by the interop service.
-    let report = app::run(&args(
+    let report = app::run(&tonic_args(
         "grpc/testing/test.proto",
         &[
             "--call",
@@ -129,7 +136,7 @@ async fn streams_of_every_kind_over_grpc() {
     assert_eq!(ok(&report), 10, "{:?}", report.error_distribution);
     assert_eq!(report.stream_messages.as_ref().unwrap().sent, 30);
     // Bidirectional: each request asks for one response of 10 bytes.
-    let report = app::run(&args(
+    let report = app::run(&tonic_args(
         "grpc/testing/test.proto",
         &[
             "--call",
@@ -155,7 +162,7 @@ async fn deadlines_and_unknown_methods_over_grpc() {
     let port = start_one_port_server().await;
     let url = format!("grpc://127.0.0.1:{port}");
     // grpc-timeout reaches the server, which ends the call at its deadline.
-    let report = app::run(&args(
+    let report = app::run(&tonic_args(
         "echo.proto",
         &[
             "--call",
@@ -180,7 +187,7 @@ async fn deadlines_and_unknown_methods_over_grpc() {
         report.status_code_distribution
     );
     // A service the server does not serve.
-    let report = app::run(&args(
+    let report = app::run(&tonic_args(
         "grpc/testing/test.proto",
         &[
             "--call",
@@ -218,7 +225,7 @@ async fn large_stream_messages_and_a_graceful_shutdown_over_grpc() {
     let body = "A".repeat(800_000);
     let data =
         format!(r#"[{{"payload": {{"body": "{body}"}}}}, {{"payload": {{"body": "{body}"}}}}]"#);
-    let report = app::run(&args(
+    let report = app::run(&tonic_args(
         "grpc/testing/test.proto",
         &[
             "--call",
@@ -234,7 +241,7 @@ async fn large_stream_messages_and_a_graceful_shutdown_over_grpc() {
     .unwrap();
     assert_eq!(ok(&report), 3, "{:?}", report.error_distribution);
     // A server stream of 1,000,000 messages; the server shuts down 100 ms into it.
-    let load = args(
+    let load = tonic_args(
         "echo.proto",
         &[
             "--call",
