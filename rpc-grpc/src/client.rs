@@ -683,7 +683,7 @@ impl Call {
     /// One response message.
     fn on_message(&mut self, message: Bytes) -> Result<(), (Status, Flags)> {
         if self.kind.server_streams() {
-            self.queued_bytes += message.len();
+            self.queued_bytes += HEADER_LEN + message.len();
             let header = Header::new(FrameKind::Message, self.call_id);
             self.queued
                 .push_back(frame(header, &Metadata::new(), &message));
@@ -739,7 +739,7 @@ impl Call {
             let Some(frame) = self.queued.pop_front() else {
                 break;
             };
-            self.queued_bytes = self.queued_bytes.saturating_sub(frame.len() - HEADER_LEN);
+            self.queued_bytes = self.queued_bytes.saturating_sub(frame.len());
             self.window -= frame.len() as i64;
             if self.to_channel(frame).await.is_err() {
                 return Err((Status::cancelled("the channel went"), Flags::default()));

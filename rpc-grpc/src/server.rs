@@ -643,7 +643,7 @@ impl Call {
                 let Some(message) = queued.pop_front() else {
                     break;
                 };
-                queued_bytes -= message.len();
+                queued_bytes -= HEADER_LEN + message.len();
                 if let Some(permits) = held.as_mut() {
                     let taken = deframe::PREFIX_LEN + message.len();
                     drop(permits.split(taken.min(permits.num_permits())));
@@ -691,7 +691,7 @@ impl Call {
                             loop {
                                 match deframer.next(max) {
                                     Ok(Some(message)) => {
-                                        queued_bytes += message.len();
+                                        queued_bytes += HEADER_LEN + message.len();
                                         queued.push_back(message);
                                     }
                                     Ok(None) => break,

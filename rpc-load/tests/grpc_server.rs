@@ -266,3 +266,75 @@ async fn large_stream_messages_and_a_graceful_shutdown_over_grpc() {
         .expect("the server finished its shutdown")
         .unwrap();
 }
+
+/// A bidirectional call whose handler is blocked (its responses are never read) and whose
+/// client sends empty messages as fast as HTTP/2 lets it: the server stops reading once a
+/// window's worth of them waits (each counts as the frame it becomes, not as its 0 bytes),
+/// so HTTP/2 flow control holds the client back. Counting empty messages as nothing let
+/// one call queue millions of them (found by review: ~245 MB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_empty_messages_to_a_blocked_handler_is_held_back() {
+    use examples::grpc_testing::{ResponseParameters, StreamingOutputCallRequest};
+    use prost::Message;
+
+    let port = start_one_port_server().await;
+    let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::handshake(socket).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let request = http::Request::builder()
+        .method("POST")
+        .uri("http://localhost/grpc.testing.TestService/FullDuplexCall")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let mut client = client.ready().await.unwrap();
+    let (_response, mut body) = client.send_request(request, false).unwrap();
+    // The first message asks for 64 responses of 256 KiB, which nobody reads.
+    let first = StreamingOutputCallRequest {
+        response_parameters: vec![
+            ResponseParameters {
+                size: 256 << 10,
+                ..Default::default()
+            };
+            64
+        ],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut prefixed = vec![0];
+    prefixed.extend_from_slice(&(first.len() as u32).to_be_bytes());
+    prefixed.extend_from_slice(&first);
+    body.send_data(prefixed.into(), false).unwrap();
+    // Then empty messages (5-byte prefixes), 64 KiB at a time, for 3 s.
+    let chunk = bytes::Bytes::from(vec![0u8; 5 * 13_107]);
+    let mut accepted = 0usize;
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+    while tokio::time::Instant::now() < until {
+        body.reserve_capacity(chunk.len());
+        let capacity =
+            tokio::time::timeout_at(until, std::future::poll_fn(|cx| body.poll_capacity(cx))).await;
+        let Ok(Some(Ok(n))) = capacity else {
+            break;
+        };
+        if n < chunk.len() {
+            continue;
+        }
+        body.send_data(chunk.clone(), false).unwrap();
+        accepted += chunk.len();
+    }
+    eprintln!(
+        "empty-message flood: {accepted} bytes ({} messages) accepted in 3 s",
+        accepted / 5
+    );
+    // A window of frames (1 MiB / 40 bytes each = 26k messages, 131 KB of prefixes) plus
+    // HTTP/2's windows (1 MiB stream, 16 MiB connection): well under 20 MB.
+    assert!(
+        accepted < 20 << 20,
+        "{accepted} bytes of empty messages accepted"
+    );
+}
