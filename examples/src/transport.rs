@@ -125,10 +125,28 @@ impl Resolved {
     }
 }
 
-/// Serves `service` and the standard health service (`grpc.health.v1.Health`, reporting
-/// the service `SERVING`) on the address from `args` (default `default_addr`) until
-/// Ctrl-C, then reports `NOT_SERVING` and shuts down gracefully: what every example
-/// server's `main` does.
+/// The reflection service of an example server running the services named `served`
+/// (`package.Service`) and health: it serves the examples' descriptors and health's, and
+/// lists those services, health and itself.
+///
+/// # Errors
+/// A name no example `.proto` defines.
+pub fn reflection(served: &[&str]) -> anyhow::Result<rpc_reflection::ReflectionService> {
+    let builder = rpc_reflection::Builder::new()
+        .register_encoded_file_descriptor_set(crate::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(rpc_health::FILE_DESCRIPTOR_SET)
+        .with_service_name("grpc.health.v1.Health");
+    let builder = served
+        .iter()
+        .fold(builder, |builder, name| builder.with_service_name(*name));
+    Ok(builder.build()?)
+}
+
+/// Serves `service`, the standard health service (`grpc.health.v1.Health`, reporting
+/// the service `SERVING`) and server reflection (`grpc.reflection.v1` and `v1alpha`, see
+/// [`reflection`]) on the address from `args` (default `default_addr`) until Ctrl-C,
+/// then reports `NOT_SERVING` and shuts down gracefully: what every example server's
+/// `main` does.
 ///
 /// # Errors
 /// A bad address or config, a bind failure, or a listener error.
@@ -145,10 +163,15 @@ where
     let listener = resolved.listen().await?;
     let (reporter, health) = rpc_health::health_reporter();
     reporter.set_serving::<S>();
+    let reflection = reflection(&[S::NAME])?;
     let server = rpc_core::Server::builder()
         .add_service(service)
         .map_err(anyhow::Error::msg)?
         .add_service(health)
+        .map_err(anyhow::Error::msg)?
+        .add_service(reflection.v1())
+        .map_err(anyhow::Error::msg)?
+        .add_service(reflection.v1alpha())
         .map_err(anyhow::Error::msg)?
         .config(resolved.server.clone())
         .build();
