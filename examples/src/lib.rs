@@ -9,7 +9,7 @@
 //! - [`EchoService`], [`KvStore`], [`ChatRoom`]: the servers' implementations (the kv
 //!   store's `Watch` streams changes; a chat member is a bidirectional stream).
 //! - [`transport`]: turning `--addr URL` into a listener or a channel, and
-//!   [`transport::serve_until_ctrl_c`], which serves a service with health and reflection.
+//!   [`transport::example_server`], a service with health and reflection.
 //! - [`FILE_DESCRIPTOR_SET`]: the examples' descriptors, for reflection.
 
 /// Generated from `proto/echo.proto`.
