@@ -71,6 +71,9 @@ pub use builder::Builder;
 pub use error::Error;
 pub use service::{ReflectionService, ServerReflectionV1, ServerReflectionV1alpha};
 
+// The unmodified protos' comments write names as `<package>.<type>`, which rustdoc would
+// take for HTML tags.
+#[allow(rustdoc::invalid_html_tags)]
 pub mod pb {
     //! The generated reflection packages: messages, clients and servers.
 
