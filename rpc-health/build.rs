@@ -1,6 +1,12 @@
-//! Generates `grpc.health.v1` from the unmodified health.proto of grpc/grpc-proto.
+//! Generates `grpc.health.v1` from the unmodified health.proto of grpc/grpc-proto, and
+//! writes its descriptor set (for reflection: `rpc_health::FILE_DESCRIPTOR_SET`).
+
+use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    rpc_codegen::configure().compile_protos(&["proto/grpc/health/v1/health.proto"], &["proto"])?;
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
+    rpc_codegen::configure()
+        .file_descriptor_set_path(out.join("health_descriptor_set.bin"))
+        .compile_protos(&["proto/grpc/health/v1/health.proto"], &["proto"])?;
     Ok(())
 }

@@ -8,7 +8,9 @@
 //! - [`chat`]: generated from `proto/chat.proto`.
 //! - [`EchoService`], [`KvStore`], [`ChatRoom`]: the servers' implementations (the kv
 //!   store's `Watch` streams changes; a chat member is a bidirectional stream).
-//! - [`transport`]: turning `--addr URL` into a listener or a channel.
+//! - [`transport`]: turning `--addr URL` into a listener or a channel, and
+//!   [`transport::example_server`], a service with health and reflection.
+//! - [`FILE_DESCRIPTOR_SET`]: the examples' descriptors, for reflection.
 
 /// Generated from `proto/echo.proto`.
 #[allow(missing_docs)]
@@ -33,6 +35,11 @@ pub mod chat {
 pub mod grpc_testing {
     rpc_core::include_proto!("grpc.testing");
 }
+
+/// The encoded `FileDescriptorSet` of every example's `.proto` files (imports included),
+/// which the example servers' reflection service serves.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/examples_descriptor_set.bin"));
 
 mod chat_room;
 mod echo_service;

@@ -125,10 +125,57 @@ impl Resolved {
     }
 }
 
-/// Serves `service` and the standard health service (`grpc.health.v1.Health`, reporting
-/// the service `SERVING`) on the address from `args` (default `default_addr`) until
-/// Ctrl-C, then reports `NOT_SERVING` and shuts down gracefully: what every example
-/// server's `main` does.
+/// The reflection service of an example server running the services named `served`
+/// (`package.Service`) and health: it serves the examples' descriptors and health's, and
+/// lists those services, health and itself.
+///
+/// # Errors
+/// A name no example `.proto` defines.
+pub fn reflection(served: &[&str]) -> anyhow::Result<rpc_reflection::ReflectionService> {
+    let builder = rpc_reflection::Builder::new()
+        .register_encoded_file_descriptor_set(crate::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(rpc_health::FILE_DESCRIPTOR_SET)
+        .with_service_name("grpc.health.v1.Health");
+    let builder = served
+        .iter()
+        .fold(builder, |builder, name| builder.with_service_name(*name));
+    Ok(builder.build()?)
+}
+
+/// The server every example binary runs: `service`, the standard health service
+/// (`grpc.health.v1.Health`, reporting `service` and the server as a whole `SERVING`)
+/// and server reflection (`grpc.reflection.v1` and `v1alpha`, see [`reflection`]), with
+/// `config`. Returns the server and the health reporter.
+///
+/// # Errors
+/// A method id collision between the services (none among the examples').
+pub fn example_server<S>(
+    service: S,
+    config: ServerConfig,
+) -> anyhow::Result<(rpc_core::Server, rpc_health::HealthReporter)>
+where
+    S: rpc_core::codegen::Service + rpc_core::codegen::NamedService,
+{
+    let (reporter, health) = rpc_health::health_reporter();
+    reporter.set_serving::<S>();
+    let reflection = reflection(&[S::NAME])?;
+    let server = rpc_core::Server::builder()
+        .add_service(service)
+        .map_err(anyhow::Error::msg)?
+        .add_service(health)
+        .map_err(anyhow::Error::msg)?
+        .add_service(reflection.v1())
+        .map_err(anyhow::Error::msg)?
+        .add_service(reflection.v1alpha())
+        .map_err(anyhow::Error::msg)?
+        .config(config)
+        .build();
+    Ok((server, reporter))
+}
+
+/// Serves [`example_server`] of `service` on the address from `args` (default
+/// `default_addr`) until Ctrl-C, then reports `NOT_SERVING` and shuts down gracefully:
+/// what every example server's `main` does.
 ///
 /// # Errors
 /// A bad address or config, a bind failure, or a listener error.
@@ -143,15 +190,7 @@ where
 {
     let resolved = args.resolve(default_addr, default_max)?;
     let listener = resolved.listen().await?;
-    let (reporter, health) = rpc_health::health_reporter();
-    reporter.set_serving::<S>();
-    let server = rpc_core::Server::builder()
-        .add_service(service)
-        .map_err(anyhow::Error::msg)?
-        .add_service(health)
-        .map_err(anyhow::Error::msg)?
-        .config(resolved.server.clone())
-        .build();
+    let (server, reporter) = example_server(service, resolved.server.clone())?;
     server
         .serve_with_shutdown(listener, async {
             let _ = tokio::signal::ctrl_c().await;

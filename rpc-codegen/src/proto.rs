@@ -109,8 +109,9 @@ impl Builder {
         self
     }
 
-    /// Also writes the compiled descriptors (imports and comments included) as an encoded
-    /// `FileDescriptorSet` to `path`, for reflection or a load generator. Default: not written.
+    /// Also writes the compiled descriptors (imports, comments and custom options included)
+    /// as an encoded `FileDescriptorSet` to `path`, for reflection (`rpc-reflection`) or a
+    /// load generator. Default: not written.
     pub fn file_descriptor_set_path(mut self, path: impl AsRef<Path>) -> Self {
         self.file_descriptor_set_path = Some(path.as_ref().to_owned());
         self
@@ -226,19 +227,35 @@ impl Builder {
                 }
             }
         }
-        self.compile_fds(compiler.file_descriptor_set())
+        // Encoded by protox, not from `prost_types`: that keeps custom options (extensions
+        // of descriptor.proto's options), which `prost_types` would drop.
+        let encoded = self
+            .file_descriptor_set_path
+            .is_some()
+            .then(|| compiler.encode_file_descriptor_set());
+        self.generate(compiler.file_descriptor_set(), encoded)
     }
 
     /// Generates the code of an already compiled descriptor set (every file in it).
+    ///
+    /// The set written by [`Builder::file_descriptor_set_path`] is then `fds` encoded by
+    /// prost, without custom options (`prost_types` keeps none); [`Builder::compile_protos`]
+    /// writes them.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidSyntax`] if the codegen path is not a path, [`Error::Io`] if
     /// prost-build or writing fails.
-    pub fn compile_fds(mut self, fds: FileDescriptorSet) -> Result<(), Error> {
+    pub fn compile_fds(self, fds: FileDescriptorSet) -> Result<(), Error> {
+        self.generate(fds, None)
+    }
+
+    /// Generates the code of `fds`; writes `encoded` (or `fds` encoded) to the descriptor
+    /// set path, if one is set.
+    fn generate(mut self, fds: FileDescriptorSet, encoded: Option<Vec<u8>>) -> Result<(), Error> {
         syntax::parse_path(self.codegen.codegen_path_str(), "codegen path")?;
         if let Some(path) = &self.file_descriptor_set_path {
-            fs::write(path, fds.encode_to_vec())?;
+            fs::write(path, encoded.unwrap_or_else(|| fds.encode_to_vec()))?;
         }
         if self.allow_undocumented_messages {
             self.prost.type_attribute(".", "#[allow(missing_docs)]");

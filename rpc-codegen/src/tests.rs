@@ -216,6 +216,54 @@ fn descriptor_set_is_written_when_asked() {
     assert_eq!(fds.file[0].service[0].name(), "Echo");
 }
 
+/// Just enough of descriptor.proto to reach a method's options as bytes.
+mod raw {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Set {
+        #[prost(message, repeated, tag = "1")]
+        pub(super) file: Vec<File>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct File {
+        #[prost(string, tag = "1")]
+        pub(super) name: String,
+        #[prost(message, repeated, tag = "6")]
+        pub(super) service: Vec<Service>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Service {
+        #[prost(message, repeated, tag = "2")]
+        pub(super) method: Vec<Method>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Method {
+        #[prost(bytes = "vec", tag = "4")]
+        pub(super) options: Vec<u8>,
+    }
+}
+
+#[test]
+fn descriptor_set_keeps_custom_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let fds_path = dir.path().join("shop.fds");
+    let shop = r#"
+        syntax = "proto3";
+        package shop;
+        import "google/protobuf/descriptor.proto";
+        extend google.protobuf.MethodOptions { bool idempotent = 50001; }
+        service Shop { rpc Buy(Order) returns (Order) { option (idempotent) = true; } }
+        message Order {}
+    "#;
+    let (_proto_dir, result) = compile(&[("shop.proto", shop)], |b| {
+        b.file_descriptor_set_path(&fds_path)
+    });
+    result.unwrap();
+    let set = raw::Set::decode(&*fs::read(&fds_path).unwrap()).unwrap();
+    let file = set.file.iter().find(|f| f.name == "shop.proto").unwrap();
+    // Field 50001, varint, true: what reflection clients read the option from.
+    assert_eq!(file.service[0].method[0].options, [0x88, 0xb5, 0x18, 0x01]);
+}
+
 #[test]
 fn manual_builder_generates_and_writes_one_file_per_service() {
     let code = crate::format(CodeGenBuilder::new().generate(&echo_service()).unwrap()).unwrap();

@@ -35,6 +35,11 @@ pub mod pb {
     rpc_core::include_proto!("grpc.health.v1");
 }
 
+/// The encoded `FileDescriptorSet` of `health.proto`, for the reflection service
+/// (`rpc_reflection::Builder::register_encoded_file_descriptor_set`).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/health_descriptor_set.bin"));
+
 pub use pb::health_check_response::ServingStatus;
 use pb::{
     health_server::{Health, HealthServer},
