@@ -3,13 +3,13 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use rpc_core::{BoxStream, Request, Response, Status};
+use rpc_core::{BoxStream, Code, Request, Response, Status};
 
 use crate::echo::echo_server::Echo;
 use crate::echo::{EchoReply, EchoRequest, RepeatRequest};
 
 /// Answers each request with its payload, after the requested delay; see `echo.proto`
-/// for the test hooks `reply_size` and `panic`.
+/// for the test hooks `reply_size`, `panic` and `fail_code`.
 #[derive(Debug, Default, Clone)]
 pub struct EchoService;
 
@@ -30,6 +30,12 @@ impl Echo for EchoService {
         }
         if request.panic {
             panic!("echo: the request asked the handler to panic");
+        }
+        if request.fail_code != 0 {
+            let code = u8::try_from(request.fail_code).map_or(Code::Unknown, Code::from_u8);
+            let mut status = Status::with_details(code, "failed as requested", request.payload);
+            status.metadata_mut().append("x-failed", "yes");
+            return Err(status);
         }
         let payload = match request.reply_size {
             0 => request.payload,

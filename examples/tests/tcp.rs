@@ -338,3 +338,31 @@ async fn kv_watch() {
 async fn chat_room() {
     chat_members_see_each_others_posts(Tcp).await;
 }
+
+/// A handler's status details and error metadata reach the caller (over tcp://), details
+/// as bytes and the metadata without the details' entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_details_and_error_metadata_reach_the_caller() {
+    let server = Server::builder()
+        .add_service(examples::echo::echo_server::EchoServer::new(
+            examples::EchoService,
+        ))
+        .unwrap()
+        .build();
+    let addr = Tcp.start(server).await;
+    let client = EchoClient::new(Tcp.connect(&addr, BIG).await);
+    let details = vec![0u8, 1, 2, 0xfe, 0xff];
+    let status = client
+        .echo(EchoRequest {
+            payload: details.clone().into(),
+            fail_code: Code::FailedPrecondition as u32,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(status.message(), "failed as requested");
+    assert_eq!(status.details(), &details[..]);
+    assert_eq!(status.metadata().get("x-failed"), Some("yes"));
+    assert_eq!(status.metadata().get(rpc_core::STATUS_DETAILS_KEY), None);
+}

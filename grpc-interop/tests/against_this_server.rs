@@ -79,3 +79,61 @@ async fn every_interop_case_passes_with_tonics_client_under_tls() {
     };
     assert!(error.contains("UnknownIssuer"), "{error}");
 }
+
+/// Status details (`grpc-status-details-bin`) and error metadata cross HTTP/2 both ways:
+/// tonic's client sees what this framework's handler set, and so does this framework's
+/// own client over `grpc://`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_details_and_error_metadata_reach_grpc_clients() {
+    use examples::echo::{EchoReply, EchoRequest};
+    let endpoint: Endpoint = "tcp://127.0.0.1:0".parse().unwrap();
+    let listener = AnyListener::bind(&endpoint, &TransportSettings::default())
+        .await
+        .unwrap();
+    let port = listener.port();
+    let server = Server::builder()
+        .add_service(examples::echo::echo_server::EchoServer::new(
+            examples::EchoService,
+        ))
+        .unwrap()
+        .build();
+    tokio::spawn(async move { server.serve(listener).await });
+    let details = vec![8u8, 3, 0, 0xff];
+    let request = EchoRequest {
+        payload: details.clone().into(),
+        fail_code: 9, // FAILED_PRECONDITION
+        ..Default::default()
+    };
+
+    // tonic's client, with its prost codec over the examples' message types.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let status = grpc
+        .unary::<_, EchoReply, _>(
+            tonic::Request::new(request.clone()),
+            http::uri::PathAndQuery::from_static("/echo.Echo/Echo"),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(status.message(), "failed as requested");
+    assert_eq!(status.details(), &details[..]);
+    assert_eq!(status.metadata().get("x-failed").unwrap(), "yes");
+
+    // This framework's client over grpc://.
+    let endpoint: Endpoint = format!("grpc://127.0.0.1:{port}").parse().unwrap();
+    let conn = rpc_transport_rdma::connect(&endpoint, &TransportSettings::default())
+        .await
+        .unwrap();
+    let client = examples::echo::echo_client::EchoClient::new(rpc_core::Channel::new(conn));
+    let status = client.echo(request).await.unwrap_err();
+    assert_eq!(status.code(), rpc_core::Code::FailedPrecondition);
+    assert_eq!(status.details(), &details[..]);
+    assert_eq!(status.metadata().get("x-failed"), Some("yes"));
+}

@@ -7,14 +7,46 @@
 //! ```
 //! Its total length is the header's `meta_len`, bounded by [`MAX_METADATA_LEN`].
 //!
+//! Binary values, as in gRPC, go under keys ending in `-bin`, base64-encoded (unpadded;
+//! padded is accepted): [`Metadata::append_bin`] and [`Metadata::get_bin`]. That is also
+//! their form in HTTP/2 headers, so they cross to and from gRPC unchanged.
+//!
 //! A response that carries its message and its status in one frame (unary and
 //! client-streaming calls) carries its headers and its trailers in one block: the trailers
 //! follow an entry with an empty key and an empty value (applications' keys are never
 //! empty), absent when there are no trailers.
 
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::Engine;
 use bytes::BufMut;
 
 use crate::wire::FrameError;
+
+/// gRPC's base64 for `-bin` values: written unpadded, read padded or not.
+const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// A binary metadata value that cannot be set or read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BinaryMetadataError {
+    /// Binary values go under keys ending in `-bin`.
+    #[error("metadata key {0:?} holds binary values, so it must end in \"-bin\"")]
+    Key(String),
+    /// The value under a `-bin` key is not base64.
+    #[error("metadata value of {key:?} is not base64: {reason}")]
+    Value {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
 
 /// The largest metadata block a frame may carry, in bytes.
 pub const MAX_METADATA_LEN: usize = 64 * 1024;
@@ -49,6 +81,57 @@ impl Metadata {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// Appends the binary `value` under `key`, which must end in `-bin` (base64 on the
+    /// wire, as gRPC carries it).
+    ///
+    /// ```
+    /// let mut m = rpc_core::Metadata::new();
+    /// m.append_bin("trace-bin", [0u8, 0xff, 7]).unwrap();
+    /// assert_eq!(m.get("trace-bin"), Some("AP8H"));
+    /// assert_eq!(m.get_bin("trace-bin").unwrap().unwrap(), [0u8, 0xff, 7]);
+    /// assert!(m.append_bin("trace", [1u8]).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// A key that does not end in `-bin`.
+    pub fn append_bin(
+        &mut self,
+        key: impl Into<String>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<(), BinaryMetadataError> {
+        let key = key.into();
+        if !key.ends_with("-bin") {
+            return Err(BinaryMetadataError::Key(key));
+        }
+        self.entries.push((key, BASE64.encode(value)));
+        Ok(())
+    }
+
+    /// The first value of the `-bin` key `key`, decoded; `Ok(None)` if there is none.
+    ///
+    /// # Errors
+    /// A key that does not end in `-bin`, or a value that is not base64.
+    pub fn get_bin(&self, key: &str) -> Result<Option<Vec<u8>>, BinaryMetadataError> {
+        if !key.ends_with("-bin") {
+            return Err(BinaryMetadataError::Key(key.to_owned()));
+        }
+        self.get(key)
+            .map(|value| {
+                BASE64
+                    .decode(value.trim())
+                    .map_err(|e| BinaryMetadataError::Value {
+                        key: key.to_owned(),
+                        reason: e.to_string(),
+                    })
+            })
+            .transpose()
+    }
+
+    /// Appends every pair of `other` (no separator: see [`Metadata::append_trailers`]).
+    pub(crate) fn append_trailers_flat(&mut self, other: &Metadata) {
+        self.entries.extend(other.entries.iter().cloned());
     }
 
     /// Removes every value of `key`; returns the first one.

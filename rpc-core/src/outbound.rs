@@ -122,7 +122,8 @@ pub(crate) async fn send_message<C: Connection>(
 pub(crate) const MAX_STATUS_MESSAGE: usize = 4096;
 
 /// Sends a failed response: the status code in the header, its message (cut to
-/// [`MAX_STATUS_MESSAGE`] bytes) as payload; `flags` are added to `END_STREAM`.
+/// [`MAX_STATUS_MESSAGE`] bytes) as payload, its details and metadata as the metadata
+/// block; `flags` are added to `END_STREAM`.
 pub(crate) async fn send_status_flags<C: Connection>(
     conn: &C,
     call_id: u64,
@@ -134,7 +135,16 @@ pub(crate) async fn send_status_flags<C: Connection>(
     header.status = status.code() as u8;
     let message = truncate(status.message(), MAX_STATUS_MESSAGE).as_bytes();
     header.payload_len = message.len() as u32;
-    send_frame(conn, header, &Metadata::new(), |buf| buf.put_slice(message)).await
+    let mut metadata = status.to_metadata();
+    if metadata.encoded_len() > crate::MAX_METADATA_LEN || metadata.check().is_err() {
+        tracing::warn!(
+            call_id,
+            bytes = metadata.encoded_len(),
+            "a status's details and metadata are over the limit or malformed: sent without them"
+        );
+        metadata = Metadata::new();
+    }
+    send_frame(conn, header, &metadata, |buf| buf.put_slice(message)).await
 }
 
 /// `text` cut to at most `max` bytes at a character boundary.

@@ -2,6 +2,10 @@
 
 use std::fmt;
 
+use bytes::Bytes;
+
+use crate::Metadata;
+
 /// gRPC status codes, with the same numeric values as gRPC so that reports and tools
 /// that know gRPC read ours unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,7 +104,9 @@ impl fmt::Display for Code {
     }
 }
 
-/// The outcome of a failed call: a [`Code`] and a human-readable message.
+/// The outcome of a failed call: a [`Code`], a human-readable message, and optionally
+/// details (bytes, by convention an encoded `google.rpc.Status`, as gRPC's
+/// `grpc-status-details-bin`) and metadata (the failed call's trailers).
 ///
 /// Boxed so that `Result<T, Status>` stays one pointer wide on the error side.
 #[derive(Clone, PartialEq, Eq)]
@@ -110,7 +116,12 @@ pub struct Status(Box<Inner>);
 struct Inner {
     code: Code,
     message: String,
+    details: Bytes,
+    metadata: Metadata,
 }
+
+/// The metadata key that carries a status's details, as in gRPC.
+pub const STATUS_DETAILS_KEY: &str = "grpc-status-details-bin";
 
 impl Status {
     /// A status with `code` and `message`.
@@ -118,7 +129,21 @@ impl Status {
         Status(Box::new(Inner {
             code,
             message: message.into(),
+            details: Bytes::new(),
+            metadata: Metadata::new(),
         }))
+    }
+
+    /// A status with `code`, `message` and `details` (by convention an encoded
+    /// `google.rpc.Status`; see [`Status::details`]).
+    pub fn with_details(
+        code: Code,
+        message: impl Into<String>,
+        details: impl Into<Bytes>,
+    ) -> Status {
+        let mut status = Status::new(code, message);
+        status.0.details = details.into();
+        status
     }
 
     /// The status code.
@@ -129,6 +154,54 @@ impl Status {
     /// The message.
     pub fn message(&self) -> &str {
         &self.0.message
+    }
+
+    /// The details: opaque bytes the server attached (empty if none). gRPC servers
+    /// send an encoded `google.rpc.Status` here (`grpc-status-details-bin`), whose
+    /// `details` are `google.protobuf.Any` messages such as those of
+    /// `google/rpc/error_details.proto`; decode them with `prost`.
+    pub fn details(&self) -> &[u8] {
+        &self.0.details
+    }
+
+    /// The metadata the failed call ended with (its trailers), without the details'
+    /// entry.
+    pub fn metadata(&self) -> &Metadata {
+        &self.0.metadata
+    }
+
+    /// The metadata to send with this status, for a handler to add to.
+    pub fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.0.metadata
+    }
+
+    /// The metadata a failed response carries: [`Status::metadata`] and, when there are
+    /// details, [`STATUS_DETAILS_KEY`] with them (base64). What a transport sends.
+    pub fn to_metadata(&self) -> Metadata {
+        let mut metadata = self.0.metadata.clone();
+        if !self.0.details.is_empty() {
+            metadata
+                .append_bin(STATUS_DETAILS_KEY, &self.0.details)
+                .expect("a -bin key");
+        }
+        metadata
+    }
+
+    /// The status of a failed response with `code`, `message` and `metadata`: the
+    /// details are taken out of [`STATUS_DETAILS_KEY`] (dropped if not base64), the rest
+    /// is [`Status::metadata`]. What a transport receives.
+    pub fn from_metadata(code: Code, message: impl Into<String>, metadata: Metadata) -> Status {
+        let mut status = Status::new(code, message);
+        if let Ok(Some(details)) = metadata.get_bin(STATUS_DETAILS_KEY) {
+            status.0.details = details.into();
+        }
+        let mut metadata = metadata;
+        metadata.remove(STATUS_DETAILS_KEY);
+        // A unary response's block may hold headers and trailers: both are the call's.
+        let (mut headers, trailers) = metadata.split_trailers();
+        headers.append_trailers_flat(&trailers);
+        status.0.metadata = headers;
+        status
     }
 
     /// [`Code::Cancelled`].
@@ -167,10 +240,16 @@ impl Status {
 
 impl fmt::Debug for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Status")
-            .field("code", &self.0.code)
-            .field("message", &self.0.message)
-            .finish()
+        let mut d = f.debug_struct("Status");
+        d.field("code", &self.0.code)
+            .field("message", &self.0.message);
+        if !self.0.details.is_empty() {
+            d.field("details", &self.0.details);
+        }
+        if !self.0.metadata.is_empty() {
+            d.field("metadata", &self.0.metadata);
+        }
+        d.finish()
     }
 }
 
@@ -199,6 +278,24 @@ mod tests {
         }
         assert_eq!(Code::from_u8(200), Code::Unknown);
         assert_eq!(Code::DeadlineExceeded.as_str(), "DEADLINE_EXCEEDED");
+    }
+
+    #[test]
+    fn details_and_metadata_cross_the_wire_block() {
+        let mut status = Status::with_details(Code::Aborted, "no", vec![1u8, 2, 0xff]);
+        status.metadata_mut().append("retry-after", "5");
+        let block = status.to_metadata();
+        assert_eq!(block.get(STATUS_DETAILS_KEY), Some("AQL/"));
+        let back = Status::from_metadata(Code::Aborted, "no", block);
+        assert_eq!(back, status);
+        // Details that are not base64 are dropped, the rest kept.
+        let mut bad = Metadata::new();
+        bad.append(STATUS_DETAILS_KEY, "*not base64*");
+        bad.append("x", "y");
+        let back = Status::from_metadata(Code::Internal, "", bad);
+        assert!(back.details().is_empty());
+        assert_eq!(back.metadata().get("x"), Some("y"));
+        assert_eq!(back.metadata().get(STATUS_DETAILS_KEY), None);
     }
 
     #[test]

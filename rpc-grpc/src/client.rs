@@ -667,8 +667,9 @@ impl Call {
         }
         self.headers = text::metadata_from(&parts.headers);
         if let Some(status) = status_of(&parts.headers) {
-            // Trailers-only: the call ends here.
-            return self.end(status, Metadata::new()).map(Some);
+            // Trailers-only: the call ends here, its headers are its trailers.
+            let trailers = std::mem::take(&mut self.headers);
+            return self.end(status, trailers).map(Some);
         }
         if self.kind.server_streams() {
             // A stream's response headers go first, outside its window.

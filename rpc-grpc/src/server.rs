@@ -373,6 +373,7 @@ fn refuse(respond: &mut SendResponse<Bytes>, status: &Status) {
     let headers = response.headers_mut();
     headers.insert("content-type", HeaderValue::from_static("application/grpc"));
     status_headers(headers, status.code(), status.message());
+    text::append_metadata(headers, &status.to_metadata());
     let _ = respond.send_response(response, true);
 }
 
@@ -903,7 +904,7 @@ impl Call {
         }
         if code != Code::Ok {
             let message = String::from_utf8_lossy(frame.payload).into_owned();
-            self.fail(&Status::new(code, message));
+            self.fail(&Status::from_metadata(code, message, metadata));
             return Ok(());
         }
         let mut trailers = HeaderMap::new();
@@ -937,6 +938,7 @@ impl Call {
             Some(stream) => {
                 let mut trailers = HeaderMap::new();
                 status_headers(&mut trailers, status.code(), status.message());
+                text::append_metadata(&mut trailers, &status.to_metadata());
                 let _ = stream.send_trailers(trailers);
             }
             None => refuse(&mut self.respond, status),

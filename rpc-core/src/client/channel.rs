@@ -1013,7 +1013,9 @@ fn decode_response<B: std::ops::Deref<Target = [u8]>, Resp>(
     }
     let code = Code::from_u8(frame.header.status);
     if code != Code::Ok {
-        return Err(Status::new(code, String::from_utf8_lossy(frame.payload)));
+        let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
+        let message = String::from_utf8_lossy(frame.payload);
+        return Err(Status::from_metadata(code, message, metadata));
     }
     let metadata = Metadata::decode(frame.metadata).map_err(|e| Status::internal(e.to_string()))?;
     let (metadata, trailers) = metadata.split_trailers();
@@ -1221,10 +1223,9 @@ fn stream_response(inbox: &Inbox, buf: &[u8], end: bool) -> Result<(), Status> {
     }
     let code = Code::from_u8(frame.header.status);
     if code != Code::Ok {
-        inbox.fail(
-            Status::new(code, String::from_utf8_lossy(frame.payload)),
-            false,
-        );
+        let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
+        let message = String::from_utf8_lossy(frame.payload);
+        inbox.fail(Status::from_metadata(code, message, metadata), false);
         return Ok(());
     }
     match metadata {
