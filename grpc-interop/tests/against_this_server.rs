@@ -137,3 +137,48 @@ async fn status_details_and_error_metadata_reach_grpc_clients() {
     assert_eq!(status.details(), &details[..]);
     assert_eq!(status.metadata().get("x-failed"), Some("yes"));
 }
+
+/// tonic's client compressing its requests (gzip) and reading compressed responses
+/// (zstd, as this server is configured to send) against this server: large unary and
+/// client-streaming calls come back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tonics_client_with_compression_both_ways() {
+    use grpc_interop::grpc_testing::test_service_client::TestServiceClient;
+    use grpc_interop::grpc_testing::{Payload, SimpleRequest, StreamingInputCallRequest};
+    use tonic::codec::CompressionEncoding;
+    let mut settings = TransportSettings::default();
+    settings.grpc.send_compression = Some(rpc_grpc::Encoding::Zstd);
+    let port = start("tcp://127.0.0.1:0", &settings).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = TestServiceClient::new(channel)
+        .send_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd);
+    let reply = client
+        .unary_call(SimpleRequest {
+            response_size: 314_159,
+            payload: Some(Payload {
+                r#type: 0,
+                body: vec![0; 271_828],
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(reply.into_inner().payload.unwrap().body.len(), 314_159);
+    let requests = [27_182usize, 8, 1_828, 45_904].map(|n| StreamingInputCallRequest {
+        payload: Some(Payload {
+            r#type: 0,
+            body: vec![0; n],
+        }),
+        ..Default::default()
+    });
+    let reply = client
+        .streaming_input_call(futures_util::stream::iter(requests))
+        .await
+        .unwrap();
+    assert_eq!(reply.into_inner().aggregated_payload_size, 74_922);
+}

@@ -27,6 +27,7 @@ use rpc_core::{Code, Metadata, Status, TransportError, MAX_METADATA_LEN};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 
+use crate::compress::{Encoding, ACCEPT};
 use crate::deframe::{self, Deframer};
 use crate::server::{control, frame, set};
 use crate::{text, GrpcConfig};
@@ -380,6 +381,10 @@ struct Call {
     head: Option<Bytes>,
     /// The final frame, sent once `queued` is empty.
     last: Option<Bytes>,
+    /// How request messages are compressed, if they are.
+    request_encoding: Option<Encoding>,
+    /// How the server compresses its messages (`grpc-encoding` of the response).
+    response_encoding: Option<Encoding>,
 }
 
 impl Call {
@@ -398,6 +403,8 @@ impl Call {
             message: None,
             head: None,
             last: None,
+            request_encoding: None,
+            response_encoding: None,
         }
     }
 
@@ -449,6 +456,12 @@ impl Call {
             "user-agent",
             HeaderValue::from_static(concat!("rpc-grpc/", env!("CARGO_PKG_VERSION"))),
         );
+        headers.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT));
+        let request_encoding = self.shared.config.send_compression;
+        if let Some(encoding) = request_encoding {
+            headers.insert("grpc-encoding", HeaderValue::from_static(encoding.name()));
+        }
+        self.request_encoding = request_encoding;
         if header.timeout_us > 0 {
             let timeout = format_timeout(Duration::from_micros(header.timeout_us));
             headers.insert(
@@ -466,7 +479,7 @@ impl Call {
         let (response, mut body_out) = h2.send_request(http, false).map_err(unavailable)?;
         if one_request {
             body_out
-                .send_data(deframe::frame(frame.payload), true)
+                .send_data(deframe::frame_with(frame.payload, request_encoding), true)
                 .map_err(unavailable)?;
             self.out_ended = true;
         } else {
@@ -525,6 +538,7 @@ impl Call {
                             let stream = body.as_mut().expect("reading");
                             let _ = stream.flow_control().release_capacity(chunk.len());
                             deframer.push(&chunk);
+                            deframer.set_encoding(self.response_encoding);
                             while let Some(message) = deframer.next(max).map_err(|s| {
                                 body_out.send_reset(h2::Reason::CANCEL);
                                 (s, Flags::default())
@@ -664,6 +678,10 @@ impl Call {
                 Status::new(Code::Unknown, "the response is not gRPC (content-type)"),
                 Flags::default(),
             ));
+        }
+        match Encoding::of_headers(&parts.headers) {
+            Ok(encoding) => self.response_encoding = encoding,
+            Err(why) => return Err((Status::internal(why), Flags::default())),
         }
         self.headers = text::metadata_from(&parts.headers);
         if let Some(status) = status_of(&parts.headers) {

@@ -4,6 +4,8 @@
 use bytes::{Buf, Bytes, BytesMut};
 use rpc_core::Status;
 
+use crate::compress::{Encoding, MIN_COMPRESSED};
+
 /// The prefix of each message.
 pub(crate) const PREFIX_LEN: usize = 5;
 
@@ -13,6 +15,8 @@ pub(crate) struct Deframer {
     buf: BytesMut,
     /// Cuts responses (a client's), not requests: for the errors' words.
     responses: bool,
+    /// How the peer compresses the messages whose flag says so (`grpc-encoding`).
+    encoding: Option<Encoding>,
 }
 
 impl Deframer {
@@ -21,7 +25,13 @@ impl Deframer {
         Deframer {
             buf: BytesMut::new(),
             responses: true,
+            encoding: None,
         }
+    }
+
+    /// The peer's `grpc-encoding`, for messages flagged compressed.
+    pub(crate) fn set_encoding(&mut self, encoding: Option<Encoding>) {
+        self.encoding = encoding;
     }
 
     /// Adds a chunk of the body.
@@ -45,7 +55,7 @@ impl Deframer {
         }
         let flags = self.buf[0];
         let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]) as usize;
-        if flags & 1 != 0 {
+        if flags & 1 != 0 && self.encoding.is_none() {
             return Err(Status::internal(
                 "a compressed message, but no grpc-encoding was sent",
             ));
@@ -64,7 +74,27 @@ impl Deframer {
             return Ok(None);
         }
         self.buf.advance(PREFIX_LEN);
-        Ok(Some(self.buf.split_to(len).freeze()))
+        let message = self.buf.split_to(len).freeze();
+        match (flags & 1, self.encoding) {
+            (1, Some(encoding)) => encoding.decompress(&message, max).map(Some),
+            _ => Ok(Some(message)),
+        }
+    }
+}
+
+/// `message` with its prefix, compressed with `encoding` when there is one and the
+/// message is long enough to gain from it.
+pub(crate) fn frame_with(message: &[u8], encoding: Option<Encoding>) -> Bytes {
+    match encoding {
+        Some(encoding) if message.len() >= MIN_COMPRESSED => {
+            let compressed = encoding.compress(message);
+            let mut out = BytesMut::with_capacity(PREFIX_LEN + compressed.len());
+            out.extend_from_slice(&[1]);
+            out.extend_from_slice(&(compressed.len() as u32).to_be_bytes());
+            out.extend_from_slice(&compressed);
+            out.freeze()
+        }
+        _ => frame(message),
     }
 }
 

@@ -16,7 +16,8 @@
 //!
 //! # Layout
 //! - `server.rs`: the server side; `client.rs`: the client side.
-//! - `deframe.rs`: gRPC's length-prefixed messages; `text.rs`: its header texts.
+//! - `deframe.rs`: gRPC's length-prefixed messages; `compress.rs`: gzip and zstd;
+//!   `text.rs`: its header texts.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,10 +28,12 @@ use rpc_core::{Connection, MethodKinds, TransportError};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 mod client;
+mod compress;
 mod deframe;
 mod server;
 mod text;
 
+pub use compress::Encoding;
 pub use server::GrpcConfig;
 
 use client::ClientConnection;

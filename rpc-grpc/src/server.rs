@@ -29,6 +29,7 @@ use rpc_core::{Code, Connection, Metadata, MethodKinds, Status, TransportError, 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::compress::{Encoding, ACCEPT};
 use crate::deframe::{self, Deframer};
 use crate::text;
 
@@ -60,6 +61,11 @@ pub struct GrpcConfig {
     /// How long a request body may stall while a message is in progress (or a unary
     /// request's body has not ended): the call then fails with `CANCELLED`. Default 30 s.
     pub body_timeout: Duration,
+    /// Compression of the messages this side sends, if any: on a server, responses to
+    /// clients whose `grpc-accept-encoding` lists it; on a client (`grpc://`), requests.
+    /// Messages under 512 bytes go uncompressed. Received messages are read in gzip,
+    /// zstd or uncompressed whatever this says. Default none.
+    pub send_compression: Option<crate::Encoding>,
 }
 
 impl Default for GrpcConfig {
@@ -72,6 +78,7 @@ impl Default for GrpcConfig {
             max_buffered_request_bytes: 32 << 20,
             max_buffered_response_bytes: 16 << 20,
             body_timeout: Duration::from_secs(30),
+            send_compression: None,
         }
     }
 }
@@ -411,20 +418,24 @@ async fn call(
         let _ = respond.send_response(response, true);
         return;
     }
-    if let Some(encoding) = parts.headers.get("grpc-encoding") {
-        if encoding != "identity" {
-            let status = Status::unimplemented(format!(
-                "grpc-encoding {encoding:?} is not supported; send uncompressed messages"
-            ));
+    let request_encoding = match Encoding::of_headers(&parts.headers) {
+        Ok(encoding) => encoding,
+        Err(why) => {
+            let status = Status::unimplemented(why);
             let mut response = Response::new(());
             let headers = response.headers_mut();
             headers.insert("content-type", HeaderValue::from_static("application/grpc"));
-            headers.insert("grpc-accept-encoding", HeaderValue::from_static("identity"));
+            headers.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT));
             status_headers(headers, status.code(), status.message());
             let _ = respond.send_response(response, true);
             return;
         }
-    }
+    };
+    // Responses compressed as configured, if the client reads that.
+    let response_encoding = shared
+        .config
+        .send_compression
+        .filter(|e| e.accepted_by(&parts.headers));
     let timeout = match parts.headers.get("grpc-timeout") {
         None => None,
         Some(value) => match text::parse_timeout(value.as_bytes()) {
@@ -460,6 +471,8 @@ async fn call(
         trailers: None,
         headers_sent: false,
         done: false,
+        request_encoding,
+        response_encoding,
     };
     let mut header = Header::new(FrameKind::Request, call_id);
     header.method_id = id;
@@ -492,6 +505,10 @@ struct Call {
     headers_sent: bool,
     /// The final status went out.
     done: bool,
+    /// How the client compresses its messages (`grpc-encoding`).
+    request_encoding: Option<Encoding>,
+    /// How the responses' messages are compressed, if they are.
+    response_encoding: Option<Encoding>,
 }
 
 /// What a call's HTTP/2 stream did.
@@ -557,6 +574,7 @@ impl Call {
         max: usize,
     ) -> Result<(Bytes, Option<OwnedSemaphorePermit>), Option<Status>> {
         let mut deframer = Deframer::default();
+        deframer.set_encoding(self.request_encoding);
         let mut message = None;
         let mut held: Option<OwnedSemaphorePermit> = None;
         let timeout = self.shared.config.body_timeout;
@@ -627,6 +645,7 @@ impl Call {
         }
         self.to_server(frame(header, metadata, &[])).await?;
         let mut deframer = Deframer::default();
+        deframer.set_encoding(self.request_encoding);
         let mut queued: VecDeque<Bytes> = VecDeque::new();
         let mut queued_bytes = 0usize;
         // The connection's buffer permits for what `deframer` and `queued` hold.
@@ -851,8 +870,11 @@ impl Call {
                 if !self.headers_sent {
                     self.send_headers(&Metadata::new(), false)?;
                 }
-                self.out
-                    .push_back((deframe::frame(frame.payload), header.frame_len(), permit));
+                self.out.push_back((
+                    deframe::frame_with(frame.payload, self.response_encoding),
+                    header.frame_len(),
+                    permit,
+                ));
             }
             FrameKind::Response if !header.flags.contains(Flags::END_STREAM) => {
                 let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
@@ -868,6 +890,10 @@ impl Call {
         let mut response = Response::new(());
         let headers = response.headers_mut();
         headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+        headers.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT));
+        if let Some(encoding) = self.response_encoding {
+            headers.insert("grpc-encoding", HeaderValue::from_static(encoding.name()));
+        }
         text::append_metadata(headers, metadata);
         self.headers_sent = true;
         match self.respond.send_response(response, end) {
@@ -925,8 +951,11 @@ impl Call {
             self.send_headers(&metadata, false)?;
         }
         text::append_metadata(&mut trailers, &app_trailers);
-        self.out
-            .push_back((deframe::frame(frame.payload), 0, permit));
+        self.out.push_back((
+            deframe::frame_with(frame.payload, self.response_encoding),
+            0,
+            permit,
+        ));
         self.trailers = Some(trailers);
         Ok(())
     }

@@ -223,6 +223,8 @@ section! {
         max_buffered_request_bytes: usize => |c, v| c.max_buffered_request_bytes = v,
         /// [`GrpcConfig::body_timeout`](rpc_grpc::GrpcConfig::body_timeout) in ms.
         body_timeout_ms: u64 => |c, v| c.body_timeout = Duration::from_millis(v),
+        /// See [`GrpcConfig::send_compression`](rpc_grpc::GrpcConfig::send_compression): `gzip` or `zstd`.
+        send_compression: rpc_grpc::Encoding => |c, v| c.send_compression = Some(v),
     }
 }
 
@@ -387,6 +389,30 @@ mod tests {
         assert_eq!(settings.rdma.max_message_size, 1 << 20);
         assert_eq!(settings.tcp.max_message_size, 1 << 20);
         assert_eq!(settings.rdma.ping_timeout, Duration::from_millis(900));
+    }
+
+    #[test]
+    fn grpc_compression_and_tls_tables_parse() {
+        let file = FileConfig::parse(
+            "[grpc]\nsend_compression = \"zstd\"\n[tls]\nca = \"ca.pem\"\nclient_auth = \"optional\"\n",
+        )
+        .unwrap();
+        let mut settings = TransportSettings::default();
+        file.apply(&mut settings).unwrap();
+        assert_eq!(
+            settings.grpc.send_compression,
+            Some(rpc_grpc::Encoding::Zstd)
+        );
+        assert_eq!(
+            settings.tls.client_auth,
+            rpc_transport_tcp::ClientAuth::Optional
+        );
+        assert!(FileConfig::parse("[grpc]\nsend_compression = \"snappy\"\n").is_err());
+        let env = FileConfig::from_vars(|name| {
+            (name == "RPC_GRPC_SEND_COMPRESSION").then(|| "gzip".to_owned())
+        })
+        .unwrap();
+        assert_eq!(env.grpc.send_compression, Some(rpc_grpc::Encoding::Gzip));
     }
 
     #[test]

@@ -1,0 +1,158 @@
+//! gRPC message compression: gzip and zstd, negotiated by `grpc-encoding` (how this
+//! side's messages are compressed) and `grpc-accept-encoding` (what a side can read).
+//!
+//! Decompression is bounded: a message that inflates past the maximum message size
+//! fails its call with `RESOURCE_EXHAUSTED` once that many bytes came out, whatever its
+//! compressed size (a "zip bomb" costs the limit, not its ratio).
+
+use std::io::Read;
+use std::str::FromStr;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use rpc_core::Status;
+
+/// A message compression of gRPC (`"gzip"` or `"zstd"` in configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Encoding {
+    /// `gzip` (DEFLATE in gzip framing).
+    Gzip,
+    /// `zstd` (Zstandard).
+    Zstd,
+}
+
+/// What this side reads, for `grpc-accept-encoding`.
+pub(crate) const ACCEPT: &str = "gzip,zstd,identity";
+
+/// Messages shorter than this go uncompressed even when compression is on (a message's
+/// flag says which): compressing them costs more than it saves.
+pub(crate) const MIN_COMPRESSED: usize = 512;
+
+impl Encoding {
+    /// The name in `grpc-encoding`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Gzip => "gzip",
+            Encoding::Zstd => "zstd",
+        }
+    }
+
+    /// The encoding a `grpc-encoding` header names: `Ok(None)` for `identity` or no
+    /// header, `Err` for one this side cannot read.
+    pub(crate) fn of_headers(headers: &HeaderMap) -> Result<Option<Encoding>, String> {
+        let Some(value) = headers.get("grpc-encoding") else {
+            return Ok(None);
+        };
+        match value.to_str().map(str::trim) {
+            Ok("identity") => Ok(None),
+            Ok(name) => name.parse().map(Some),
+            Err(_) => Err(format!("{value:?}")),
+        }
+    }
+
+    /// Whether a `grpc-accept-encoding` header lists this encoding.
+    pub(crate) fn accepted_by(self, headers: &HeaderMap) -> bool {
+        headers.get_all("grpc-accept-encoding").iter().any(|value| {
+            value
+                .to_str()
+                .is_ok_and(|v| v.split(',').any(|name| name.trim() == self.name()))
+        })
+    }
+
+    /// `message` compressed.
+    pub(crate) fn compress(self, message: &[u8]) -> Bytes {
+        match self {
+            Encoding::Gzip => {
+                let mut encoder =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                std::io::Write::write_all(&mut encoder, message).expect("writes to a Vec");
+                encoder.finish().expect("writes to a Vec").into()
+            }
+            Encoding::Zstd => zstd::bulk::compress(message, 1)
+                .expect("compressing into a Vec")
+                .into(),
+        }
+    }
+
+    /// `compressed` inflated, at most `max` bytes of it.
+    ///
+    /// # Errors
+    /// `RESOURCE_EXHAUSTED` past `max`; `INTERNAL` for bytes that do not inflate.
+    pub(crate) fn decompress(self, compressed: &[u8], max: usize) -> Result<Bytes, Status> {
+        let mut out = Vec::new();
+        let limit = max as u64 + 1;
+        let read = match self {
+            Encoding::Gzip => flate2::read::GzDecoder::new(compressed)
+                .take(limit)
+                .read_to_end(&mut out),
+            Encoding::Zstd => match zstd::stream::read::Decoder::new(compressed) {
+                Ok(decoder) => decoder.take(limit).read_to_end(&mut out),
+                Err(e) => Err(e),
+            },
+        };
+        if let Err(e) = read {
+            return Err(Status::internal(format!(
+                "a {} message that does not decompress: {e}",
+                self.name()
+            )));
+        }
+        if out.len() > max {
+            return Err(Status::resource_exhausted(format!(
+                "a {} message decompresses past the maximum of {max} bytes",
+                self.name()
+            )));
+        }
+        Ok(out.into())
+    }
+}
+
+impl FromStr for Encoding {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Encoding, String> {
+        match name {
+            "gzip" => Ok(Encoding::Gzip),
+            "zstd" => Ok(Encoding::Zstd),
+            other => Err(format!(
+                "unknown grpc-encoding {other:?} (this side reads gzip, zstd, identity)"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rpc_core::Code;
+
+    #[test]
+    fn both_encodings_round_trip_and_bombs_stop_at_the_limit() {
+        for encoding in [Encoding::Gzip, Encoding::Zstd] {
+            let message: Vec<u8> = (0..100_000u32).map(|i| (i % 7) as u8).collect();
+            let compressed = encoding.compress(&message);
+            assert!(compressed.len() < message.len() / 10, "{encoding:?}");
+            assert_eq!(encoding.decompress(&compressed, 1 << 20).unwrap(), message);
+            // 64 MiB of zeros, a few KiB compressed: refused at 1 MiB.
+            let bomb = encoding.compress(&vec![0u8; 64 << 20]);
+            assert!(bomb.len() < 256 << 10, "{encoding:?} {}", bomb.len());
+            let err = encoding.decompress(&bomb, 1 << 20).unwrap_err();
+            assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+            let err = encoding.decompress(b"not compressed", 1 << 20).unwrap_err();
+            assert_eq!(err.code(), Code::Internal, "{err}");
+        }
+    }
+
+    #[test]
+    fn headers_negotiate() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(Encoding::of_headers(&headers), Ok(None));
+        headers.insert("grpc-encoding", "gzip".parse().unwrap());
+        assert_eq!(Encoding::of_headers(&headers), Ok(Some(Encoding::Gzip)));
+        headers.insert("grpc-encoding", "snappy".parse().unwrap());
+        assert!(Encoding::of_headers(&headers).is_err());
+        headers.insert("grpc-accept-encoding", "identity, zstd".parse().unwrap());
+        assert!(Encoding::Zstd.accepted_by(&headers));
+        assert!(!Encoding::Gzip.accepted_by(&headers));
+    }
+}
