@@ -151,7 +151,15 @@ async fn mutual_tls_serves_only_clients_the_ca_signed() {
     .await;
 
     let without = first_error(&addr, &certs.client(BIG)).await;
-    assert!(without.contains("CertificateRequired"), "{without}");
+    // TLS 1.3: the server refuses after the client's handshake completed on its side, so
+    // the client learns it from the alert (CertificateRequired) or, when its first write
+    // races the close, from the write (a broken pipe or reset): never served.
+    assert!(
+        ["CertificateRequired", "Broken pipe", "reset", "closed"]
+            .iter()
+            .any(|why| without.contains(why)),
+        "{without}"
+    );
 
     let other = tempfile::tempdir().unwrap();
     let stranger = test_certs::Ca::new("other")
