@@ -478,9 +478,16 @@ mod tests {
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
         names.extend(GrpcSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 10 + 5 + 5);
-        let file =
-            FileConfig::from_vars(|n| names.iter().any(|v| v == n).then(|| "7".into())).unwrap();
+        assert_eq!(names.len(), 16 + 4 + 10 + 5 + 6);
+        // Every variable set: numbers to 7, the one compression name to gzip.
+        let file = FileConfig::from_vars(|n| {
+            names.iter().any(|v| v == n).then(|| match n {
+                "RPC_GRPC_SEND_COMPRESSION" => "gzip".into(),
+                _ => "7".into(),
+            })
+        })
+        .unwrap();
+        assert_eq!(file.grpc.send_compression, Some(rpc_grpc::Encoding::Gzip));
         assert_eq!(
             file.rdma,
             RdmaSection {
