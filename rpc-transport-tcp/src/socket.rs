@@ -97,58 +97,77 @@ impl From<TcpStream> for Socket {
     }
 }
 
-/// Delegates a poll method to whichever stream is inside.
-macro_rules! delegate {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self.get_mut() {
-            Self::Plain($s) => $call,
-            Self::Tls($s) => $call,
+/// Implements `AsyncRead` for an enum of a plain and a TLS stream (or halves of them),
+/// each method passed to whichever is inside.
+macro_rules! delegate_read {
+    ($t:ty) => {
+        impl AsyncRead for $t {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &mut ReadBuf<'_>,
+            ) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+                    Self::Tls(s) => Pin::new(s).poll_read(cx, buf),
+                }
+            }
         }
     };
 }
 
-impl AsyncRead for Socket {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        delegate!(self, s => Pin::new(s).poll_read(cx, buf))
-    }
-}
+/// Implements `AsyncWrite` likewise.
+macro_rules! delegate_write {
+    ($t:ty) => {
+        impl AsyncWrite for $t {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+                    Self::Tls(s) => Pin::new(s).poll_write(cx, buf),
+                }
+            }
 
-impl AsyncWrite for Socket {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        delegate!(self, s => Pin::new(s).poll_write(cx, buf))
-    }
+            fn poll_write_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+                    Self::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+                }
+            }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        delegate!(self, s => Pin::new(s).poll_write_vectored(cx, bufs))
-    }
+            fn is_write_vectored(&self) -> bool {
+                match self {
+                    Self::Plain(s) => s.is_write_vectored(),
+                    Self::Tls(s) => s.is_write_vectored(),
+                }
+            }
 
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Socket::Plain(s) => s.is_write_vectored(),
-            Socket::Tls(s) => s.is_write_vectored(),
+            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_flush(cx),
+                    Self::Tls(s) => Pin::new(s).poll_flush(cx),
+                }
+            }
+
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+                    Self::Tls(s) => Pin::new(s).poll_shutdown(cx),
+                }
+            }
         }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        delegate!(self, s => Pin::new(s).poll_flush(cx))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        delegate!(self, s => Pin::new(s).poll_shutdown(cx))
-    }
+    };
 }
+
+delegate_read!(Socket);
+delegate_write!(Socket);
 
 /// The read half of a [`Socket`].
 #[derive(Debug)]
@@ -157,15 +176,7 @@ pub(crate) enum ReadHalf {
     Tls(tokio::io::ReadHalf<TlsStream>),
 }
 
-impl AsyncRead for ReadHalf {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        delegate!(self, s => Pin::new(s).poll_read(cx, buf))
-    }
-}
+delegate_read!(ReadHalf);
 
 /// The write half of a [`Socket`].
 #[derive(Debug)]
@@ -174,35 +185,4 @@ pub(crate) enum WriteHalf {
     Tls(tokio::io::WriteHalf<TlsStream>),
 }
 
-impl AsyncWrite for WriteHalf {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        delegate!(self, s => Pin::new(s).poll_write(cx, buf))
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        delegate!(self, s => Pin::new(s).poll_write_vectored(cx, bufs))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            WriteHalf::Plain(s) => s.is_write_vectored(),
-            WriteHalf::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        delegate!(self, s => Pin::new(s).poll_flush(cx))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        delegate!(self, s => Pin::new(s).poll_shutdown(cx))
-    }
-}
+delegate_write!(WriteHalf);
