@@ -9,7 +9,7 @@ use crate::echo::echo_server::Echo;
 use crate::echo::{EchoReply, EchoRequest, RepeatRequest};
 
 /// Answers each request with its payload, after the requested delay; see `echo.proto`
-/// for the test hooks `reply_size`, `panic` and `fail_code`.
+/// for the test hooks `reply_size`, `panic`, `fail_code` and `describe_peer`.
 #[derive(Debug, Default, Clone)]
 pub struct EchoService;
 
@@ -24,7 +24,18 @@ impl Echo for EchoService {
     }
 
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
+        let peer = request.peer().map(|p| {
+            let addr = p.addr().map_or_else(|| "?".to_owned(), |a| a.to_string());
+            let certs = p.certificates().map_or(0, <[_]>::len);
+            format!("transport={} addr={addr} certs={certs}", p.transport())
+        });
         let request = request.into_inner();
+        if request.describe_peer {
+            let described = peer.unwrap_or_else(|| "no peer".to_owned());
+            return Ok(Response::new(EchoReply {
+                payload: described.into_bytes().into(),
+            }));
+        }
         if request.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(request.delay_ms.into())).await;
         }

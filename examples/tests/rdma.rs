@@ -171,6 +171,9 @@ async fn rdma_with_the_side_channel_under_tls() {
     assert_eq!(conn.transport(), TransportKind::Rdma);
     let peer = rpc_core::Connection::peer(&conn);
     assert!(peer.starts_with("rdma+tls://"), "{peer}");
+    // The server's chain, from the side channel's handshake.
+    let chain = rpc_core::Connection::peer_certificates(&conn);
+    assert!(chain.is_some_and(|c| c.len() == 2));
     let channel = Channel::new(conn);
     let client = EchoClient::new(channel.clone());
     for size in [10usize, 100_000, 3 << 20] {

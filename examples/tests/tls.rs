@@ -318,3 +318,51 @@ async fn auto_with_tls_falls_back_to_tcp_under_tls_without_rdma() {
     assert!(conn.peer().starts_with("tcp+tls://"), "{}", conn.peer());
     echo(channel(conn, BIG)).await.unwrap();
 }
+
+/// Handlers see who called: the transport, the address and, under mutual TLS, the
+/// certificate chain the client presented (`Request::peer`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_see_the_peer_and_its_certificates() {
+    let certs = Certs::new();
+    let mut settings = certs.server(BIG);
+    settings
+        .tls
+        .ca(certs.path("ca.pem"))
+        .client_auth(ClientAuth::Optional);
+    let echo_server = || {
+        Server::builder()
+            .add_service(examples::echo::echo_server::EchoServer::new(
+                examples::EchoService,
+            ))
+            .unwrap()
+            .build()
+    };
+    let tls_addr = start(echo_server(), "tcp+tls://127.0.0.1:0", &settings).await;
+    let plain_addr = start(echo_server(), "tcp://127.0.0.1:0", &settings).await;
+    let describe = |url: String, settings: TransportSettings| async move {
+        let endpoint: Endpoint = url.parse().unwrap();
+        let conn = connect(&endpoint, &settings).await.unwrap();
+        let reply = EchoClient::new(channel(conn, BIG))
+            .echo(EchoRequest {
+                describe_peer: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        String::from_utf8(reply.into_inner().payload.to_vec()).unwrap()
+    };
+    let mut with_cert = certs.client(BIG);
+    with_cert
+        .tls
+        .identity(certs.path("client.pem"), certs.path("client.key"));
+    let seen = describe(format!("tcp+tls://{tls_addr}"), with_cert).await;
+    assert!(
+        seen.starts_with("transport=tcp+tls addr=127.0.0.1:"),
+        "{seen}"
+    );
+    assert!(seen.ends_with("certs=2"), "{seen}");
+    let seen = describe(format!("tcp+tls://{tls_addr}"), certs.client(BIG)).await;
+    assert!(seen.ends_with("certs=0"), "{seen}");
+    let seen = describe(format!("tcp://{plain_addr}"), certs.client(BIG)).await;
+    assert!(seen.starts_with("transport=tcp addr=127.0.0.1:"), "{seen}");
+}

@@ -136,6 +136,22 @@ async fn status_details_and_error_metadata_reach_grpc_clients() {
     assert_eq!(status.code(), rpc_core::Code::FailedPrecondition);
     assert_eq!(status.details(), &details[..]);
     assert_eq!(status.metadata().get("x-failed"), Some("yes"));
+
+    // The handler sees a gRPC client's peer as gRPC.
+    grpc.ready().await.unwrap();
+    let reply = grpc
+        .unary::<_, EchoReply, _>(
+            tonic::Request::new(EchoRequest {
+                describe_peer: true,
+                ..Default::default()
+            }),
+            http::uri::PathAndQuery::from_static("/echo.Echo/Echo"),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap();
+    let seen = String::from_utf8(reply.into_inner().payload.to_vec()).unwrap();
+    assert!(seen.starts_with("transport=grpc addr=127.0.0.1:"), "{seen}");
 }
 
 /// tonic's client compressing its requests (gzip) and reading compressed responses

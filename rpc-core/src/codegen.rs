@@ -41,14 +41,12 @@ where
     F: FnOnce(Request<Req>) -> Fut,
     Fut: Future<Output = Result<Response<S>, Status>> + Send + 'static,
 {
-    let (metadata, body, timeout) = request.into_parts();
-    let request = match body {
+    let request = request.try_map(|body| match body {
         StreamRequest::Message(payload) => payload
             .decode::<Req>()
-            .map(|message| Request::from_parts(metadata, message, timeout))
             .map_err(|e| Status::invalid_argument(format!("failed to decode request: {e}"))),
         StreamRequest::Stream(_) => Err(Status::internal("expected one request message")),
-    };
+    });
     start(request, f, move |s| box_stream(s, boxed))
 }
 
@@ -108,15 +106,10 @@ where
 fn request_stream<Req: prost::Message + Default + 'static>(
     request: Request<StreamRequest<'_>>,
 ) -> Result<Request<Streaming<Req>>, Status> {
-    let (metadata, body, timeout) = request.into_parts();
-    match body {
-        StreamRequest::Stream(stream) => Ok(Request::from_parts(
-            metadata,
-            stream.decoded::<Req>(),
-            timeout,
-        )),
+    request.try_map(|body| match body {
+        StreamRequest::Stream(stream) => Ok(stream.decoded::<Req>()),
         StreamRequest::Message(_) => Err(Status::internal("expected a request stream")),
-    }
+    })
 }
 
 fn box_stream<Resp: 'static, S>(stream: S, boxed: fn(Resp) -> BoxMessage) -> StreamResponse
@@ -164,10 +157,9 @@ where
     F: FnOnce(Request<Req>) -> Fut,
     Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
 {
-    let (metadata, payload, timeout) = request.into_parts();
-    match payload.decode::<Req>() {
-        Ok(message) => {
-            let fut = f(Request::from_parts(metadata, message, timeout));
+    match request.try_map(|payload| payload.decode::<Req>()) {
+        Ok(request) => {
+            let fut = f(request);
             Box::pin(async move {
                 let response = fut.await?;
                 Ok(response.map(boxed))

@@ -43,7 +43,7 @@ pub use config::{ClientConfig, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_S
 pub use endpoint::{Endpoint, TransportKind};
 pub use metadata::{BinaryMetadataError, Metadata, MAX_METADATA_LEN};
 pub use payload::Payload;
-pub use request::{IntoRequest, Request, Response};
+pub use request::{IntoRequest, Peer, Request, Response};
 pub use server::{Server, ServerBuilder};
 pub use status::{Code, Status, STATUS_DETAILS_KEY};
 pub use stream::{IntoStreamingRequest, Streaming};

@@ -1,35 +1,112 @@
-//! [`Request`] and [`Response`]: a message with its metadata (and, for requests, a timeout).
+//! [`Request`] and [`Response`]: a message with its metadata (and, for requests, a
+//! timeout, extensions and, on a server, the [`Peer`]).
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use crate::Metadata;
 
-/// A request message with metadata and an optional timeout.
+/// A request message with metadata, an optional timeout, extensions (typed values that
+/// middleware and handlers pass along; never sent) and, on a server, the peer it came
+/// from.
 #[derive(Debug, Clone, Default)]
 pub struct Request<T> {
     metadata: Metadata,
     message: T,
     timeout: Option<Duration>,
+    extensions: http::Extensions,
+    peer: Option<Arc<Peer>>,
+}
+
+/// Who sent a request, as the server's transport knows it: [`Request::peer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    description: String,
+    addr: Option<SocketAddr>,
+    certificates: Option<Arc<[Bytes]>>,
+}
+
+impl Peer {
+    /// A peer described as `description` (a URL such as `tcp+tls://10.0.0.7:51234`), at
+    /// `addr`, that presented `certificates` (DER, its own first) in a TLS handshake.
+    pub fn new(
+        description: impl Into<String>,
+        addr: Option<SocketAddr>,
+        certificates: Option<Arc<[Bytes]>>,
+    ) -> Peer {
+        Peer {
+            description: description.into(),
+            addr,
+            certificates,
+        }
+    }
+
+    /// The peer's socket address (TCP, RDMA's side channel, gRPC), if it has one.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
+    /// The transport, as a URL scheme: `tcp`, `tcp+tls`, `rdma`, `rdma+tls`, `grpc`,
+    /// `grpcs`, `memory`.
+    pub fn transport(&self) -> &str {
+        self.description
+            .split_once("://")
+            .map_or(self.description.as_str(), |(scheme, _)| scheme)
+    }
+
+    /// The certificate chain the peer presented under TLS (DER, its own first): a
+    /// client's under mutual TLS. `None` without TLS or without a client certificate.
+    pub fn certificates(&self) -> Option<&[Bytes]> {
+        self.certificates.as_deref()
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.description)
+    }
 }
 
 impl<T> Request<T> {
     /// Wraps `message` with empty metadata and no timeout of its own (the channel's
     /// default timeout, if any, applies).
     pub fn new(message: T) -> Request<T> {
-        Request {
-            metadata: Metadata::new(),
-            message,
-            timeout: None,
-        }
+        Request::from_parts(Metadata::new(), message, None)
     }
 
-    /// Builds a request from its parts.
+    /// Builds a request from its parts (no extensions, no peer).
     pub fn from_parts(metadata: Metadata, message: T, timeout: Option<Duration>) -> Request<T> {
         Request {
             metadata,
             message,
             timeout,
+            extensions: http::Extensions::new(),
+            peer: None,
         }
+    }
+
+    /// The extensions: typed values middleware and handlers attach to the request (e.g.
+    /// an authenticated user). They stay in this process.
+    pub fn extensions(&self) -> &http::Extensions {
+        &self.extensions
+    }
+
+    /// The extensions, mutably.
+    pub fn extensions_mut(&mut self) -> &mut http::Extensions {
+        &mut self.extensions
+    }
+
+    /// On a server: who sent the request (address, transport, TLS certificate).
+    pub fn peer(&self) -> Option<&Peer> {
+        self.peer.as_deref()
+    }
+
+    /// Sets the peer (the server does, for each request it receives).
+    pub fn set_peer(&mut self, peer: Arc<Peer>) {
+        self.peer = Some(peer);
     }
 
     /// The message.
@@ -68,18 +145,35 @@ impl<T> Request<T> {
         self.message
     }
 
-    /// Metadata, message and timeout.
+    /// Metadata, message and timeout (extensions and peer are dropped: see
+    /// [`Request::map`] to keep them).
     pub fn into_parts(self) -> (Metadata, T, Option<Duration>) {
         (self.metadata, self.message, self.timeout)
     }
 
-    /// Maps the message, keeping metadata and timeout.
+    /// Maps the message, keeping everything else.
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Request<U> {
         Request {
             metadata: self.metadata,
             message: f(self.message),
             timeout: self.timeout,
+            extensions: self.extensions,
+            peer: self.peer,
         }
+    }
+
+    /// Maps the message with a function that may fail, keeping everything else.
+    ///
+    /// # Errors
+    /// `f`'s error.
+    pub fn try_map<U, E>(self, f: impl FnOnce(T) -> Result<U, E>) -> Result<Request<U>, E> {
+        Ok(Request {
+            metadata: self.metadata,
+            message: f(self.message)?,
+            timeout: self.timeout,
+            extensions: self.extensions,
+            peer: self.peer,
+        })
     }
 }
 
@@ -186,5 +280,25 @@ impl<T> Response<T> {
             message: f(self.message),
             trailers: self.trailers,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_and_try_map_keep_extensions_and_peer() {
+        let mut request = Request::new(1u32);
+        request.extensions_mut().insert("user-7");
+        request.set_peer(Arc::new(Peer::new("tcp+tls://10.0.0.7:5000", None, None)));
+        let request = request
+            .map(|n| n + 1)
+            .try_map(|n| Ok::<_, ()>(n * 10))
+            .unwrap();
+        assert_eq!(*request.get_ref(), 20);
+        assert_eq!(request.extensions().get::<&str>(), Some(&"user-7"));
+        assert_eq!(request.peer().unwrap().transport(), "tcp+tls");
+        assert!(request.peer().unwrap().certificates().is_none());
     }
 }

@@ -141,6 +141,13 @@ pub trait Connection: Send + Sync + 'static {
     /// A short description of the peer for logs, e.g. `tcp://127.0.0.1:4000`.
     fn peer(&self) -> String;
 
+    /// The certificate chain the peer presented in a TLS handshake (DER, its own first),
+    /// if the connection (or RDMA's side channel) runs under TLS and the peer presented
+    /// one. The default is `None`.
+    fn peer_certificates(&self) -> Option<Arc<[Bytes]>> {
+        None
+    }
+
     /// The peer's socket address, where it has one (TCP, and RDMA's side channel): the
     /// server groups connections by its IP address for
     /// [`ServerConfig::max_concurrent_calls_per_peer`](crate::ServerConfig::max_concurrent_calls_per_peer).

@@ -46,7 +46,10 @@ pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// server's side of a gRPC client's connection ([`GrpcConnection::accept`]), or a
 /// client's connection to a gRPC server ([`GrpcConnection::connect`]).
 #[derive(Debug)]
-pub struct GrpcConnection(Side);
+pub struct GrpcConnection {
+    side: Side,
+    peer_certificates: Option<Arc<[Bytes]>>,
+}
 
 #[derive(Debug)]
 enum Side {
@@ -71,7 +74,7 @@ impl GrpcConnection {
     {
         ServerConnection::accept(io, already_read, config, peer_addr)
             .await
-            .map(|c| GrpcConnection(Side::Server(c)))
+            .map(|c| GrpcConnection::new(Side::Server(c)))
     }
 
     /// Runs the client side of HTTP/2 on `io`, connected (under TLS when `tls`) to the
@@ -94,12 +97,36 @@ impl GrpcConnection {
     {
         ClientConnection::connect(io, authority, tls, config, peer_addr)
             .await
-            .map(|c| GrpcConnection(Side::Client(c)))
+            .map(|c| GrpcConnection::new(Side::Client(c)))
+    }
+
+    fn new(side: Side) -> GrpcConnection {
+        GrpcConnection {
+            side,
+            peer_certificates: None,
+        }
+    }
+
+    /// Records the certificate chain the peer presented in the TLS handshake under which
+    /// this HTTP/2 connection runs ([`Connection::peer_certificates`]).
+    pub fn with_peer_certificates(mut self, certificates: Option<Arc<[Bytes]>>) -> Self {
+        self.peer_certificates = certificates;
+        self
+    }
+
+    /// Marks a server-side connection as running under TLS: its peer reads `grpcs://`.
+    pub fn under_tls(mut self) -> Self {
+        if let Side::Server(c) = &mut self.side {
+            if let Some(rest) = c.peer.strip_prefix("grpc://") {
+                c.peer = format!("grpcs://{rest}");
+            }
+        }
+        self
     }
 
     /// Whether this is the client side (a connection to a gRPC server).
     pub fn is_client(&self) -> bool {
-        matches!(self.0, Side::Client(_))
+        matches!(self.side, Side::Client(_))
     }
 }
 
@@ -108,7 +135,7 @@ impl Connection for GrpcConnection {
     type RecvBuf = Bytes;
 
     async fn alloc(&self, len: usize) -> Result<BytesMut, TransportError> {
-        match &self.0 {
+        match &self.side {
             Side::Server(c) => c.alloc(len).await,
             Side::Client(c) => {
                 let max = c.max_frame();
@@ -121,21 +148,21 @@ impl Connection for GrpcConnection {
     }
 
     async fn send(&self, frame: BytesMut) -> Result<(), TransportError> {
-        match &self.0 {
+        match &self.side {
             Side::Server(c) => c.send(frame).await,
             Side::Client(c) => c.send(frame.freeze()),
         }
     }
 
     async fn recv(&self) -> Result<Option<Bytes>, TransportError> {
-        match &self.0 {
+        match &self.side {
             Side::Server(c) => c.recv().await,
             Side::Client(c) => c.recv().await,
         }
     }
 
     fn recv_ready(&self, out: &mut Vec<Bytes>, max: usize) {
-        match &self.0 {
+        match &self.side {
             Side::Server(c) => c.recv_ready(out, max),
             Side::Client(c) => c.recv_ready(out, max),
         }
@@ -147,40 +174,44 @@ impl Connection for GrpcConnection {
     }
 
     fn close(&self) {
-        match &self.0 {
+        match &self.side {
             Side::Server(c) => c.close(),
             Side::Client(c) => c.close(),
         }
     }
 
     async fn shutdown(&self) {
-        match &self.0 {
+        match &self.side {
             Side::Server(c) => c.shutdown().await,
             Side::Client(c) => c.close(),
         }
     }
 
     fn serving(&self, methods: Arc<dyn MethodKinds>) {
-        if let Side::Server(c) = &self.0 {
+        if let Side::Server(c) = &self.side {
             c.serving(methods);
         }
     }
 
     fn calling(&self, method: &MethodDescriptor) {
-        if let Side::Client(c) = &self.0 {
+        if let Side::Client(c) = &self.side {
             c.calling(method);
         }
     }
 
     fn peer(&self) -> String {
-        match &self.0 {
+        match &self.side {
             Side::Server(c) => c.peer.clone(),
             Side::Client(c) => c.peer.clone(),
         }
     }
 
+    fn peer_certificates(&self) -> Option<Arc<[Bytes]>> {
+        self.peer_certificates.clone()
+    }
+
     fn peer_addr(&self) -> Option<SocketAddr> {
-        match &self.0 {
+        match &self.side {
             Side::Server(c) => c.peer_addr,
             Side::Client(c) => c.peer_addr,
         }

@@ -72,6 +72,8 @@ pub(crate) struct Inner {
     pub(crate) peer: String,
     /// The side channel's peer address.
     pub(crate) peer_addr: Option<std::net::SocketAddr>,
+    /// The certificate chain the peer presented on the side channel under TLS.
+    pub(crate) peer_certificates: Option<Arc<[bytes::Bytes]>>,
     /// Largest frame accepted or sent.
     pub(crate) max_frame: usize,
     pub(crate) eager_limit: usize,
@@ -1026,6 +1028,10 @@ impl Connection for RdmaConnection {
 
     fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         self.inner.peer_addr
+    }
+
+    fn peer_certificates(&self) -> Option<Arc<[bytes::Bytes]>> {
+        self.inner.peer_certificates.clone()
     }
 }
 

@@ -195,6 +195,7 @@ impl Connected {
             }),
             peer,
             peer_addr,
+            peer_certificates: side.peer_certificates().map(Arc::from),
             max_frame,
             eager_limit,
         });

@@ -51,7 +51,7 @@ pub struct TcpConnection {
     peer: String,
     peer_addr: Option<std::net::SocketAddr>,
     /// The peer's TLS certificate chain, if it presented one.
-    peer_certificates: Option<Vec<Bytes>>,
+    peer_certificates: Option<Arc<[Bytes]>>,
     max_frame: usize,
     outbound: mpsc::Sender<Queued>,
     /// Permits are bytes queued for the writer (at most `budget`).
@@ -178,7 +178,7 @@ impl TcpConnection {
             Some(addr) => format!("{scheme}://{addr}"),
             None => format!("{scheme}://?"),
         };
-        let peer_certificates = stream.peer_certificates();
+        let peer_certificates = stream.peer_certificates().map(Arc::from);
         let (read, write) = stream.into_split();
         let (outbound, queue) = mpsc::channel(config.send_queue_frames.max(1));
         // Semaphore permits are counted in u32 per acquire.
@@ -377,14 +377,13 @@ impl Connection for TcpConnection {
     fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         self.peer_addr
     }
+
+    fn peer_certificates(&self) -> Option<Arc<[Bytes]>> {
+        self.peer_certificates.clone()
+    }
 }
 
 impl TcpConnection {
-    /// The certificate chain the peer presented under TLS (DER, its own first).
-    pub fn peer_certificates(&self) -> Option<&[Bytes]> {
-        self.peer_certificates.as_deref()
-    }
-
     /// [`Connection::recv_ready`] handing each frame to `each` (up to `max` of them), for
     /// wrappers with a receive buffer type of their own.
     pub fn recv_ready_each(&self, max: usize, each: impl FnMut(Bytes)) {

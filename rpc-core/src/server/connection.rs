@@ -164,6 +164,11 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
             replies,
             started: 0,
             opened: 0,
+            peer: Arc::new(crate::Peer::new(
+                conn.peer(),
+                conn.peer_addr(),
+                conn.peer_certificates(),
+            )),
             inner: inner.clone(),
             conn: conn.clone(),
         };
@@ -222,6 +227,8 @@ struct State<C: Connection> {
     started: u64,
     /// Streaming calls opened so far (their serial numbers in `streams`).
     opened: u64,
+    /// Who is on the other end, for each request (`Request::peer`).
+    peer: Arc<crate::Peer>,
 }
 
 /// What the loop learned from one wake-up.
@@ -479,7 +486,8 @@ impl<C: Connection> State<C> {
         if kind.server_streams() {
             ends.outbox = Some(Arc::new(Outbox::new(header.credits)));
         }
-        let request = Request::from_parts(metadata, body, timeout);
+        let mut request = Request::from_parts(metadata, body, timeout);
+        request.set_peer(self.peer.clone());
         let call = std::panic::catch_unwind(AssertUnwindSafe(|| {
             route.service.call_streaming(route.index, request)
         }))
@@ -558,7 +566,8 @@ impl<C: Connection> State<C> {
         let span = tracing::debug_span!("rpc", method = route.method.path, call_id);
         // Decodes the request from the borrowed buffer (the buffer is released after
         // this, also for a call that then waits for a permit), or from the kept frame.
-        let request = Request::from_parts(metadata, inbound.payload(frame.payload), timeout);
+        let mut request = Request::from_parts(metadata, inbound.payload(frame.payload), timeout);
+        request.set_peer(self.peer.clone());
         let started = if route.method.kind == MethodKind::Unary {
             std::panic::catch_unwind(AssertUnwindSafe(|| {
                 route.service.call(route.index, request)

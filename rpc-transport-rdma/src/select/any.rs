@@ -281,6 +281,14 @@ impl Connection for AnyConnection {
             AnyConnection::Grpc(c) => c.peer_addr(),
         }
     }
+
+    fn peer_certificates(&self) -> Option<Arc<[bytes::Bytes]>> {
+        match self {
+            AnyConnection::Tcp(c) => c.peer_certificates(),
+            AnyConnection::Rdma(c) => c.peer_certificates(),
+            AnyConnection::Grpc(c) => c.peer_certificates(),
+        }
+    }
 }
 
 /// Connects to `endpoint`:
@@ -326,15 +334,17 @@ pub async fn connect(
     match endpoint.kind {
         TransportKind::Grpc => {
             let peer = socket.peer_addr().ok();
+            let certificates = socket.peer_certificates().map(Arc::from);
+            let conn = rpc_grpc::GrpcConnection::connect(
+                socket,
+                address,
+                endpoint.tls,
+                &settings.grpc,
+                peer,
+            )
+            .await?;
             return Ok(AnyConnection::Grpc(
-                rpc_grpc::GrpcConnection::connect(
-                    socket,
-                    address,
-                    endpoint.tls,
-                    &settings.grpc,
-                    peer,
-                )
-                .await?,
+                conn.with_peer_certificates(certificates),
             ));
         }
         TransportKind::Tcp => {
@@ -555,9 +565,14 @@ async fn classify(
     }
     if first == rpc_grpc::PREFACE[..8] {
         let peer = socket.peer_addr().ok();
+        let certificates = socket.peer_certificates().map(Arc::from);
+        let tls = socket.is_tls();
         return rpc_grpc::GrpcConnection::accept(socket, &first, &settings.grpc, peer)
             .await
-            .map(|c| Some(AnyConnection::Grpc(c)))
+            .map(|c| {
+                let c = c.with_peer_certificates(certificates);
+                Some(AnyConnection::Grpc(if tls { c.under_tls() } else { c }))
+            })
             .map_err(|e| e.to_string());
     }
     if &first != HELLO {
