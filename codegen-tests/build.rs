@@ -4,6 +4,8 @@ use rpc_codegen::manual;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     rpc_codegen::configure()
+        // No rpc-transport here: the tests make clients over the in-memory transport.
+        .build_connect(false)
         .bytes([".acme.store.Item.thumbnail"])
         .type_attribute(".acme.common.Currency", "#[doc(alias = \"iso4217\")]")
         .compile_protos(
@@ -28,6 +30,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .build(),
         )
         .build();
-    manual::Builder::new().compile(&[ping])?;
+    manual::Builder::new()
+        .build_connect(false)
+        .compile(&[ping])?;
     Ok(())
 }

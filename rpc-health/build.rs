@@ -6,6 +6,8 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
     rpc_codegen::configure()
+        // A library: its users choose the transport (FooClient::new(channel)).
+        .build_connect(false)
         .file_descriptor_set_path(out.join("health_descriptor_set.bin"))
         .compile_protos(&["proto/grpc/health/v1/health.proto"], &["proto"])?;
     Ok(())

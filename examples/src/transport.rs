@@ -1,14 +1,14 @@
 //! Turning `--addr URL` / `--config FILE` into a listener or a channel.
 //!
 //! `URL` is `tcp://HOST:PORT`, `rdma://HOST:PORT` or `auto://HOST:PORT`; the TOML file
-//! (see `rpc_transport_rdma::FileConfig`) can give the address and the transport's
+//! (see `rpc_transport::FileConfig`) can give the address and the transport's
 //! tunables. A flag wins over the file. No rebuild switches transport.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use rpc_core::{Channel, ClientConfig, Endpoint, ServerConfig};
-use rpc_transport_rdma::{AnyConnection, AnyListener, FileConfig, TransportSettings};
+use rpc_transport::{AnyConnection, AnyListener, FileConfig, TransportSettings};
 
 /// The connection type the examples use.
 pub type ClientConnection = AnyConnection;
@@ -56,8 +56,8 @@ impl TransportArgs {
         let mut max = default_max;
         let (mut server, mut client) = (ServerConfig::default(), ClientConfig::default());
         if let Some(path) = &self.config {
-            let file = FileConfig::load(path).map_err(anyhow::Error::msg)?;
-            file.apply(&mut settings).map_err(anyhow::Error::msg)?;
+            let file = FileConfig::load(path)?;
+            file.apply(&mut settings)?;
             file.apply_server(&mut server);
             file.apply_client(&mut client);
             if let Some(a) = file.address {
@@ -65,8 +65,8 @@ impl TransportArgs {
             }
             max = file.max_message_size.unwrap_or(max);
         }
-        let env = FileConfig::from_env().map_err(anyhow::Error::msg)?;
-        env.apply(&mut settings).map_err(anyhow::Error::msg)?;
+        let env = FileConfig::from_env()?;
+        env.apply(&mut settings)?;
         env.apply_server(&mut server);
         env.apply_client(&mut client);
         if let Some(a) = env.address {
@@ -118,7 +118,7 @@ impl Resolved {
         let (endpoint, settings) = (self.endpoint.clone(), self.settings.clone());
         Channel::with_reconnect(config, move || {
             let (endpoint, settings) = (endpoint.clone(), settings.clone());
-            async move { rpc_transport_rdma::connect(&endpoint, &settings).await }
+            async move { rpc_transport::connect(&endpoint, &settings).await }
         })
         .await
         .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", self.endpoint))

@@ -17,7 +17,7 @@ use examples::echo::{EchoReply, EchoRequest};
 use examples::kv::kv_client::KvClient;
 use examples::kv::{GetRequest, PutRequest};
 use rpc_core::{Channel, ClientConfig, Code, Endpoint, Request, Server, TransportKind};
-use rpc_transport_rdma::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
+use rpc_transport::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
 use suite::*;
 
 const SERVER_IP: &str = "10.77.0.2";
@@ -184,7 +184,7 @@ async fn rdma_with_the_side_channel_under_tls() {
             .unwrap();
         assert_eq!(reply.into_inner().payload, sent, "{size} bytes");
     }
-    let counters = channel.connection().rdma_counters().unwrap();
+    let counters = channel.connection().unwrap().rdma_counters().unwrap();
     assert!(counters.rendezvous_reads > 0, "{counters:?}");
 
     let other = tempfile::tempdir().unwrap();
@@ -278,7 +278,7 @@ async fn large_payloads_not_copied() {
     let channel =
         large_payloads_are_slices_of_the_frames_and_stay_valid_while_held(Rdma, size, 8, true)
             .await;
-    let c = channel.connection().rdma_counters().unwrap();
+    let c = channel.connection().unwrap().rdma_counters().unwrap();
     // Every reply was kept here; the server lent each from the request it kept: only the
     // field's bytes were READ (the frame's first bytes came inline).
     assert_eq!(c.kept_frames, 12, "{c:?}");
@@ -293,7 +293,12 @@ async fn large_payloads_not_copied() {
         .unwrap()
         .into_inner();
     assert_eq!(
-        channel.connection().rdma_counters().unwrap().lent_in_place,
+        channel
+            .connection()
+            .unwrap()
+            .rdma_counters()
+            .unwrap()
+            .lent_in_place,
         0
     );
     let second: EchoReply = channel
@@ -301,20 +306,25 @@ async fn large_payloads_not_copied() {
         .await
         .unwrap()
         .into_inner();
-    let c = channel.connection().rdma_counters().unwrap();
+    let c = channel.connection().unwrap().rdma_counters().unwrap();
     assert_eq!(c.lent_in_place, 1, "{c:?}");
     assert!(second.payload == fresh && first.payload == fresh);
     assert_eq!(c.errors, 0);
     drop((first, second));
     // A field built in a message buffer (registered memory of the connection) is lent
     // from where it lies too.
-    let mut buf = channel.connection().message_buf(size);
+    let mut buf = channel.connection().unwrap().message_buf(size);
     assert!(buf.is_registered());
     for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
         *b = (i % 251) as u8;
     }
     let built = buf.freeze();
-    let held = channel.connection().rdma_counters().unwrap().kept_bytes;
+    let held = channel
+        .connection()
+        .unwrap()
+        .rdma_counters()
+        .unwrap()
+        .kept_bytes;
     assert!(held >= size as u64, "the buffer counts while held: {held}");
     let reply: EchoReply = channel
         .unary_gathered(Request::new(echo_request(built.clone())), method)
@@ -322,10 +332,18 @@ async fn large_payloads_not_copied() {
         .unwrap()
         .into_inner();
     assert_eq!(reply.payload, built);
-    let c = channel.connection().rdma_counters().unwrap();
+    let c = channel.connection().unwrap().rdma_counters().unwrap();
     assert_eq!(c.lent_in_place, 2, "{c:?}");
     drop((built, reply));
-    assert_eq!(channel.connection().rdma_counters().unwrap().kept_bytes, 0);
+    assert_eq!(
+        channel
+            .connection()
+            .unwrap()
+            .rdma_counters()
+            .unwrap()
+            .kept_bytes,
+        0
+    );
     // Eager-sized payloads are copied out of their receive slots.
     large_payloads_are_slices_of_the_frames_and_stay_valid_while_held(Rdma, 1 << 10, 4, false)
         .await;
@@ -357,14 +375,14 @@ async fn kept_frames_are_bounded() {
         assert_eq!(payload, sent);
         held.push(payload);
     }
-    let c = channel.connection().rdma_counters().unwrap();
+    let c = channel.connection().unwrap().rdma_counters().unwrap();
     assert_eq!(c.kept_frames, 4, "{c:?}");
     assert_eq!(c.kept_bytes, 1 << 20, "{c:?}");
     for (i, payload) in held.iter().enumerate() {
         assert!(payload.iter().all(|&b| b == i as u8), "reply {i} changed");
     }
     // A message buffer beyond the budget is heap memory, and works the same.
-    let mut buf = channel.connection().message_buf(size);
+    let mut buf = channel.connection().unwrap().message_buf(size);
     assert!(
         !buf.is_registered(),
         "the budget is spent by the replies held"
@@ -373,13 +391,29 @@ async fn kept_frames_are_bounded() {
     let reply = client.echo(echo_request(buf.freeze())).await.unwrap();
     assert!(reply.into_inner().payload.iter().all(|&b| b == 42));
     drop(held);
-    assert_eq!(channel.connection().rdma_counters().unwrap().kept_bytes, 0);
+    assert_eq!(
+        channel
+            .connection()
+            .unwrap()
+            .rdma_counters()
+            .unwrap()
+            .kept_bytes,
+        0
+    );
     let reply = client
         .echo(echo_request(vec![9u8; size].into()))
         .await
         .unwrap();
     assert_eq!(reply.into_inner().payload.len(), size);
-    assert_eq!(channel.connection().rdma_counters().unwrap().kept_frames, 5);
+    assert_eq!(
+        channel
+            .connection()
+            .unwrap()
+            .rdma_counters()
+            .unwrap()
+            .kept_frames,
+        5
+    );
 }
 
 async fn sixty_four_callers() {
@@ -411,7 +445,12 @@ async fn sixty_four_callers() {
     for w in workers {
         w.await.unwrap();
     }
-    let counters = client.channel().connection().rdma_counters().unwrap();
+    let counters = client
+        .channel()
+        .connection()
+        .unwrap()
+        .rdma_counters()
+        .unwrap();
     // Every call went eagerly, plus the channel's opening PING; with 64 callers, frames
     // waited behind sends in flight and went several to a message.
     assert_eq!(counters.eager_sends, 64 * 40 + 1, "{counters:?}");
@@ -425,7 +464,7 @@ async fn payload_sizes() {
         .start(server_with(Probe::default(), big_config()))
         .await;
     let channel = Rdma.connect(&addr, BIG).await;
-    let eager_limit = match &*channel.connection() {
+    let eager_limit = match &*channel.connection().unwrap() {
         AnyConnection::Rdma(c) => c.eager_limit(),
         _ => unreachable!(),
     };
@@ -435,7 +474,7 @@ async fn payload_sizes() {
     client.echo(EchoRequest::default()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     for size in [0, 1, slot - 1, slot, slot + 1, 1 << 20, 16 << 20] {
-        let before = channel.connection().rdma_counters().unwrap();
+        let before = channel.connection().unwrap().rdma_counters().unwrap();
         let sent: Vec<u8> = (0..size).map(|j| (j * 7 + size) as u8).collect();
         let request = EchoRequest {
             payload: sent.clone().into(),
@@ -448,7 +487,7 @@ async fn payload_sizes() {
             reply.into_inner().payload == sent,
             "content of {size} bytes differs"
         );
-        let after = channel.connection().rdma_counters().unwrap();
+        let after = channel.connection().unwrap().rdma_counters().unwrap();
         let eager = after.eager_sends - before.eager_sends;
         let rendezvous = after.rendezvous_sends - before.rendezvous_sends;
         let reads = after.rendezvous_reads - before.rendezvous_reads;
@@ -637,7 +676,10 @@ async fn killed_server_fails_calls_then_restarted_server_is_reached() {
     })
     .await
     .unwrap();
-    assert_eq!(channel.connection().transport(), TransportKind::Rdma);
+    assert_eq!(
+        channel.connection().unwrap().transport(),
+        TransportKind::Rdma
+    );
     let client = EchoClient::new(channel.clone());
     let calls: Vec<_> = (0..32)
         .map(|i| {
@@ -771,7 +813,12 @@ async fn large_sends_wait_for_the_lending_budget() {
     for call in calls {
         call.await.unwrap();
     }
-    let counters = client.channel().connection().rdma_counters().unwrap();
+    let counters = client
+        .channel()
+        .connection()
+        .unwrap()
+        .rdma_counters()
+        .unwrap();
     assert_eq!(counters.rendezvous_sends, 16, "{counters:?}");
 }
 
@@ -882,7 +929,15 @@ async fn two_percent_loss_still_delivers_everything() {
     .await;
     sh("tc qdisc del dev veth0 root");
     result.unwrap();
-    assert_eq!(channel.connection().rdma_counters().unwrap().errors, 0);
+    assert_eq!(
+        channel
+            .connection()
+            .unwrap()
+            .rdma_counters()
+            .unwrap()
+            .errors,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -366,3 +366,76 @@ async fn status_details_and_error_metadata_reach_the_caller() {
     assert_eq!(status.metadata().get("x-failed"), Some("yes"));
     assert_eq!(status.metadata().get(rpc_core::STATUS_DETAILS_KEY), None);
 }
+
+/// The generated `EchoClient::connect` / `connect_lazy` (over `rpc_transport`): a bad URL
+/// is a typed error at once; a lazy client dials on its first call, which fails with
+/// UNAVAILABLE while nothing listens, and the same client reaches the server once it is
+/// up (after the back-off); `connect` to a closed port fails at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_connect_and_connect_lazy() {
+    use rpc_core::{ParseEndpointError, TransportError};
+    let err = EchoClient::connect("http://127.0.0.1:1").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TransportError::Endpoint(ParseEndpointError::UnknownTransport(_))
+        ),
+        "{err:?}"
+    );
+    assert!(matches!(
+        EchoClient::connect_lazy("tcp://127.0.0.1"),
+        Err(TransportError::Endpoint(ParseEndpointError::BadAddress(_)))
+    ));
+
+    // A port nothing listens on (yet).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("tcp://127.0.0.1:{port}");
+    assert!(EchoClient::connect(&url).await.is_err());
+    let client = EchoClient::connect_lazy(&url).unwrap();
+    assert!(client.channel().connection().is_none());
+    let status = client.echo(EchoRequest::default()).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert!(status.message().contains("connecting failed"), "{status:?}");
+
+    let endpoint: rpc_core::Endpoint = url.parse().unwrap();
+    let listener = rpc_transport::AnyListener::bind(&endpoint, &Default::default())
+        .await
+        .unwrap();
+    let server = Server::builder()
+        .add_service(examples::echo::echo_server::EchoServer::new(
+            examples::EchoService,
+        ))
+        .unwrap()
+        .build();
+    tokio::spawn(async move { server.serve(listener).await });
+    tokio::time::sleep(rpc_core::MAX_REDIAL_BACKOFF.min(Duration::from_millis(300))).await;
+    let request = EchoRequest {
+        payload: b"late".to_vec().into(),
+        ..Default::default()
+    };
+    let reply = client.echo(request).await.unwrap();
+    assert_eq!(&reply.into_inner().payload[..], b"late");
+    assert!(client.channel().connection().is_some());
+    // And an eager client now connects at once.
+    let eager = EchoClient::connect(&url).await.unwrap();
+    assert_eq!(eager.channel().peer(), format!("tcp://127.0.0.1:{port}"));
+}
+
+/// Registering the same service twice is a typed error naming both methods.
+#[test]
+fn registering_a_method_twice_is_a_register_error() {
+    let echo = || examples::echo::echo_server::EchoServer::new(examples::EchoService);
+    let err = Server::builder()
+        .add_service(echo())
+        .unwrap()
+        .add_service(echo())
+        .unwrap_err();
+    assert_eq!(err.path, "/echo.Echo/Echo");
+    assert_eq!(err.taken_by, "/echo.Echo/Echo");
+    let err: anyhow::Error = err.into();
+    assert!(err.to_string().contains("already taken"), "{err}");
+}

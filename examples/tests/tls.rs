@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use examples::echo::echo_client::EchoClient;
 use examples::echo::EchoRequest;
 use rpc_core::{Channel, ClientConfig, Code, Connection, Endpoint, Server, TransportKind};
-use rpc_transport_rdma::{
+use rpc_transport::{
     connect, AnyConnection, AnyListener, ClientAuth, FileConfig, TransportSettings,
 };
 use suite::*;
@@ -296,12 +296,12 @@ async fn tls_settings_come_from_the_toml_file_and_the_environment() {
     assert_eq!(first_error(&addr, &client).await, "served");
 
     let error = FileConfig::parse("[tls]\nclient_auth = \"maybe\"\n").unwrap_err();
-    assert!(error.contains("client_auth"), "{error}");
+    assert!(error.to_string().contains("client_auth"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_with_tls_falls_back_to_tcp_under_tls_without_rdma() {
-    if rpc_transport_rdma::rdma_available() {
+    if rpc_transport::rdma_available() {
         eprintln!("SKIP: this host has RDMA (the guest suite covers rdma+tls://)");
         return;
     }

@@ -5,7 +5,7 @@
 use examples::grpc_testing::test_service_server::TestServiceServer;
 use examples::interop::InteropService;
 use rpc_core::{Endpoint, Server};
-use rpc_transport_rdma::{AnyListener, TransportSettings};
+use rpc_transport::{AnyListener, TransportSettings};
 use tonic::transport::{Certificate, ClientTlsConfig};
 
 /// Starts the interop server on `url`; returns its port.
@@ -128,7 +128,7 @@ async fn status_details_and_error_metadata_reach_grpc_clients() {
 
     // This framework's client over grpc://.
     let endpoint: Endpoint = format!("grpc://127.0.0.1:{port}").parse().unwrap();
-    let conn = rpc_transport_rdma::connect(&endpoint, &TransportSettings::default())
+    let conn = rpc_transport::connect(&endpoint, &TransportSettings::default())
         .await
         .unwrap();
     let client = examples::echo::echo_client::EchoClient::new(rpc_core::Channel::new(conn));

@@ -8,7 +8,7 @@ use examples::interop::{run_case, InteropClients, CASES};
 use grpc_interop::grpc_testing::test_service_server::TestServiceServer;
 use grpc_interop::{EchoMetadata, TonicInteropService};
 use rpc_core::{Channel, Endpoint, TransportKind};
-use rpc_transport_rdma::{connect, TransportSettings};
+use rpc_transport::{connect, TransportSettings};
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 /// Starts tonic's interop server (under TLS with `identity`); returns its address.

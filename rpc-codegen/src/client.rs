@@ -6,7 +6,11 @@ use quote::{format_ident, quote};
 use crate::code_gen::{docs_or, ServicePlan};
 
 /// `pub mod <service>_client { pub struct <Service>Client<C> { … } }`.
-pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
+pub(crate) fn generate(
+    plan: &ServicePlan,
+    codegen: &syn::Path,
+    connect_type: Option<&syn::Path>,
+) -> TokenStream {
     let module = &plan.client_module;
     let methods_module = &plan.methods_module;
     let client = format_ident!("{}Client", plan.ident);
@@ -100,6 +104,42 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
         }
     });
 
+    let connect = connect_type.map(|connection| {
+        quote! {
+            impl #client<#connection> {
+                /// A client of the service at `url` (`tcp://host:port`, `rdma://`,
+                /// `auto://`, `grpc://`, or their TLS forms `tcp+tls://`, ...,
+                /// `grpcs://`), connected now and again whenever a call finds the
+                /// connection failed, with settings from the `RPC_*` environment
+                /// variables.
+                ///
+                /// # Errors
+                ///
+                /// A URL that is not an endpoint, or the transport's error on the first
+                /// dial (refused, unreachable, a failed TLS verification).
+                pub async fn connect(
+                    url: &str,
+                ) -> ::core::result::Result<Self, #codegen::TransportError> {
+                    #codegen::Channel::connect(url).await.map(Self::new)
+                }
+
+                /// As [`connect`](Self::connect), but dials only on the first call:
+                /// creating the client never waits (a service may start before the
+                /// ones it calls); a failed dial fails the call that made it with
+                /// `UNAVAILABLE`.
+                ///
+                /// # Errors
+                ///
+                /// A URL that is not an endpoint, or unusable `RPC_CLIENT_*` settings.
+                pub fn connect_lazy(
+                    url: &str,
+                ) -> ::core::result::Result<Self, #codegen::TransportError> {
+                    #codegen::Channel::connect_lazy(url).map(Self::new)
+                }
+            }
+        }
+    });
+
     quote! {
         #[doc = #module_doc]
         pub mod #module {
@@ -128,6 +168,8 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
 
                 #(#methods)*
             }
+
+            #connect
 
             impl<C: #codegen::Connection> ::core::clone::Clone for #client<C> {
                 fn clone(&self) -> Self {

@@ -12,6 +12,8 @@ use crate::{client, server, Error};
 
 /// The path generated code uses to reach the runtime, unless overridden.
 pub(crate) const DEFAULT_CODEGEN_PATH: &str = "rpc_core::codegen";
+/// The connection type of the generated `FooClient::connect`, by default.
+pub(crate) const DEFAULT_CONNECT_TYPE: &str = "rpc_transport::AnyConnection";
 
 /// Emits the Rust code of one [`Service`]: a `<service>_methods` module with the method
 /// descriptors, a `<service>_client` module and a `<service>_server` module.
@@ -50,6 +52,8 @@ pub struct CodeGenBuilder {
     build_client: bool,
     /// Whether to emit `<service>_server`.
     build_server: bool,
+    /// The connection type of `FooClient::connect`, if it is emitted.
+    connect_type: Option<String>,
     /// Message types (as methods name them) that implement `SplitLarge`: requests of
     /// them are sent with `unary_gathered`, responses boxed for gathered writes.
     gathered: BTreeSet<String>,
@@ -61,6 +65,7 @@ impl Default for CodeGenBuilder {
             codegen_path: DEFAULT_CODEGEN_PATH.to_owned(),
             build_client: true,
             build_server: true,
+            connect_type: Some(DEFAULT_CONNECT_TYPE.to_owned()),
             gathered: BTreeSet::new(),
         }
     }
@@ -92,6 +97,27 @@ impl CodeGenBuilder {
         self
     }
 
+    /// Whether clients get `FooClient::connect(url)` and `FooClient::connect_lazy(url)`,
+    /// over [`connect_type`](Self::connect_type). Default: `true`. Turn it off in a
+    /// crate that does not depend on the crate of that type (e.g. a service library
+    /// that leaves the transport to its users: they make clients with `FooClient::new`).
+    pub fn build_connect(&mut self, enable: bool) -> &mut Self {
+        match (enable, &self.connect_type) {
+            (false, _) => self.connect_type = None,
+            (true, None) => self.connect_type = Some(DEFAULT_CONNECT_TYPE.to_owned()),
+            (true, Some(_)) => {}
+        }
+        self
+    }
+
+    /// The connection type (implementing `rpc_core::Dial`) of the clients' `connect` and
+    /// `connect_lazy`. Default: `rpc_transport::AnyConnection`, which dials every scheme
+    /// (`tcp://`, `rdma://`, `auto://`, `grpc://`, and their TLS forms).
+    pub fn connect_type(&mut self, path: impl Into<String>) -> &mut Self {
+        self.connect_type = Some(path.into());
+        self
+    }
+
     /// Sets the message types (as methods name them) that implement `SplitLarge`.
     pub(crate) fn set_gathered(&mut self, types: BTreeSet<String>) {
         self.gathered = types;
@@ -115,8 +141,12 @@ impl CodeGenBuilder {
         let codegen = syntax::parse_path(&self.codegen_path, "codegen path")?;
         let plan = ServicePlan::new(service, &self.gathered)?;
         let methods = methods_module(&plan, &codegen);
+        let connect_type = match &self.connect_type {
+            Some(path) => Some(syntax::parse_path(path, "connect type")?),
+            None => None,
+        };
         let client = if self.build_client {
-            client::generate(&plan, &codegen)
+            client::generate(&plan, &codegen, connect_type.as_ref())
         } else {
             TokenStream::new()
         };

@@ -289,6 +289,20 @@ impl Builder {
         self
     }
 
+    /// Whether clients get `connect` and `connect_lazy`; see
+    /// [`CodeGenBuilder::build_connect`]. Default: `true`.
+    pub fn build_connect(mut self, enable: bool) -> Self {
+        self.codegen.build_connect(enable);
+        self
+    }
+
+    /// The connection type of the clients' `connect`; see
+    /// [`CodeGenBuilder::connect_type`].
+    pub fn connect_type(mut self, path: impl Into<String>) -> Self {
+        self.codegen.connect_type(path);
+        self
+    }
+
     /// Generates and writes the code of every service (a file is rewritten only if it changed,
     /// so that cargo does not rebuild needlessly).
     ///

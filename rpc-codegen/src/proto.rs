@@ -96,6 +96,23 @@ impl Builder {
         self
     }
 
+    /// Whether clients get `FooClient::connect(url)` (connected now) and
+    /// `FooClient::connect_lazy(url)` (connected on the first call), both reconnecting,
+    /// over [`connect_type`](Self::connect_type). Default: `true`; the crate then
+    /// depends on `rpc-transport`. Turn it off in a service library that leaves the
+    /// transport to its users (they make clients with `FooClient::new(channel)`).
+    pub fn build_connect(mut self, enable: bool) -> Self {
+        self.codegen.build_connect(enable);
+        self
+    }
+
+    /// The connection type (implementing `rpc_core::Dial`) of the clients' `connect`.
+    /// Default: `rpc_transport::AnyConnection`.
+    pub fn connect_type(mut self, path: impl Into<String>) -> Self {
+        self.codegen.connect_type(path);
+        self
+    }
+
     /// Whether to print `cargo:rerun-if-changed` for the `.proto` files, every file they import
     /// and the include directories. Default: `true` when run by cargo (`$CARGO` is set).
     pub fn emit_rerun_if_changed(mut self, enable: bool) -> Self {

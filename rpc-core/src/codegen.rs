@@ -11,7 +11,7 @@ pub use crate::service::{
 };
 pub use crate::{
     Channel, Code, Connection, IntoRequest, IntoStreamingRequest, Metadata, Payload, Request,
-    Response, Status, Streaming,
+    Response, Status, Streaming, TransportError,
 };
 pub use bytes;
 pub use futures_util::Stream;

@@ -31,18 +31,34 @@ impl TransportKind {
 }
 
 impl FromStr for TransportKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseEndpointError;
+    fn from_str(s: &str) -> Result<Self, ParseEndpointError> {
         match s {
             "tcp" => Ok(TransportKind::Tcp),
             "rdma" => Ok(TransportKind::Rdma),
             "auto" => Ok(TransportKind::Auto),
             "grpc" => Ok(TransportKind::Grpc),
-            other => Err(format!(
-                "unknown transport {other:?} (expected tcp, rdma or auto, each optionally with +tls, or grpc, grpcs)"
-            )),
+            other => Err(ParseEndpointError::UnknownTransport(other.to_owned())),
         }
     }
+}
+
+/// Why a string is not an [`Endpoint`] (or a [`TransportKind`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseEndpointError {
+    /// No `://`.
+    #[error("{0:?} is not a URL like tcp://HOST:PORT")]
+    NotAUrl(String),
+    /// A scheme that names no transport.
+    #[error("unknown transport {0:?} (expected tcp, rdma or auto, each optionally with +tls, or grpc, grpcs)")]
+    UnknownTransport(String),
+    /// `grpc+tls://`, which is spelled `grpcs://`.
+    #[error("{0:?}: gRPC under TLS is grpcs://")]
+    GrpcPlusTls(String),
+    /// No `:PORT`, an empty host, or a port that is not a number from 0 to 65535.
+    #[error("{0:?} needs HOST:PORT with a numeric port")]
+    BadAddress(String),
 }
 
 /// A transport and a `host:port`, written as `tcp://host:port`, `rdma://host:port` or
@@ -61,7 +77,8 @@ impl FromStr for TransportKind {
 /// let ep: rpc_core::Endpoint = "grpcs://example.com:443".parse().unwrap();
 /// assert_eq!((ep.kind, ep.tls), (rpc_core::TransportKind::Grpc, true));
 /// assert_eq!(ep.to_string(), "grpcs://example.com:443");
-/// assert!("http://x:1".parse::<rpc_core::Endpoint>().is_err());
+/// let err = "http://x:1".parse::<rpc_core::Endpoint>().unwrap_err();
+/// assert!(matches!(err, rpc_core::ParseEndpointError::UnknownTransport(_)));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
@@ -87,13 +104,13 @@ impl Endpoint {
 }
 
 impl FromStr for Endpoint {
-    type Err = String;
-    fn from_str(url: &str) -> Result<Self, String> {
+    type Err = ParseEndpointError;
+    fn from_str(url: &str) -> Result<Self, ParseEndpointError> {
         let (scheme, address) = url
             .split_once("://")
-            .ok_or_else(|| format!("{url:?} is not a URL like tcp://HOST:PORT"))?;
+            .ok_or_else(|| ParseEndpointError::NotAUrl(url.to_owned()))?;
         let (scheme, tls) = match scheme.strip_suffix("+tls") {
-            Some("grpc") => return Err(format!("{url:?}: gRPC under TLS is grpcs://")),
+            Some("grpc") => return Err(ParseEndpointError::GrpcPlusTls(url.to_owned())),
             Some(transport) => (transport, true),
             None if scheme == "grpcs" => ("grpc", true),
             None => (scheme, false),
@@ -102,9 +119,9 @@ impl FromStr for Endpoint {
         let address = address.trim_end_matches('/');
         let (host, port) = address
             .rsplit_once(':')
-            .ok_or_else(|| format!("{url:?} has no port"))?;
+            .ok_or_else(|| ParseEndpointError::BadAddress(url.to_owned()))?;
         if host.is_empty() || port.parse::<u16>().is_err() {
-            return Err(format!("{url:?} needs HOST:PORT with a numeric port"));
+            return Err(ParseEndpointError::BadAddress(url.to_owned()));
         }
         Ok(Endpoint {
             kind,

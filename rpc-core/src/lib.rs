@@ -40,14 +40,14 @@ pub mod wire;
 
 pub use client::{Channel, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
 pub use config::{ClientConfig, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_STREAM_WINDOW};
-pub use endpoint::{Endpoint, TransportKind};
+pub use endpoint::{Endpoint, ParseEndpointError, TransportKind};
 pub use metadata::{BinaryMetadataError, Metadata, MAX_METADATA_LEN};
 pub use payload::Payload;
 pub use request::{IntoRequest, Peer, Request, Response};
-pub use server::{Server, ServerBuilder};
+pub use server::{RegisterError, Server, ServerBuilder};
 pub use status::{Code, Status, STATUS_DETAILS_KEY};
 pub use stream::{IntoStreamingRequest, Streaming};
-pub use transport::{Connection, FrameSink, Listener, MethodKinds, TransportError};
+pub use transport::{Connection, Dial, FrameSink, Listener, MethodKinds, TransportError};
 
 /// A boxed stream of messages, as a streaming handler may answer (`type FooStream =
 /// BoxStream<FooReply>;`).

@@ -225,7 +225,34 @@ pub enum TransportError {
     /// tokens, a loan held past its timeout): the connection was closed.
     #[error("protocol violation by the peer: {0}")]
     Protocol(String),
+    /// A URL that names no endpoint (a channel's `connect`).
+    #[error(transparent)]
+    Endpoint(#[from] crate::ParseEndpointError),
     /// Anything else, described.
     #[error("{0}")]
     Other(String),
+}
+
+/// A connection type that dials a URL by itself, with settings of its own (e.g. from the
+/// environment): what [`Channel::connect`](crate::Channel::connect),
+/// [`Channel::connect_lazy`](crate::Channel::connect_lazy) and the generated
+/// `FooClient::connect` use. `rpc_transport::AnyConnection` implements it for every
+/// scheme.
+pub trait Dial: Connection + Sized {
+    /// Opens a connection to `endpoint`.
+    ///
+    /// # Errors
+    /// The transport's: unreachable, refused, a failed handshake or bad settings.
+    fn dial(
+        endpoint: &crate::Endpoint,
+    ) -> impl Future<Output = Result<Self, TransportError>> + Send;
+
+    /// The settings of channels over connections dialled this way. The default is
+    /// [`ClientConfig::default`](crate::ClientConfig::default).
+    ///
+    /// # Errors
+    /// Settings that cannot be used (e.g. a malformed environment variable).
+    fn client_config() -> Result<crate::ClientConfig, TransportError> {
+        Ok(crate::ClientConfig::default())
+    }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use rpc_core::Endpoint;
-use rpc_transport_rdma::{AnyConnection, TransportSettings};
+use rpc_transport::{AnyConnection, TransportSettings};
 
 /// Where to send the load.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +41,7 @@ impl Address {
     /// # Errors
     /// Not a URL of one of these schemes with a numeric port.
     pub fn parse(url: &str, tonic: bool) -> anyhow::Result<Address> {
-        let endpoint: Endpoint = url.parse().map_err(|e: String| {
+        let endpoint: Endpoint = url.parse().map_err(|e: rpc_core::ParseEndpointError| {
             anyhow::anyhow!(
                 "{e}; expected tcp://, rdma://, auto:// (+tls), grpc:// or grpcs://HOST:PORT"
             )
@@ -82,15 +82,13 @@ pub async fn connect(
     settings: &ConnectSettings,
 ) -> anyhow::Result<(RpcConnection, String)> {
     // RDMA tunables may come from RPC_RDMA_* environment variables (see
-    // rpc_transport_rdma::FileConfig::from_env); the message limit is rpc-load's own.
+    // rpc_transport::FileConfig::from_env); the message limit is rpc-load's own.
     let mut transport = TransportSettings::default();
-    rpc_transport_rdma::FileConfig::from_env()
-        .and_then(|env| env.apply(&mut transport))
-        .map_err(anyhow::Error::msg)?;
+    rpc_transport::FileConfig::from_env().and_then(|env| env.apply(&mut transport))?;
     transport.max_message_size(settings.max_message_size);
     let conn = tokio::time::timeout(
         settings.connect_timeout,
-        rpc_transport_rdma::connect(endpoint, &transport),
+        rpc_transport::connect(endpoint, &transport),
     )
     .await
     .with_context(|| format!("connecting to {endpoint} timed out"))?

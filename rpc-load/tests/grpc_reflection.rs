@@ -15,7 +15,7 @@ use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, Value};
 use rpc_core::ServerConfig;
 use rpc_load::grpc::DynamicCodec;
-use rpc_transport_rdma::{AnyListener, TransportSettings};
+use rpc_transport::{AnyListener, TransportSettings};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;

@@ -11,7 +11,7 @@ use examples::interop::InteropService;
 use examples::EchoService;
 use rpc_core::{Endpoint, Server, ServerConfig};
 use rpc_load::app;
-use rpc_transport_rdma::{AnyListener, TransportSettings};
+use rpc_transport::{AnyListener, TransportSettings};
 
 /// [`args`] with tonic's client behind grpc:// addresses.
 fn tonic_args(file: &str, rest: &[&str]) -> rpc_load::cli::Args {

@@ -188,8 +188,8 @@ impl RdmaConfig {
         (bytes.min(u32::MAX as usize * 1024) / 1024 * 1024).max(64 * 1024)
     }
 
-    /// Largest frame that travels eagerly.
-    pub(crate) fn eager_limit(&self) -> usize {
+    /// Largest frame that travels eagerly (SEND); larger ones go by RDMA READ.
+    pub fn eager_limit(&self) -> usize {
         let slot = self.slot_size as usize - PREFIX_LEN;
         self.eager_threshold.map_or(slot, |t| t.min(slot))
     }

@@ -214,6 +214,22 @@ impl Drop for RegisteredSend {
 pub struct RecvBuf(pub(crate) Received);
 
 impl RecvBuf {
+    /// A frame received as bytes (over TCP or HTTP/2).
+    pub fn from_bytes(bytes: bytes::Bytes) -> RecvBuf {
+        RecvBuf(Received::Bytes(bytes))
+    }
+
+    /// The frame's bytes, if it was received as bytes ([`RecvBuf::from_bytes`]).
+    ///
+    /// # Errors
+    /// The buffer itself, if it holds RDMA resources (a slot, a pulled frame).
+    pub fn into_bytes(self) -> Result<bytes::Bytes, RecvBuf> {
+        match self.into_received() {
+            Received::Bytes(bytes) => Ok(bytes),
+            other => Err(RecvBuf(other)),
+        }
+    }
+
     /// What it holds, taken out (the emptied buffer's drop does nothing).
     pub(crate) fn into_received(mut self) -> Received {
         std::mem::replace(&mut self.0, Received::Header([0; HEADER_LEN]))
@@ -850,7 +866,7 @@ impl std::fmt::Debug for MessageBuf {
 
 impl MessageBuf {
     /// `len` bytes of heap memory.
-    pub(crate) fn heap(len: usize) -> MessageBuf {
+    pub fn heap(len: usize) -> MessageBuf {
         MessageBuf(MessageMemory::Heap(vec![0; len]))
     }
 

@@ -23,25 +23,15 @@
 //! being lent from where it lies; version 2 peers would refuse such a descriptor, so the
 //! versions do not mix.
 
-use rpc_transport_tcp::Socket;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
 use crate::verbs::{Mtu, QpEndpoint};
 
-/// Client hello.
-pub(crate) const HELLO: &[u8; 8] = b"RDMAHELO";
+pub(crate) use rpc_transport_tcp::rdma_hello::{read_refusal, refuse, BLOCK, HELLO, NONE};
 /// Server accepts RDMA.
 pub(crate) const OKAY: &[u8; 8] = b"RDMAOKAY";
-/// Server refuses RDMA; the socket continues as TCP.
-pub(crate) const NONE: &[u8; 8] = b"RDMANONE";
 /// Client's QP is ready.
 pub(crate) const READY: &[u8; 8] = b"RDMAREDY";
 /// Handshake version.
 const VERSION: u32 = 3;
-/// Size of HELLO and OKAY.
-pub(crate) const BLOCK: usize = 64;
-/// Longest NONE reason accepted.
-const MAX_REASON: usize = 1024;
 
 /// What a client asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,29 +122,6 @@ impl Offer {
             max_loans,
         })
     }
-}
-
-/// Sends NONE with `reason`.
-pub(crate) async fn refuse(stream: &mut Socket, reason: &str) -> std::io::Result<()> {
-    let reason = &reason.as_bytes()[..reason.len().min(MAX_REASON)];
-    let mut b = [0u8; BLOCK];
-    b[0..8].copy_from_slice(NONE);
-    b[8..12].copy_from_slice(&(reason.len() as u32).to_le_bytes());
-    stream.write_all(&b).await?;
-    stream.write_all(reason).await?;
-    stream.flush().await
-}
-
-/// Reads the rest of a NONE (after its 64-byte block) and returns the reason.
-pub(crate) async fn read_refusal(
-    stream: &mut Socket,
-    block: &[u8; BLOCK],
-) -> std::io::Result<String> {
-    let len =
-        (u32::from_le_bytes(block[8..12].try_into().expect("4 bytes")) as usize).min(MAX_REASON);
-    let mut reason = vec![0u8; len];
-    stream.read_exact(&mut reason).await?;
-    Ok(String::from_utf8_lossy(&reason).into_owned())
 }
 
 #[cfg(test)]

@@ -13,9 +13,9 @@
 //! back to TCP over the same socket where either end has no RDMA device.
 //!
 //! # Layout
-//! - [`connect`], [`AnyListener`], [`AnyConnection`], [`FileConfig`]: choosing the
-//!   transport from a URL and configuring it from a file or the environment (`select/`),
-//!   apart from the RDMA internals below.
+//! - Choosing the transport from a URL (`AnyConnection`, `AnyListener`, `connect`) and
+//!   the configuration file live in the `rpc-transport` crate, which uses this one
+//!   through [`handshake_client`] and [`handshake_server`] on a socket it opened.
 //! - [`RdmaConnection`]: one connection (`connection.rs`); what it does with its
 //!   completions (`driver.rs`): it pumps the protocol session and, once the runtime asked
 //!   for it (`Connection::push_to`), hands each received frame straight to the runtime (a
@@ -28,7 +28,7 @@
 //!   layout (`message.rs`), credit rules (`credits.rs`) and loan accounting (`loans.rs`).
 //! - `pool.rs`: registered rendezvous buffers.
 //! - `verbs/`: safe wrappers over libibverbs, the crate's only `unsafe` code.
-//! - [`RdmaConfig`], [`TransportSettings`], [`FileConfig`]: settings.
+//! - Settings: [`RdmaConfig`].
 //!
 //! # Feature Flags
 //! `test-peer` (off): a raw, hostile RDMA peer for this project's own tests.
@@ -59,7 +59,6 @@ pub mod test_peer {
 }
 mod pool;
 mod protocol;
-mod select;
 mod setup;
 // The only module with `unsafe` code (STYLE.md rule 4); `forbid` could not be re-allowed here.
 #[allow(unsafe_code)]
@@ -69,8 +68,5 @@ pub use config::{RdmaConfig, MIN_SLOT_SIZE};
 pub use connection::{MessageBuf, RdmaConnection, RecvBuf};
 pub use counters::RdmaCounters;
 pub use rpc_transport_tcp::{ClientAuth, TlsConfig};
-pub use select::{connect, AnyConnection, AnyListener, TransportSettings};
-pub use select::{
-    ClientSection, FileConfig, GrpcSection, RdmaSection, ServerSection, TcpSection, TlsSection,
-};
+pub use setup::{handshake_client, handshake_server, Negotiated};
 pub use verbs::{rdma_available, SendBuf};

@@ -215,14 +215,49 @@ impl Connected {
     }
 }
 
-/// What a client's negotiation ended in.
+/// What a client's RDMA handshake ended in ([`handshake_client`]).
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // Once per connection, moved once.
-pub(crate) enum Negotiated {
+#[non_exhaustive]
+pub enum Negotiated {
     /// RDMA is up.
     Rdma(RdmaConnection),
     /// The server declined (reason); the socket carries TCP from here.
     Tcp(Socket, String),
+}
+
+/// The client side of the RDMA handshake on `socket`, a TCP connection (plain or TLS) to
+/// a server's port: offers RDMA and, once the server accepts, connects the queue pairs;
+/// the socket stays open as the side channel. A server that refuses (no device, or
+/// TCP only) ends in [`Negotiated::Tcp`] with its reason when `fallback` is set (as
+/// `auto://` asks), else in an error.
+///
+/// # Errors
+/// Local set-up failure (no usable device), a handshake error, or, without `fallback`,
+/// the server's refusal.
+pub async fn handshake_client(
+    socket: Socket,
+    config: &RdmaConfig,
+    fallback: bool,
+) -> Result<Negotiated, TransportError> {
+    let mode = if fallback { Mode::Auto } else { Mode::Rdma };
+    client(socket, config, mode).await
+}
+
+/// The server side of the RDMA handshake, on a socket whose first 8 bytes were
+/// [`HELLO`](rpc_transport_tcp::rdma_hello::HELLO) (already read): reads the client's
+/// offer and connects the queue pairs, or, with `config` `None` (a server that does not
+/// serve RDMA) or no usable device, refuses; the socket then carries TCP
+/// (`Ok(Err(socket))`).
+///
+/// # Errors
+/// Why the handshake failed (a bad offer, a GID that is not the connection's address, a
+/// timeout); the connection is then to be dropped.
+pub async fn handshake_server(
+    socket: Socket,
+    config: Option<&RdmaConfig>,
+) -> Result<Result<RdmaConnection, Socket>, String> {
+    server(socket, config).await
 }
 
 /// Client side: offers RDMA on `stream`.

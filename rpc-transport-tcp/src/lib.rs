@@ -26,6 +26,7 @@
 mod config;
 mod connection;
 mod listener;
+pub mod rdma_hello;
 mod reader;
 mod recycle;
 mod socket;

@@ -65,7 +65,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let resolved = args.transport.resolve("auto://127.0.0.1:50051", 16 << 20)?;
     let timeout = (args.timeout_ms > 0).then(|| Duration::from_millis(args.timeout_ms));
     let channel = resolved.connect(timeout).await?;
-    let transport = channel.connection().transport();
+    let transport = channel.connection().expect("connected").transport();
     let client = EchoClient::new(channel.clone());
     let next = Arc::new(AtomicUsize::new(0));
     let ok = Arc::new(AtomicUsize::new(0));
@@ -125,7 +125,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ok as f64 / elapsed.as_secs_f64(),
         args.count - ok - wrong
     );
-    if let Some(counters) = channel.connection().rdma_counters() {
+    #[cfg(feature = "rdma")]
+    if let Some(counters) = channel.connection().and_then(|c| c.rdma_counters()) {
         println!("rdma counters: {counters:?}");
     }
     if ok != args.count {

@@ -189,7 +189,7 @@ async fn rings_grow_with_use() {
     }
     let pinned_idle = server.status_kib("VmPin:");
     let per_connection = (pinned_idle - pinned_before) / IDLE as u64;
-    let first = channels[0].connection().rdma_counters().unwrap();
+    let first = channels[0].connection().unwrap().rdma_counters().unwrap();
     eprintln!(
         "server VmPin {pinned_before} KiB, with {IDLE} more idle connections {pinned_idle} KiB: \
          {per_connection} KiB each; a fresh connection's rings: {} send, {} receive slots",
@@ -228,7 +228,7 @@ async fn rings_grow_with_use() {
     for c in callers {
         c.await.unwrap();
     }
-    let grown = busy.connection().rdma_counters().unwrap();
+    let grown = busy.connection().unwrap().rdma_counters().unwrap();
     let pinned_busy = server.status_kib("VmPin:");
     eprintln!(
         "after 48 x 20 calls on one connection: its rings {} send, {} receive slots, \
@@ -244,7 +244,7 @@ async fn rings_grow_with_use() {
         pinned_busy <= pinned_idle + 2 * 64 * 8,
         "server VmPin {pinned_busy} KiB"
     );
-    let other = channels[1].connection().rdma_counters().unwrap();
+    let other = channels[1].connection().unwrap().rdma_counters().unwrap();
     assert_eq!((other.send_slots, other.recv_slots), (4, 4), "{other:?}");
 }
 

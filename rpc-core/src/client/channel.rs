@@ -21,11 +21,11 @@ use crate::outbound::{send_control_credits, send_frame, send_split};
 use crate::payload::{self, Inbound};
 use crate::service::{MethodDescriptor, MethodKind, SplitLarge};
 use crate::stream::{CallHandle, Inbox, Outbox};
-use crate::transport::{Connection, FrameSink, TransportError};
+use crate::transport::{Connection, Dial, FrameSink, TransportError};
 use crate::wire::{Flags, Frame, FrameKind, Header, HEADER_LEN};
 use crate::{
-    ClientConfig, Code, IntoStreamingRequest, Metadata, Payload, Request, Response, Status,
-    Streaming,
+    ClientConfig, Code, Endpoint, IntoStreamingRequest, Metadata, Payload, Request, Response,
+    Status, Streaming,
 };
 
 /// A client's handle on one connection. Cheap to clone; every clone shares the
@@ -54,9 +54,9 @@ impl<C: Connection> Clone for Channel<C> {
 impl<C: Connection> fmt::Debug for Channel<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let current = self.current();
-        let in_flight = current.calls.lock().len();
+        let in_flight = current.as_ref().map_or(0, |c| c.calls.lock().len());
         f.debug_struct("Channel")
-            .field("peer", &current.conn.peer())
+            .field("peer", &self.peer())
             .field("in_flight", &in_flight)
             .field("reconnects", &self.inner.redial.is_some())
             .finish()
@@ -64,19 +64,19 @@ impl<C: Connection> fmt::Debug for Channel<C> {
 }
 
 /// A future that dials a new connection.
-type Dial<C> = Pin<Box<dyn Future<Output = Result<C, TransportError>> + Send>>;
+type Dialing<C> = Pin<Box<dyn Future<Output = Result<C, TransportError>> + Send>>;
 
 /// What every clone shares: the current connection and how to replace it.
 struct Inner<C: Connection> {
-    /// The connection calls go to. Read-locked for a pointer copy per call; written only
-    /// when a reconnect replaces it.
-    current: RwLock<Arc<Shared<C>>>,
+    /// The connection calls go to (`None` until a lazy channel's first dial). Read-locked
+    /// for a pointer copy per call; written only when a (re)connect replaces it.
+    current: RwLock<Option<Arc<Shared<C>>>>,
     redial: Option<Redial<C>>,
     config: ClientConfig,
 }
 
 struct Redial<C> {
-    dial: Box<dyn Fn() -> Dial<C> + Send + Sync>,
+    dial: Box<dyn Fn() -> Dialing<C> + Send + Sync>,
     /// One reconnect at a time; callers that find it under way wait for its result.
     lock: tokio::sync::Mutex<()>,
     /// The last dial failure: until its `retry_at`, calls fail with its status (or wait,
@@ -178,7 +178,7 @@ impl<C: Connection> Channel<C> {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn with_config(conn: C, config: ClientConfig) -> Channel<C> {
-        let current = RwLock::new(start(conn, &config));
+        let current = RwLock::new(Some(start(conn, &config)));
         Channel {
             inner: Arc::new(Inner {
                 current,
@@ -214,21 +214,90 @@ impl<C: Connection> Channel<C> {
         Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
         let conn = dial().await?;
-        let current = RwLock::new(start(conn, &config));
-        Ok(Channel {
+        let channel = Channel::lazy(config, dial);
+        *channel.inner.current.write() = Some(start(conn, &channel.inner.config));
+        Ok(channel)
+    }
+
+    /// A channel that dials with `dial` only when its first call is made (so creating it
+    /// never fails and never waits: a service may start before the ones it calls), and
+    /// again whenever a call finds the connection failed, as
+    /// [`Channel::with_reconnect`]. Until the first connection, [`Channel::connection`]
+    /// is `None`. A failed dial fails the call that made it with `UNAVAILABLE` (or, with
+    /// [`ClientConfig::wait_for_ready`], the call waits and dials again after the
+    /// back-off).
+    pub fn lazy<F, Fut>(config: ClientConfig, dial: F) -> Channel<C>
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
+    {
+        Channel {
             inner: Arc::new(Inner {
-                current,
+                current: RwLock::new(None),
                 redial: Some(Redial {
-                    dial: Box::new(move || Box::pin(dial()) as Dial<C>),
+                    dial: Box::new(move || Box::pin(dial()) as Dialing<C>),
                     lock: tokio::sync::Mutex::new(()),
                     last_failure: Mutex::new(None),
                 }),
                 config,
             }),
-        })
+        }
     }
 
-    fn current(&self) -> Arc<Shared<C>> {
+    /// A channel to `url` (`tcp://host:port`, `auto://...`, `grpc://...`, as the
+    /// connection type understands it), connected now and again whenever a call finds
+    /// the connection failed ([`Channel::with_reconnect`]), with the connection type's
+    /// settings ([`Dial::client_config`]).
+    ///
+    /// ```no_run
+    /// # async fn f<AnyConnection: rpc_core::Dial>() -> Result<(), rpc_core::TransportError> {
+    /// // AnyConnection: rpc_transport's, which dials every scheme.
+    /// let channel = rpc_core::Channel::<AnyConnection>::connect("tcp://127.0.0.1:50051").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A URL that is not an endpoint; the first dial's error.
+    pub async fn connect(url: &str) -> Result<Channel<C>, TransportError>
+    where
+        C: Dial,
+    {
+        let endpoint: Endpoint = url.parse()?;
+        let config = C::client_config()?;
+        let (dial, timeout) = (Self::dialer(endpoint), config.connect_timeout);
+        let conn = tokio::time::timeout(timeout, dial())
+            .await
+            .map_err(|_| TransportError::Other(format!("not connected within {timeout:?}")))??;
+        let channel = Channel::lazy(config, dial);
+        *channel.inner.current.write() = Some(start(conn, &channel.inner.config));
+        Ok(channel)
+    }
+
+    /// A channel to `url` that connects on its first call ([`Channel::lazy`]): creating
+    /// it never waits, and fails only for a URL that is not an endpoint.
+    ///
+    /// # Errors
+    /// A URL that is not an endpoint; unusable settings ([`Dial::client_config`]).
+    pub fn connect_lazy(url: &str) -> Result<Channel<C>, TransportError>
+    where
+        C: Dial,
+    {
+        let endpoint: Endpoint = url.parse()?;
+        Ok(Channel::lazy(C::client_config()?, Self::dialer(endpoint)))
+    }
+
+    fn dialer(endpoint: Endpoint) -> impl Fn() -> Dialing<C> + Send + Sync + 'static
+    where
+        C: Dial,
+    {
+        let endpoint = Arc::new(endpoint);
+        move || {
+            let endpoint = endpoint.clone();
+            Box::pin(async move { C::dial(&endpoint).await })
+        }
+    }
+
+    fn current(&self) -> Option<Arc<Shared<C>>> {
         self.inner.current.read().clone()
     }
 
@@ -241,17 +310,18 @@ impl<C: Connection> Channel<C> {
         };
         let current = self.current();
         let Some(redial) = &self.inner.redial else {
-            return Ok(current);
+            // A channel without redial was made with its connection.
+            return current.ok_or_else(|| Status::unavailable("no connection"));
         };
-        if usable(&current) {
+        if let Some(current) = current.filter(|c| usable(c)) {
             return Ok(current);
         }
         let wait_for_ready = self.inner.config.wait_for_ready;
         loop {
             let one_at_a_time = redial.lock.lock().await;
             let current = self.current();
-            if usable(&current) {
-                return Ok(current); // someone else reconnected meanwhile
+            if let Some(current) = current.as_ref().filter(|c| usable(c)) {
+                return Ok(current.clone()); // someone else (re)connected meanwhile
             }
             let failed = redial.last_failure.lock().clone();
             if let Some(failure) = &failed {
@@ -265,7 +335,10 @@ impl<C: Connection> Channel<C> {
                     continue;
                 }
             }
-            tracing::info!(peer = %current.conn.peer(), "reconnecting");
+            match &current {
+                Some(current) => tracing::info!(peer = %current.conn.peer(), "reconnecting"),
+                None => tracing::debug!("connecting (first call of a lazy channel)"),
+            }
             let timeout = self.inner.config.connect_timeout;
             let dialed = tokio::time::timeout(timeout, (redial.dial)())
                 .await
@@ -277,12 +350,15 @@ impl<C: Connection> Channel<C> {
             match dialed {
                 Ok(conn) => {
                     let fresh = start(conn, &self.inner.config);
-                    *self.inner.current.write() = fresh.clone();
+                    *self.inner.current.write() = Some(fresh.clone());
                     *redial.last_failure.lock() = None;
                     return Ok(fresh);
                 }
                 Err(e) => {
-                    let status = Status::unavailable(format!("reconnecting failed: {e}"));
+                    let status = match current {
+                        Some(_) => Status::unavailable(format!("reconnecting failed: {e}")),
+                        None => Status::unavailable(format!("connecting failed: {e}")),
+                    };
                     let backoff = failed.map_or(REDIAL_BACKOFF, |f| next_backoff(f.backoff));
                     tracing::debug!(?backoff, "dial failed: {e}");
                     *redial.last_failure.lock() = Some(DialFailure {
@@ -298,20 +374,23 @@ impl<C: Connection> Channel<C> {
         }
     }
 
-    /// The connection's peer, for logs.
+    /// The connection's peer, for logs (`not connected` before a lazy channel's first
+    /// call).
     pub fn peer(&self) -> String {
-        self.current().conn.peer()
+        self.current()
+            .map_or_else(|| "not connected".to_owned(), |c| c.conn.peer())
     }
 
-    /// The current connection (e.g. to read transport counters).
-    pub fn connection(&self) -> Arc<C> {
-        self.current().conn.clone()
+    /// The current connection (e.g. to read transport counters): `None` only before a
+    /// [lazy](Channel::lazy) channel's first connection.
+    pub fn connection(&self) -> Option<Arc<C>> {
+        self.current().map(|c| c.conn.clone())
     }
 
     /// Whether the current connection is gone (calls fail with `UNAVAILABLE`, unless the
-    /// channel reconnects).
+    /// channel reconnects). `false` before a lazy channel's first connection.
     pub fn is_closed(&self) -> bool {
-        self.current().calls.lock().is_closed()
+        self.current().is_some_and(|c| c.calls.lock().is_closed())
     }
 
     /// Makes one unary call of `method`.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use tokio::sync::{watch, Semaphore};
 
+pub use router::RegisterError;
 pub(crate) use router::Router;
 
 use crate::service::Service;
@@ -53,9 +54,9 @@ impl ServerBuilder {
     /// Adds a service (a generated `FooServer`).
     ///
     /// # Errors
-    /// A message naming both paths if one of its method ids collides with one already
-    /// registered (or the method is registered twice).
-    pub fn add_service(mut self, service: impl Service) -> Result<Self, String> {
+    /// [`RegisterError`] (naming both paths) if one of its method ids collides with one
+    /// already registered (or the method is registered twice).
+    pub fn add_service(mut self, service: impl Service) -> Result<Self, RegisterError> {
         self.router.add(Arc::new(service))?;
         Ok(self)
     }

@@ -33,13 +33,14 @@ impl Router {
     ///
     /// # Errors
     /// When a method id is already taken.
-    pub(crate) fn add(&mut self, service: Arc<dyn Service>) -> Result<(), String> {
+    pub(crate) fn add(&mut self, service: Arc<dyn Service>) -> Result<(), RegisterError> {
         for (index, method) in service.methods().iter().enumerate() {
             if let Some(existing) = self.routes.get(&method.id) {
-                return Err(format!(
-                    "method id {:#010x} of {} is already taken by {}",
-                    method.id, method.path, existing.method.path
-                ));
+                return Err(RegisterError {
+                    id: method.id,
+                    path: method.path,
+                    taken_by: existing.method.path,
+                });
             }
             self.routes.insert(
                 method.id,
@@ -57,4 +58,18 @@ impl Router {
     pub(crate) fn get(&self, method_id: u32) -> Option<&Route> {
         self.routes.get(&method_id)
     }
+}
+
+/// A service that cannot be registered: one of its methods' ids is taken, by another
+/// method whose path hashes to the same id or by the same method registered twice
+/// ([`ServerBuilder::add_service`](crate::ServerBuilder::add_service)).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("method id {id:#010x} of {path} is already taken by {taken_by}")]
+pub struct RegisterError {
+    /// The id both methods have.
+    pub id: u32,
+    /// The method that could not be registered.
+    pub path: &'static str,
+    /// The method registered before with the same id.
+    pub taken_by: &'static str,
 }

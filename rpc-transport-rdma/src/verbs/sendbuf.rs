@@ -39,7 +39,7 @@ pub struct SendBuf {
 
 impl SendBuf {
     /// A heap buffer for a frame of `len` bytes, with no room reserved (gRPC).
-    pub(crate) fn heap(len: usize) -> SendBuf {
+    pub fn heap(len: usize) -> SendBuf {
         SendBuf {
             target: Target::Bytes(BytesMut::with_capacity(len)),
             filled: 0,
@@ -49,13 +49,28 @@ impl SendBuf {
     }
 
     /// A TCP buffer for a frame of `len` bytes, in room already reserved.
-    pub(crate) fn bytes(len: usize, reservation: rpc_transport_tcp::SendReservation) -> SendBuf {
+    pub fn bytes(len: usize, reservation: rpc_transport_tcp::SendReservation) -> SendBuf {
         SendBuf {
             target: Target::Bytes(BytesMut::with_capacity(len)),
             filled: 0,
             cap: len,
             reservation: Some(reservation),
         }
+    }
+
+    /// The heap bytes of a buffer from [`SendBuf::heap`] or [`SendBuf::bytes`], with its
+    /// reservation; `None` for a buffer of registered memory (which is dropped).
+    pub fn into_heap(self) -> Option<(BytesMut, Option<rpc_transport_tcp::SendReservation>)> {
+        match self.target {
+            Target::Bytes(bytes) => Some((bytes, self.reservation)),
+            Target::Registered(_) => None,
+        }
+    }
+
+    /// The same buffer without its reservation (given back at once).
+    pub fn without_reservation(mut self) -> SendBuf {
+        self.reservation = None;
+        self
     }
 }
 

@@ -61,7 +61,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::TransportSettings;
+use crate::{ConfigError, TransportSettings};
 
 /// The contents of a transport configuration file. Every field is optional; unknown
 /// fields are an error (a typo must not be silently ignored).
@@ -101,18 +101,21 @@ pub struct FileConfig {
 fn var<T: std::str::FromStr>(
     get: &impl Fn(&str) -> Option<String>,
     name: &str,
-) -> Result<Option<T>, String> {
+) -> Result<Option<T>, ConfigError> {
     match get(name) {
         None => Ok(None),
-        Some(v) => v.trim().parse().map(Some).map_err(|_| {
-            format!(
-                "{name}={v:?} is not a valid {}",
-                std::any::type_name::<T>()
+        Some(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| ConfigError::Variable {
+                name: name.to_owned(),
+                expected: std::any::type_name::<T>()
                     .rsplit("::")
                     .next()
-                    .unwrap_or("value")
-            )
-        }),
+                    .unwrap_or("value"),
+                value: v,
+            }),
     }
 }
 
@@ -120,7 +123,7 @@ fn var<T: std::str::FromStr>(
 /// and what it sets, and becomes the TOML key `field`, the variable `<PREFIX><FIELD>` and
 /// one line of the section's `apply_to`.
 macro_rules! section {
-    ($(#[$meta:meta])* $name:ident, $prefix:literal, $target:ty {
+    ($(#[$meta:meta])* $name:ident, $prefix:literal, $target:ty $(, if $feature:literal)? {
         $($(#[$fmeta:meta])* $field:ident: $ty:ty => |$c:ident, $v:ident| $apply:expr,)*
     }) => {
         $(#[$meta])*
@@ -137,13 +140,14 @@ macro_rules! section {
                 vec![$(format!("{}{}", $prefix, stringify!($field).to_uppercase()),)*]
             }
 
-            fn from_vars(get: &impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+            fn from_vars(get: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
                 Ok($name {
                     $($field: var(get, &format!("{}{}", $prefix, stringify!($field).to_uppercase()))?,)*
                 })
             }
 
             /// Sets every field that is set here on `target`.
+            $(#[cfg(feature = $feature)])?
             pub fn apply_to(&self, target: &mut $target) {
                 $(if let Some($v) = self.$field.clone() {
                     let $c = &mut *target;
@@ -247,39 +251,41 @@ section! {
 }
 
 section! {
-    /// The `[rdma]` table (variables `RPC_RDMA_<FIELD>`): [`RdmaConfig`](crate::RdmaConfig).
-    RdmaSection, "RPC_RDMA_", crate::RdmaConfig {
-        /// See [`RdmaConfig::device`](crate::RdmaConfig::device).
+    /// The `[rdma]` table (variables `RPC_RDMA_<FIELD>`): `rpc_transport_rdma::RdmaConfig`.
+    /// Without the `rdma` feature it is read (so that one file serves both builds) and
+    /// ignored with a warning.
+    RdmaSection, "RPC_RDMA_", rpc_transport_rdma::RdmaConfig, if "rdma" {
+        /// See `RdmaConfig::device`.
         device: String => |c, v| c.device = Some(v),
-        /// See [`RdmaConfig::ring_slots`](crate::RdmaConfig::ring_slots).
+        /// See `RdmaConfig::ring_slots`.
         ring_slots: u32 => |c, v| c.ring_slots = v,
-        /// See [`RdmaConfig::initial_ring_slots`](crate::RdmaConfig::initial_ring_slots).
+        /// See `RdmaConfig::initial_ring_slots`.
         initial_ring_slots: u32 => |c, v| c.initial_ring_slots = v,
-        /// See [`RdmaConfig::slot_size`](crate::RdmaConfig::slot_size).
+        /// See `RdmaConfig::slot_size`.
         slot_size: u32 => |c, v| c.slot_size = v,
-        /// See [`RdmaConfig::eager_threshold`](crate::RdmaConfig::eager_threshold).
+        /// See `RdmaConfig::eager_threshold`.
         eager_threshold: usize => |c, v| c.eager_threshold = Some(v),
-        /// [`RdmaConfig::poll_spin`](crate::RdmaConfig::poll_spin) in microseconds.
+        /// `RdmaConfig::poll_spin` in microseconds.
         poll_spin_us: u64 => |c, v| c.poll_spin = Duration::from_micros(v),
-        /// [`RdmaConfig::await_spin`](crate::RdmaConfig::await_spin) in microseconds.
+        /// `RdmaConfig::await_spin` in microseconds.
         await_spin_us: u64 => |c, v| c.await_spin = Duration::from_micros(v),
-        /// [`RdmaConfig::ping_interval`](crate::RdmaConfig::ping_interval) in milliseconds.
+        /// `RdmaConfig::ping_interval` in milliseconds.
         ping_interval_ms: u64 => |c, v| c.ping_interval = Duration::from_millis(v),
-        /// [`RdmaConfig::ping_timeout`](crate::RdmaConfig::ping_timeout) in milliseconds.
+        /// `RdmaConfig::ping_timeout` in milliseconds.
         ping_timeout_ms: u64 => |c, v| c.ping_timeout = Duration::from_millis(v),
-        /// See [`RdmaConfig::read_chunk`](crate::RdmaConfig::read_chunk).
+        /// See `RdmaConfig::read_chunk`.
         read_chunk: usize => |c, v| c.read_chunk = v,
-        /// See [`RdmaConfig::lend_budget`](crate::RdmaConfig#structfield.lend_budget).
+        /// See `RdmaConfig::lend_budget`.
         lend_budget: usize => |c, v| c.lend_budget = Some(v),
-        /// [`RdmaConfig::loan_timeout`](crate::RdmaConfig::loan_timeout) in milliseconds.
+        /// `RdmaConfig::loan_timeout` in milliseconds.
         loan_timeout_ms: u64 => |c, v| c.loan_timeout = Duration::from_millis(v),
-        /// See [`RdmaConfig::max_loans`](crate::RdmaConfig::max_loans).
+        /// See `RdmaConfig::max_loans`.
         max_loans: u16 => |c, v| c.max_loans = v,
-        /// See [`RdmaConfig::max_inline`](crate::RdmaConfig::max_inline).
+        /// See `RdmaConfig::max_inline`.
         max_inline: u32 => |c, v| c.max_inline = v,
-        /// See [`RdmaConfig::pool_keep_bytes`](crate::RdmaConfig::pool_keep_bytes).
+        /// See `RdmaConfig::pool_keep_bytes`.
         pool_keep_bytes: usize => |c, v| c.pool_keep_bytes = v,
-        /// See [`RdmaConfig::keep_bytes`](crate::RdmaConfig::keep_bytes).
+        /// See `RdmaConfig::keep_bytes`.
         keep_bytes: usize => |c, v| c.keep_bytes = v,
     }
 }
@@ -289,17 +295,26 @@ impl FileConfig {
     ///
     /// # Errors
     /// The parse error, naming the bad field.
-    pub fn parse(text: &str) -> Result<FileConfig, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+    pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: None,
+            message: e.to_string(),
+        })
     }
 
     /// Reads and parses a file.
     ///
     /// # Errors
     /// The read or parse error, with the path.
-    pub fn load(path: &Path) -> Result<FileConfig, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        FileConfig::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: Some(path.to_owned()),
+            message: e.to_string(),
+        })
     }
 
     /// The same settings from environment variables, for deployments that configure by
@@ -310,7 +325,7 @@ impl FileConfig {
     ///
     /// # Errors
     /// A variable that is set but not a number where one is needed, naming it.
-    pub fn from_env() -> Result<FileConfig, String> {
+    pub fn from_env() -> Result<FileConfig, ConfigError> {
         FileConfig::from_vars(|name| std::env::var(name).ok())
     }
 
@@ -318,7 +333,7 @@ impl FileConfig {
     ///
     /// # Errors
     /// As [`FileConfig::from_env`].
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<FileConfig, String> {
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<FileConfig, ConfigError> {
         Ok(FileConfig {
             address: get("RPC_ADDRESS"),
             max_message_size: var(&get, "RPC_MAX_MESSAGE_SIZE")?,
@@ -337,7 +352,7 @@ impl FileConfig {
     ///
     /// # Errors
     /// If the resulting RDMA settings are inconsistent.
-    pub fn apply(&self, settings: &mut TransportSettings) -> Result<(), String> {
+    pub fn apply(&self, settings: &mut TransportSettings) -> Result<(), ConfigError> {
         if let Some(max) = self.max_message_size {
             settings.max_message_size(max);
         }
@@ -350,8 +365,18 @@ impl FileConfig {
         self.tcp.apply_to(&mut settings.tcp);
         self.grpc.apply_to(&mut settings.grpc);
         self.tls.apply_to(&mut settings.tls);
-        self.rdma.apply_to(&mut settings.rdma);
-        settings.rdma.validate()
+        #[cfg(feature = "rdma")]
+        {
+            self.rdma.apply_to(&mut settings.rdma);
+            settings.rdma.validate().map_err(ConfigError::Invalid)
+        }
+        #[cfg(not(feature = "rdma"))]
+        {
+            if self.rdma != RdmaSection::default() {
+                tracing::warn!("[rdma] settings ignored: built without the `rdma` feature");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -373,11 +398,46 @@ impl FileConfig {
     }
 }
 
+impl TransportSettings {
+    /// The defaults with every `RPC_*` environment variable that is set applied
+    /// ([`FileConfig::from_env`]): the settings of connections that
+    /// [`Dial`](rpc_core::Dial) opens (`FooClient::connect`, `Channel::connect`).
+    ///
+    /// # Errors
+    /// A variable that is set to something unusable, naming it.
+    pub fn from_env() -> Result<TransportSettings, ConfigError> {
+        let mut settings = TransportSettings::default();
+        FileConfig::from_env()?.apply(&mut settings)?;
+        Ok(settings)
+    }
+}
+
+/// `FooClient::connect(url)`, `Channel::connect(url)` and their lazy forms dial with
+/// [`connect`](crate::connect), with the settings of the environment
+/// ([`TransportSettings::from_env`]; `RPC_CLIENT_*` and `RPC_MAX_MESSAGE_SIZE` for the
+/// channel).
+impl rpc_core::Dial for crate::AnyConnection {
+    async fn dial(endpoint: &rpc_core::Endpoint) -> Result<Self, rpc_core::TransportError> {
+        let settings = TransportSettings::from_env()
+            .map_err(|e| rpc_core::TransportError::Other(e.to_string()))?;
+        crate::connect(endpoint, &settings).await
+    }
+
+    fn client_config() -> Result<rpc_core::ClientConfig, rpc_core::TransportError> {
+        let mut config = rpc_core::ClientConfig::default();
+        FileConfig::from_env()
+            .map_err(|e| rpc_core::TransportError::Other(e.to_string()))?
+            .apply_client(&mut config);
+        Ok(config)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "rdma")]
     fn parses_and_applies_the_documented_example() {
         let text = "address = \"auto://10.77.0.2:7000\"\nmax_message_size = 1048576\n[rdma]\nring_slots = 32\nslot_size = 4096\neager_threshold = 1000\nping_interval_ms = 200\nping_timeout_ms = 900\n";
         let file = FileConfig::parse(text).unwrap();
@@ -416,6 +476,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "rdma")]
     fn environment_variables_map_to_the_same_fields() {
         let vars = [
             ("RPC_RDMA_POLL_SPIN_US", "500"),
@@ -472,6 +533,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "rdma")]
     fn every_field_of_a_table_has_its_variable() {
         let mut names = RdmaSection::variables();
         names.extend(TcpSection::variables());
@@ -520,13 +582,53 @@ mod tests {
         let bad = FileConfig::from_vars(|n| (n == "RPC_RDMA_MAX_LOANS").then(|| "70000".into()));
         assert!(bad
             .unwrap_err()
+            .to_string()
             .contains("RPC_RDMA_MAX_LOANS=\"70000\" is not a valid u16"));
     }
 
     #[test]
+    #[cfg(feature = "rdma")]
     fn typos_and_bad_values_are_errors() {
         assert!(FileConfig::parse("[rdma]\nring_slot = 3\n").is_err());
         let file = FileConfig::parse("[rdma]\nslot_size = 16\n").unwrap();
         assert!(file.apply(&mut TransportSettings::default()).is_err());
+    }
+
+    #[test]
+    #[cfg(not(feature = "rdma"))]
+    fn an_rdma_table_is_read_and_ignored_without_the_feature() {
+        let file =
+            FileConfig::parse("[rdma]\nring_slots = 32\n[tcp]\nwrite_timeout_ms = 5\n").unwrap();
+        assert_eq!(file.rdma.ring_slots, Some(32));
+        let mut settings = TransportSettings::default();
+        file.apply(&mut settings).unwrap();
+        assert_eq!(settings.tcp.write_timeout, Duration::from_millis(5));
+        assert!(FileConfig::parse("[rdma]\nring_slot = 3\n").is_err());
+    }
+
+    #[test]
+    fn errors_are_typed_and_name_what_is_wrong() {
+        let err = FileConfig::parse("[tcp]\nwrite_timeout = 5\n").unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Parse { path: None, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("write_timeout"), "{err}");
+        let err = FileConfig::load(Path::new("/nonexistent/rpc.toml")).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+        assert!(
+            err.to_string().starts_with("/nonexistent/rpc.toml: "),
+            "{err}"
+        );
+        let err =
+            FileConfig::from_vars(|n| (n == "RPC_TCP_WRITE_TIMEOUT_MS").then(|| "soon".into()))
+                .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "RPC_TCP_WRITE_TIMEOUT_MS=\"soon\" is not a valid u64"
+        );
+        // Usable with `?` in a function returning anyhow::Result or Box<dyn Error>.
+        let boxed: Box<dyn std::error::Error + Send + Sync> = err.into();
+        assert!(boxed.to_string().contains("soon"));
     }
 }

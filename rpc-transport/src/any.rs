@@ -1,11 +1,14 @@
 //! [`AnyConnection`] and [`AnyListener`]: the transport chosen at run time from a URL
-//! (`tcp://`, `rdma://`, `auto://`), statically dispatched, so generated clients and
-//! servers run unchanged over either.
+//! (`tcp://`, `rdma://`, `auto://`, `grpc://`, with or without TLS), statically
+//! dispatched, so generated clients and servers run unchanged over any of them.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rpc_core::{Connection, Endpoint, Listener, TransportError, TransportKind};
+#[cfg(feature = "rdma")]
+use rpc_transport_rdma::{RdmaConfig, RdmaConnection, RdmaCounters};
+use rpc_transport_tcp::rdma_hello::HELLO;
 use rpc_transport_tcp::{
     Socket, TcpConfig, TcpConnection, TlsAcceptor, TlsConfig, ALPN_FRAMES, ALPN_H2,
 };
@@ -13,12 +16,26 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::connection::{RdmaConnection, Received, RecvBuf};
-use crate::counters::RdmaCounters;
-use crate::handshake::{Mode, HELLO};
-use crate::setup::{self, Negotiated};
-use crate::verbs::{rdma_available, SendBuf, Target};
-use crate::RdmaConfig;
+use crate::bufs::{MessageBuf, RecvBuf, SendBuf};
+
+/// Whether this host has an RDMA device this process can use (always `false` without
+/// the `rdma` feature).
+pub fn rdma_available() -> bool {
+    #[cfg(feature = "rdma")]
+    return rpc_transport_rdma::rdma_available();
+    #[cfg(not(feature = "rdma"))]
+    return false;
+}
+
+/// Why `endpoint` (`rdma://`) cannot be served or dialled here.
+fn no_rdma(endpoint: &Endpoint) -> TransportError {
+    let why = if cfg!(feature = "rdma") {
+        "this host has no RDMA device (ibv_get_device_list found none)"
+    } else {
+        "this program was built without RDMA (the `rdma` feature of rpc-transport)"
+    };
+    TransportError::Other(format!("{endpoint}: {why}; use tcp:// or auto://"))
+}
 
 /// Settings of both transports; what a `--config` file or flags fill in.
 #[derive(Debug, Clone)]
@@ -27,6 +44,7 @@ pub struct TransportSettings {
     /// TCP settings (also used by `auto://` when it falls back).
     pub tcp: TcpConfig,
     /// RDMA settings.
+    #[cfg(feature = "rdma")]
     pub rdma: RdmaConfig,
     /// gRPC (HTTP/2) settings, for standard gRPC clients on a listener's port.
     pub grpc: rpc_grpc::GrpcConfig,
@@ -45,6 +63,7 @@ impl Default for TransportSettings {
     fn default() -> Self {
         TransportSettings {
             tcp: TcpConfig::default(),
+            #[cfg(feature = "rdma")]
             rdma: RdmaConfig::default(),
             grpc: rpc_grpc::GrpcConfig::default(),
             tls: TlsConfig::default(),
@@ -55,9 +74,10 @@ impl Default for TransportSettings {
 }
 
 impl TransportSettings {
-    /// Sets the largest message on both transports.
+    /// Sets the largest message on every transport.
     pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {
         self.tcp.max_message_size(bytes);
+        #[cfg(feature = "rdma")]
         self.rdma.max_message_size(bytes);
         self.grpc.max_message_size(bytes);
         self
@@ -73,6 +93,7 @@ pub enum AnyConnection {
     /// TCP.
     Tcp(TcpConnection),
     /// RDMA.
+    #[cfg(feature = "rdma")]
     Rdma(RdmaConnection),
     /// gRPC over HTTP/2: a standard gRPC client's connection (server side), or a
     /// connection to a gRPC server (`grpc://`, `grpcs://`).
@@ -80,28 +101,33 @@ pub enum AnyConnection {
 }
 
 impl AnyConnection {
-    /// The transport in use: [`TransportKind::Tcp`] or [`TransportKind::Rdma`].
+    /// The transport in use: [`TransportKind::Tcp`], [`TransportKind::Rdma`] or
+    /// [`TransportKind::Grpc`].
     pub fn transport(&self) -> TransportKind {
         match self {
             AnyConnection::Tcp(_) => TransportKind::Tcp,
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(_) => TransportKind::Rdma,
             AnyConnection::Grpc(_) => TransportKind::Grpc,
         }
     }
 
     /// A buffer of `len` bytes for a large message field: registered memory of the RDMA
-    /// connection (sent from where it lies, see [`RdmaConnection::message_buf`]), or heap
+    /// connection (sent from where it lies, see `RdmaConnection::message_buf`), or heap
     /// memory over TCP (where a large field is written from where it lies anyway).
-    pub fn message_buf(&self, len: usize) -> crate::MessageBuf {
+    pub fn message_buf(&self, len: usize) -> MessageBuf {
         match self {
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.message_buf(len),
-            AnyConnection::Tcp(_) | AnyConnection::Grpc(_) => crate::MessageBuf::heap(len),
+            AnyConnection::Tcp(_) | AnyConnection::Grpc(_) => MessageBuf::heap(len),
         }
     }
 
     /// RDMA counters, when on RDMA.
+    #[cfg(feature = "rdma")]
     pub fn rdma_counters(&self) -> Option<RdmaCounters> {
         match self {
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => Some(c.counters()),
             AnyConnection::Tcp(_) | AnyConnection::Grpc(_) => None,
         }
@@ -115,48 +141,44 @@ impl Connection for AnyConnection {
     async fn alloc(&self, len: usize) -> Result<SendBuf, TransportError> {
         match self {
             // The frame is built only once the send queue has room for it.
-            AnyConnection::Tcp(c) => Ok(SendBuf::bytes(len, c.reserve(len).await?)),
+            AnyConnection::Tcp(c) => glue::tcp_alloc(c, len).await,
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.alloc(len).await,
             AnyConnection::Grpc(c) => {
                 c.alloc(len).await?;
-                Ok(SendBuf::heap(len))
+                Ok(glue::heap(len))
             }
         }
     }
 
     async fn send(&self, frame: SendBuf) -> Result<(), TransportError> {
-        match (self, frame.target) {
-            (AnyConnection::Tcp(c), Target::Bytes(bytes)) => match frame.reservation {
-                Some(reservation) => c.send_reserved(bytes, reservation).await,
-                None => c.send(bytes).await,
+        match self {
+            AnyConnection::Tcp(c) => match glue::heap_bytes(frame)? {
+                (bytes, Some(reservation)) => c.send_reserved(bytes, reservation).await,
+                (bytes, None) => c.send(bytes).await,
             },
-            (AnyConnection::Rdma(c), target) => {
-                c.send(SendBuf {
-                    target,
-                    filled: frame.filled,
-                    cap: frame.cap,
-                    reservation: None,
-                })
-                .await
+            #[cfg(feature = "rdma")]
+            AnyConnection::Rdma(c) => c.send(frame).await,
+            AnyConnection::Grpc(c) => {
+                let (frame, _) = glue::heap_bytes(frame)?;
+                c.send(frame).await
             }
-            (AnyConnection::Grpc(c), Target::Bytes(bytes)) => c.send(bytes).await,
-            (AnyConnection::Tcp(_) | AnyConnection::Grpc(_), Target::Registered(_)) => Err(
-                TransportError::Other("an RDMA buffer sent on a TCP connection".into()),
-            ),
         }
     }
 
     async fn recv(&self) -> Result<Option<RecvBuf>, TransportError> {
         match self {
-            AnyConnection::Tcp(c) => Ok(c.recv().await?.map(|b| RecvBuf(Received::Bytes(b)))),
+            AnyConnection::Tcp(c) => Ok(c.recv().await?.map(glue::received)),
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.recv().await,
-            AnyConnection::Grpc(c) => Ok(c.recv().await?.map(|b| RecvBuf(Received::Bytes(b)))),
+            AnyConnection::Grpc(c) => Ok(c.recv().await?.map(glue::received)),
         }
     }
 
     fn close(&self) {
         match self {
             AnyConnection::Tcp(c) => c.close(),
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.close(),
             AnyConnection::Grpc(c) => c.close(),
         }
@@ -165,6 +187,7 @@ impl Connection for AnyConnection {
     async fn shutdown(&self) {
         match self {
             AnyConnection::Tcp(c) => c.shutdown().await,
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.close(),
             AnyConnection::Grpc(c) => c.shutdown().await,
         }
@@ -172,15 +195,13 @@ impl Connection for AnyConnection {
 
     fn keep(&self, frame: RecvBuf) -> Result<bytes::Bytes, RecvBuf> {
         match self {
-            AnyConnection::Tcp(c) => match frame.into_received() {
-                Received::Bytes(bytes) => c.keep(bytes).map_err(|b| RecvBuf(Received::Bytes(b))),
-                other => Err(RecvBuf(other)),
-            },
+            AnyConnection::Tcp(c) => c.keep(glue::received_bytes(frame)?).map_err(glue::received),
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.keep(frame),
             // Frames a gRPC call was translated into: the application may keep large ones.
-            AnyConnection::Grpc(_) => match frame.into_received() {
-                Received::Bytes(bytes) if bytes.len() >= rpc_core::memory::KEEP_MIN => Ok(bytes),
-                other => Err(RecvBuf(other)),
+            AnyConnection::Grpc(_) => match glue::received_bytes(frame)? {
+                bytes if bytes.len() >= rpc_core::memory::KEEP_MIN => Ok(bytes),
+                bytes => Err(glue::received(bytes)),
             },
         }
     }
@@ -188,6 +209,7 @@ impl Connection for AnyConnection {
     fn max_frames_per_buffer(&self) -> usize {
         match self {
             AnyConnection::Tcp(c) => c.max_frames_per_buffer(),
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.max_frames_per_buffer(),
             AnyConnection::Grpc(c) => c.max_frames_per_buffer(),
         }
@@ -196,6 +218,7 @@ impl Connection for AnyConnection {
     fn gather_min(&self) -> Option<usize> {
         match self {
             AnyConnection::Tcp(c) => c.gather_min(),
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.gather_min(),
             AnyConnection::Grpc(c) => c.gather_min(),
         }
@@ -206,50 +229,43 @@ impl Connection for AnyConnection {
         head: SendBuf,
         tail: Vec<bytes::Bytes>,
     ) -> Result<(), TransportError> {
-        let SendBuf {
-            target,
-            filled,
-            cap,
-            reservation,
-        } = head;
         // The head's reservation made room for the head alone: the whole frame reserves
-        // again (after this one is given back, so that it never waits for itself).
-        drop(reservation);
-        match (self, target) {
-            (AnyConnection::Tcp(c), Target::Bytes(bytes)) => c.send_gathered(bytes, tail).await,
-            (AnyConnection::Rdma(c), target) => {
-                let head = SendBuf {
-                    target,
-                    filled,
-                    cap,
-                    reservation: None,
-                };
+        // again (the head's is given back first, so that it never waits for itself).
+        match self {
+            AnyConnection::Tcp(c) => {
+                let (head, reservation) = glue::heap_bytes(head)?;
+                drop(reservation);
                 c.send_gathered(head, tail).await
             }
-            (AnyConnection::Grpc(c), Target::Bytes(bytes)) => c.send_gathered(bytes, tail).await,
-            (AnyConnection::Tcp(_) | AnyConnection::Grpc(_), Target::Registered(_)) => Err(
-                TransportError::Other("an RDMA buffer sent on a TCP connection".into()),
-            ),
+            #[cfg(feature = "rdma")]
+            AnyConnection::Rdma(c) => c.send_gathered(head, tail).await,
+            AnyConnection::Grpc(c) => {
+                let (head, _) = glue::heap_bytes(head)?;
+                c.send_gathered(head, tail).await
+            }
         }
     }
 
     fn recv_ready(&self, out: &mut Vec<RecvBuf>, max: usize) {
         match self {
             AnyConnection::Tcp(c) => c.recv_ready_each(max.saturating_sub(out.len()), |b| {
-                out.push(RecvBuf(Received::Bytes(b)))
+                out.push(glue::received(b))
             }),
             AnyConnection::Grpc(c) => {
                 let mut frames = Vec::new();
                 c.recv_ready(&mut frames, max.saturating_sub(out.len()));
-                out.extend(frames.into_iter().map(|b| RecvBuf(Received::Bytes(b))));
+                out.extend(frames.into_iter().map(glue::received));
             }
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(_) => {}
         }
     }
 
     fn push_to(&self, sink: std::sync::Arc<dyn rpc_core::FrameSink<RecvBuf>>) -> bool {
+        let _ = &sink; // used by RDMA only
         match self {
             AnyConnection::Tcp(_) | AnyConnection::Grpc(_) => false,
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.push_to(sink),
         }
     }
@@ -257,6 +273,7 @@ impl Connection for AnyConnection {
     fn peer(&self) -> String {
         match self {
             AnyConnection::Tcp(c) => c.peer(),
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.peer(),
             AnyConnection::Grpc(c) => c.peer(),
         }
@@ -277,6 +294,7 @@ impl Connection for AnyConnection {
     fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         match self {
             AnyConnection::Tcp(c) => c.peer_addr(),
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.peer_addr(),
             AnyConnection::Grpc(c) => c.peer_addr(),
         }
@@ -285,6 +303,7 @@ impl Connection for AnyConnection {
     fn peer_certificates(&self) -> Option<Arc<[bytes::Bytes]>> {
         match self {
             AnyConnection::Tcp(c) => c.peer_certificates(),
+            #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.peer_certificates(),
             AnyConnection::Grpc(c) => c.peer_certificates(),
         }
@@ -295,7 +314,7 @@ impl Connection for AnyConnection {
 /// - `tcp://`: TCP.
 /// - `rdma://`: RDMA, or an error naming why not (no local device, server without RDMA).
 /// - `auto://`: RDMA when both ends have a device, otherwise TCP over the same socket;
-///   logs one line saying which (at `info`, target `rpc_transport_rdma`).
+///   logs one line saying which (at `info`, target `rpc_transport`).
 /// - `grpc://`, `grpcs://`: HTTP/2 to a gRPC server (any implementation), over TLS with
 ///   ALPN `h2` for `grpcs://`.
 ///
@@ -310,13 +329,8 @@ pub async fn connect(
     settings: &TransportSettings,
 ) -> Result<AnyConnection, TransportError> {
     let address = endpoint.address.as_str();
-    match endpoint.kind {
-        TransportKind::Rdma if !rdma_available() => {
-            return Err(TransportError::Other(format!(
-                "{endpoint}: this host has no RDMA device (ibv_get_device_list found none); use tcp:// or auto://"
-            )))
-        }
-        _ => {}
+    if endpoint.kind == TransportKind::Rdma && !rdma_available() {
+        return Err(no_rdma(endpoint));
     }
     let grpc = endpoint.kind == TransportKind::Grpc;
     // The connector first: bad TLS settings fail before a socket is opened.
@@ -362,26 +376,7 @@ pub async fn connect(
         }
         _ => {}
     }
-    let mode = if endpoint.kind == TransportKind::Rdma {
-        Mode::Rdma
-    } else {
-        Mode::Auto
-    };
-    match setup::client(socket, &settings.rdma, mode).await? {
-        Negotiated::Rdma(conn) => {
-            if mode == Mode::Auto {
-                tracing::info!(%endpoint, "auto: using RDMA");
-            }
-            Ok(AnyConnection::Rdma(conn))
-        }
-        Negotiated::Tcp(socket, reason) => {
-            tracing::info!(%endpoint, "auto: using TCP ({reason})");
-            Ok(AnyConnection::Tcp(TcpConnection::from_stream(
-                socket,
-                &settings.tcp,
-            )?))
-        }
-    }
+    rdma::connect(socket, endpoint, settings).await
 }
 
 /// Accepts connections of every kind on one TCP port: plain TCP clients, and RDMA
@@ -408,18 +403,11 @@ impl AnyListener {
     ) -> Result<AnyListener, TransportError> {
         let serves_rdma = match endpoint.kind {
             TransportKind::Tcp | TransportKind::Grpc => false,
-            TransportKind::Rdma if !rdma_available() => {
-                return Err(TransportError::Other(format!(
-                    "{endpoint}: this host has no RDMA device; use tcp:// or auto://"
-                )))
-            }
+            TransportKind::Rdma if !rdma_available() => return Err(no_rdma(endpoint)),
             _ => rdma_available(),
         };
-        if let Some(e) = serves_rdma
-            .then(|| settings.rdma.validate().err())
-            .flatten()
-        {
-            return Err(TransportError::Other(e));
+        if serves_rdma {
+            rdma::validate(settings)?;
         }
         let tls = match endpoint.tls {
             true => Some(settings.tls.acceptor(&[ALPN_H2, ALPN_FRAMES])?),
@@ -580,11 +568,171 @@ async fn classify(
             .map(|c| Some(AnyConnection::Tcp(c)))
             .map_err(|e| e.to_string());
     }
-    let rdma = serves_rdma.then_some(&settings.rdma);
-    match setup::server(socket, rdma).await? {
-        Ok(conn) => Ok(Some(AnyConnection::Rdma(conn))),
-        Err(socket) => TcpConnection::accepted(socket, &settings.tcp, &[])
+    rdma::accept(socket, settings, serves_rdma).await
+}
+
+/// Buffers between the runtime and the TCP and gRPC connections: with the `rdma`
+/// feature the RDMA crate's buffers (which hold heap bytes for them, and TCP's send
+/// reservation), without it plain bytes.
+#[cfg(feature = "rdma")]
+mod glue {
+    use bytes::{Bytes, BytesMut};
+    use rpc_core::TransportError;
+    use rpc_transport_tcp::{SendReservation, TcpConnection};
+
+    use crate::bufs::{RecvBuf, SendBuf};
+
+    /// A TCP frame's buffer, built only once the send queue has room for it.
+    pub(super) async fn tcp_alloc(
+        c: &TcpConnection,
+        len: usize,
+    ) -> Result<SendBuf, TransportError> {
+        Ok(SendBuf::bytes(len, c.reserve(len).await?))
+    }
+
+    pub(super) fn heap(len: usize) -> SendBuf {
+        SendBuf::heap(len)
+    }
+
+    pub(super) fn heap_bytes(
+        frame: SendBuf,
+    ) -> Result<(BytesMut, Option<SendReservation>), TransportError> {
+        frame.into_heap().ok_or_else(|| {
+            TransportError::Other("an RDMA buffer sent on a TCP or gRPC connection".into())
+        })
+    }
+
+    pub(super) fn received(bytes: Bytes) -> RecvBuf {
+        RecvBuf::from_bytes(bytes)
+    }
+
+    pub(super) fn received_bytes(frame: RecvBuf) -> Result<Bytes, RecvBuf> {
+        frame.into_bytes()
+    }
+}
+
+#[cfg(not(feature = "rdma"))]
+mod glue {
+    use bytes::{Bytes, BytesMut};
+    use rpc_core::{Connection, TransportError};
+    use rpc_transport_tcp::{SendReservation, TcpConnection};
+
+    pub(super) async fn tcp_alloc(
+        c: &TcpConnection,
+        len: usize,
+    ) -> Result<BytesMut, TransportError> {
+        c.alloc(len).await
+    }
+
+    pub(super) fn heap(len: usize) -> BytesMut {
+        BytesMut::with_capacity(len)
+    }
+
+    pub(super) fn heap_bytes(
+        frame: BytesMut,
+    ) -> Result<(BytesMut, Option<SendReservation>), TransportError> {
+        Ok((frame, None))
+    }
+
+    pub(super) fn received(bytes: Bytes) -> Bytes {
+        bytes
+    }
+
+    pub(super) fn received_bytes(frame: Bytes) -> Result<Bytes, Bytes> {
+        Ok(frame)
+    }
+}
+
+/// RDMA's side: the client's and the server's handshake on an open socket.
+#[cfg(feature = "rdma")]
+mod rdma {
+    use rpc_core::{Endpoint, TransportError, TransportKind};
+    use rpc_transport_rdma::{handshake_client, handshake_server, Negotiated};
+    use rpc_transport_tcp::{Socket, TcpConnection};
+
+    use super::{AnyConnection, TransportSettings};
+
+    /// Offers RDMA on `socket` (`rdma://`, or `auto://` with a local device).
+    pub(super) async fn connect(
+        socket: Socket,
+        endpoint: &Endpoint,
+        settings: &TransportSettings,
+    ) -> Result<AnyConnection, TransportError> {
+        let fallback = endpoint.kind != TransportKind::Rdma;
+        match handshake_client(socket, &settings.rdma, fallback).await? {
+            Negotiated::Rdma(conn) => {
+                if fallback {
+                    tracing::info!(%endpoint, "auto: using RDMA");
+                }
+                Ok(AnyConnection::Rdma(conn))
+            }
+            Negotiated::Tcp(socket, reason) => {
+                tracing::info!(%endpoint, "auto: using TCP ({reason})");
+                Ok(AnyConnection::Tcp(TcpConnection::from_stream(
+                    socket,
+                    &settings.tcp,
+                )?))
+            }
+            other => Err(TransportError::Other(format!(
+                "{endpoint}: unexpected RDMA handshake outcome {other:?}"
+            ))),
+        }
+    }
+
+    /// The RDMA settings a listener serving RDMA will use, checked before it binds.
+    pub(super) fn validate(settings: &TransportSettings) -> Result<(), TransportError> {
+        settings.rdma.validate().map_err(TransportError::Other)
+    }
+
+    /// Answers an RDMA hello (its first 8 bytes read): RDMA when this listener serves
+    /// it, else a refusal, after which the socket carries TCP.
+    pub(super) async fn accept(
+        socket: Socket,
+        settings: &TransportSettings,
+        serves_rdma: bool,
+    ) -> Result<Option<AnyConnection>, String> {
+        let rdma = serves_rdma.then_some(&settings.rdma);
+        match handshake_server(socket, rdma).await? {
+            Ok(conn) => Ok(Some(AnyConnection::Rdma(conn))),
+            Err(socket) => TcpConnection::accepted(socket, &settings.tcp, &[])
+                .map(|c| Some(AnyConnection::Tcp(c)))
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Without the `rdma` feature: `rdma://` never gets here (refused earlier), `auto://` is
+/// TCP, and RDMA clients' hellos are refused so that `auto://` clients fall back.
+#[cfg(not(feature = "rdma"))]
+mod rdma {
+    use rpc_core::{Endpoint, TransportError};
+    use rpc_transport_tcp::rdma_hello::refuse_hello;
+    use rpc_transport_tcp::{Socket, TcpConnection};
+
+    use super::{no_rdma, AnyConnection, TransportSettings};
+
+    pub(super) async fn connect(
+        _socket: Socket,
+        endpoint: &Endpoint,
+        _settings: &TransportSettings,
+    ) -> Result<AnyConnection, TransportError> {
+        Err(no_rdma(endpoint))
+    }
+
+    pub(super) fn validate(_settings: &TransportSettings) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    pub(super) async fn accept(
+        mut socket: Socket,
+        settings: &TransportSettings,
+        _serves_rdma: bool,
+    ) -> Result<Option<AnyConnection>, String> {
+        refuse_hello(&mut socket, "this server was built without RDMA")
+            .await
+            .map_err(|e| format!("refusing an RDMA hello: {e}"))?;
+        TcpConnection::accepted(socket, &settings.tcp, &[])
             .map(|c| Some(AnyConnection::Tcp(c)))
-            .map_err(|e| e.to_string()),
+            .map_err(|e| e.to_string())
     }
 }

@@ -1,0 +1,35 @@
+//! The transport chosen at run time, by URL and configuration, never by code.
+//!
+//! - [`connect`] dials `tcp://`, `rdma://`, `auto://` (RDMA where both ends have a
+//!   device, else TCP on the same socket), `grpc://` (HTTP/2 to any gRPC server), each
+//!   optionally under TLS (`tcp+tls://`, `rdma+tls://`, `auto+tls://`, `grpcs://`), and
+//!   gives an [`AnyConnection`] for `rpc_core::Channel`.
+//! - [`AnyListener`] accepts every kind of client on one TCP port: this framework's TCP
+//!   frames, RDMA handshakes (served with RDMA where this host has a device, else
+//!   answered with a TCP fallback) and standard gRPC clients (the HTTP/2 preface).
+//! - [`TransportSettings`] holds every transport's settings; [`FileConfig`] fills them
+//!   (and `rpc_core`'s server and client settings) from a TOML file or `RPC_*`
+//!   environment variables.
+//!
+//! # Feature flags
+//! `rdma` (on by default): RDMA through `rpc-transport-rdma`, which needs libibverbs and
+//! librdmacm (and libclang to build). Without it the crate builds on any OS with
+//! TCP, gRPC and TLS: `rdma://` is refused with a clear error, `auto://` is TCP, and a
+//! listener answers RDMA clients' handshakes with a fallback to TCP on the same socket.
+//! A `[rdma]` table in a configuration file is still accepted (and ignored, with a
+//! warning), so one file serves both builds.
+
+mod any;
+mod bufs;
+mod error;
+mod file;
+
+pub use any::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
+pub use bufs::{MessageBuf, RecvBuf, SendBuf};
+pub use error::ConfigError;
+pub use file::{
+    ClientSection, FileConfig, GrpcSection, RdmaSection, ServerSection, TcpSection, TlsSection,
+};
+#[cfg(feature = "rdma")]
+pub use rpc_transport_rdma::{RdmaConfig, RdmaConnection, RdmaCounters};
+pub use rpc_transport_tcp::{ClientAuth, TcpConfig, TlsConfig};

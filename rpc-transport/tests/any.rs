@@ -1,0 +1,132 @@
+//! The transport chosen by URL, on real sockets, in whichever build this is (with the
+//! `rdma` feature, on a host without a device; or without it: `scripts/test` runs
+//! `cargo test -p rpc-transport --no-default-features` too).
+
+use bytes::BufMut;
+use rpc_core::wire::{FrameKind, Header};
+use rpc_core::{Connection, Endpoint, Listener, TransportKind};
+use rpc_transport::{connect, AnyConnection, AnyListener, TransportSettings};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A listener on 127.0.0.1 that echoes every frame back on its connection.
+async fn echo_server(url: &str) -> u16 {
+    let endpoint: Endpoint = url.parse().unwrap();
+    let mut listener = AnyListener::bind(&endpoint, &TransportSettings::default())
+        .await
+        .unwrap();
+    let port = listener.port();
+    tokio::spawn(async move {
+        while let Ok(conn) = listener.accept().await {
+            tokio::spawn(async move {
+                while let Ok(Some(frame)) = conn.recv().await {
+                    let mut out = conn.alloc(frame.len()).await.unwrap();
+                    out.put_slice(&frame);
+                    drop(frame);
+                    conn.send(out).await.unwrap();
+                }
+            });
+        }
+    });
+    port
+}
+
+/// One request frame of `len` payload bytes there and back.
+async fn round_trip(conn: &AnyConnection, id: u64, len: usize) {
+    let mut header = Header::new(FrameKind::Request, id);
+    header.payload_len = len as u32;
+    let mut out = conn.alloc(header.frame_len()).await.unwrap();
+    out.put_slice(&header.encode());
+    out.put_slice(&vec![id as u8; len]);
+    conn.send(out).await.unwrap();
+    let back = conn.recv().await.unwrap().expect("a frame back");
+    assert_eq!(back.len(), header.frame_len());
+    assert!(back[rpc_core::wire::HEADER_LEN..]
+        .iter()
+        .all(|&b| b == id as u8));
+}
+
+#[tokio::test]
+async fn tcp_and_auto_clients_are_served_on_one_port() {
+    let port = echo_server("auto://127.0.0.1:0").await;
+    for scheme in ["tcp", "auto"] {
+        let endpoint: Endpoint = format!("{scheme}://127.0.0.1:{port}").parse().unwrap();
+        let conn = connect(&endpoint, &TransportSettings::default())
+            .await
+            .unwrap();
+        // No device here (or no RDMA in this build): auto:// is TCP.
+        assert_eq!(conn.transport(), TransportKind::Tcp);
+        for (id, len) in [(1, 0), (2, 100), (3, 300_000)] {
+            round_trip(&conn, id, len).await;
+        }
+    }
+}
+
+/// An RDMA client's hello on a server that does not serve RDMA (no device, or built
+/// without RDMA) is refused with a reason, and the same socket then carries TCP frames.
+#[tokio::test]
+async fn an_rdma_hello_is_refused_and_the_socket_goes_on_as_tcp() {
+    use rpc_transport_tcp::rdma_hello::{read_refusal, BLOCK, HELLO, NONE};
+    let port = echo_server("tcp://127.0.0.1:0").await;
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut socket = rpc_transport_tcp::Socket::Plain(stream);
+    socket.write_all(&hello_block()).await.unwrap();
+    let mut block = [0u8; BLOCK];
+    socket.read_exact(&mut block).await.unwrap();
+    assert_eq!(&block[..8], NONE);
+    let reason = read_refusal(&mut socket, &block).await.unwrap();
+    assert!(
+        reason.contains("TCP only") || reason.contains("without RDMA"),
+        "{reason}"
+    );
+    assert_eq!(&hello_block()[..8], HELLO);
+    let conn = AnyConnection::Tcp(
+        rpc_transport_tcp::TcpConnection::from_stream(socket, &Default::default()).unwrap(),
+    );
+    round_trip(&conn, 7, 1000).await;
+}
+
+/// A well-formed client offer (version 3, auto mode, a RoCE endpoint at 127.0.0.1), as
+/// `rpc-transport-rdma`'s handshake writes it.
+fn hello_block() -> [u8; 64] {
+    let mut b = [0u8; 64];
+    b[..8].copy_from_slice(b"RDMAHELO");
+    b[8..12].copy_from_slice(&3u32.to_le_bytes()); // version
+    b[12] = 2; // auto
+    b[16..20].copy_from_slice(&0x11u32.to_le_bytes()); // qp_num
+    b[20..24].copy_from_slice(&0x22u32.to_le_bytes()); // psn
+    b[24..40].copy_from_slice(&std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets());
+    b[44..48].copy_from_slice(&1024u32.to_le_bytes()); // mtu
+    b[48..52].copy_from_slice(&64u32.to_le_bytes()); // recv_slots
+    b[52..56].copy_from_slice(&8192u32.to_le_bytes()); // slot_size
+    b[56..60].copy_from_slice(&(16u32 << 10).to_le_bytes()); // rdv_budget_kib
+    b[60..62].copy_from_slice(&128u16.to_le_bytes()); // max_loans
+    b
+}
+
+#[tokio::test]
+async fn rdma_urls_fail_clearly_where_rdma_cannot_be_had() {
+    if rpc_transport::rdma_available() {
+        return; // a host with a device: the guest suite covers rdma://
+    }
+    let endpoint: Endpoint = "rdma://127.0.0.1:1".parse().unwrap();
+    let err = connect(&endpoint, &TransportSettings::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    let expected = if cfg!(feature = "rdma") {
+        "no RDMA device"
+    } else {
+        "built without RDMA"
+    };
+    assert!(
+        err.contains(expected) && err.contains("use tcp://"),
+        "{err}"
+    );
+    let err = AnyListener::bind(&endpoint, &TransportSettings::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(expected), "{err}");
+}
