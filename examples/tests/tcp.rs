@@ -412,7 +412,7 @@ async fn generated_connect_and_connect_lazy() {
         .unwrap()
         .build();
     tokio::spawn(async move { server.serve(listener).await });
-    tokio::time::sleep(rpc_core::MAX_REDIAL_BACKOFF.min(Duration::from_millis(300))).await;
+    tokio::time::sleep(rpc_core::REDIAL_BACKOFF * 2).await;
     let request = EchoRequest {
         payload: b"late".to_vec().into(),
         ..Default::default()

@@ -104,7 +104,13 @@ pub(crate) fn generate(
         }
     });
 
-    let connect = connect_type.map(|connection| {
+    // A service with a method named `connect` or `connect_lazy` keeps its method; the
+    // helpers are left out (the client is then made with `new`).
+    let clash = plan
+        .methods
+        .iter()
+        .any(|m| m.ident == "connect" || m.ident == "connect_lazy");
+    let connect = connect_type.filter(|_| !clash).map(|connection| {
         quote! {
             impl #client<#connection> {
                 /// A client of the service at `url` (`tcp://host:port`, `rdma://`,

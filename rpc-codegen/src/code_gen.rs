@@ -18,7 +18,8 @@ pub(crate) const DEFAULT_CONNECT_TYPE: &str = "rpc_transport::AnyConnection";
 /// Emits the Rust code of one [`Service`]: a `<service>_methods` module with the method
 /// descriptors, a `<service>_client` module and a `<service>_server` module.
 ///
-/// Generated code names nothing but `<codegen path>::*`, `core` and `std`, plus the message types
+/// Generated code names nothing but `<codegen path>::*`, `core` and `std`, the connect type
+/// (`rpc_transport::AnyConnection` unless changed or turned off), plus the message types
 /// the IR gives it; every type it mentions is fully qualified, so that a service called `Service`
 /// or a method called `clone` cannot clash with it.
 ///
@@ -101,6 +102,7 @@ impl CodeGenBuilder {
     /// over [`connect_type`](Self::connect_type). Default: `true`. Turn it off in a
     /// crate that does not depend on the crate of that type (e.g. a service library
     /// that leaves the transport to its users: they make clients with `FooClient::new`).
+    /// A service with a method named `connect` or `connect_lazy` gets neither helper.
     pub fn build_connect(&mut self, enable: bool) -> &mut Self {
         match (enable, &self.connect_type) {
             (false, _) => self.connect_type = None,

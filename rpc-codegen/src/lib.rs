@@ -21,12 +21,14 @@
 //! | item | purpose |
 //! | --- | --- |
 //! | `echo_methods::METHODS` | `static [MethodDescriptor; N]`: path `/echo.Echo/Echo` and its method id, in index order |
-//! | `echo_client::EchoClient<C>` | `new(Channel<C>)`, `channel()`, and `async fn echo(&self, impl IntoRequest<EchoRequest>) -> Result<Response<EchoReply>, Status>` |
+//! | `echo_client::EchoClient<C>` | `new(Channel<C>)`, `channel()`, and `async fn echo(&self, impl IntoRequest<EchoRequest>) -> Result<Response<EchoReply>, Status>`; on `EchoClient<rpc_transport::AnyConnection>`, `connect(url)` (dials now) and `connect_lazy(url)` (on the first call), both reconnecting (`build_connect`) |
 //! | `echo_server::Echo` | the trait to implement, one `fn echo(&self, Request<EchoRequest>) -> impl Future<…> + Send` per RPC (write it as an `async fn`), and one `type FooStream` per method `Foo` that streams responses |
 //! | `echo_server::EchoServer<T>` | `new(T)`, `from_arc(Arc<T>)`; implements `NamedService` (`"echo.Echo"`) and `Service` |
 //!
 //! Generated code names only `rpc_core::codegen::*` (configurable with `codegen_path`), `core`
-//! and `std`, so a user crate depends on just `rpc-core` and `prost`. Proto comments become doc
+//! and `std`, and, for `connect`, `rpc_transport::AnyConnection` (`connect_type`), so a user
+//! crate depends on `rpc-core`, `prost` and `rpc-transport` (or, with
+//! `build_connect(false)`, on just `rpc-core` and `prost`). Proto comments become doc
 //! comments, method names become `snake_case`.
 //!
 //! Streaming methods follow tonic: a server-streaming method `Watch` gets an associated

@@ -338,6 +338,49 @@ fn method_names_are_snake_case_and_keyword_safe() {
 }
 
 #[test]
+fn clients_get_connect_unless_turned_off_or_taken_by_a_method() {
+    let generate = |builder: &CodeGenBuilder, service: &manual::Service| {
+        crate::format(builder.generate(service).unwrap()).unwrap()
+    };
+    let code = generate(&CodeGenBuilder::new(), &echo_service());
+    assert!(
+        code.contains("impl EchoClient<rpc_transport::AnyConnection>"),
+        "{code}"
+    );
+    assert!(code.contains("pub async fn connect(") && code.contains("pub fn connect_lazy("));
+    let code = generate(CodeGenBuilder::new().build_connect(false), &echo_service());
+    assert!(
+        !code.contains("fn connect") && !code.contains("AnyConnection"),
+        "{code}"
+    );
+    let code = generate(
+        CodeGenBuilder::new().connect_type("my::Conn"),
+        &echo_service(),
+    );
+    assert!(code.contains("impl EchoClient<my::Conn>"), "{code}");
+    // A method called `connect` keeps its name; the helpers are left out.
+    let service = manual::Service::builder()
+        .name("Link")
+        .method(
+            manual::Method::builder()
+                .name("connect")
+                .input_type("A")
+                .output_type("B")
+                .build(),
+        )
+        .build();
+    let code = generate(&CodeGenBuilder::new(), &service);
+    assert!(
+        code.contains("pub async fn connect(") && code.contains("IntoRequest<super::A>"),
+        "{code}"
+    );
+    assert!(
+        !code.contains("connect_lazy") && !code.contains("AnyConnection"),
+        "{code}"
+    );
+}
+
+#[test]
 fn invalid_names_and_types_name_the_method() {
     let service = manual::Service::builder()
         .name("Echo")

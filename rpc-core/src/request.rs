@@ -88,8 +88,8 @@ impl<T> Request<T> {
         }
     }
 
-    /// The extensions: typed values middleware and handlers attach to the request (e.g.
-    /// an authenticated user). They stay in this process.
+    /// The extensions: typed values that code wrapping a service, or the handler itself,
+    /// attach to the request (e.g. an authenticated user). They stay in this process.
     pub fn extensions(&self) -> &http::Extensions {
         &self.extensions
     }

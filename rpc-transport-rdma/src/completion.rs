@@ -455,7 +455,7 @@ async fn drive(
                 idle_since = None;
                 batches = batches.wrapping_add(1);
                 drop(cq);
-                if batches % 16 == 0 {
+                if batches.is_multiple_of(16) {
                     tokio::task::yield_now().await;
                 }
                 continue;
@@ -476,7 +476,7 @@ async fn drive(
                 *idle_since.insert(Instant::now())
             }
         };
-        if turns % 8 != 0 || since.elapsed() < spin {
+        if !turns.is_multiple_of(8) || since.elapsed() < spin {
             drop(cq);
             tokio::task::yield_now().await;
             continue;

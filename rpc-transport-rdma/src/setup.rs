@@ -295,7 +295,14 @@ pub(crate) async fn client(
             Ok(Negotiated::Rdma(connected.start(stream, config)))
         }
         m if m == NONE => {
-            let reason = handshake::read_refusal(&mut stream, &block).await?;
+            // A refusal's reason is read under the same bound: a server that announces a
+            // reason and stalls must not hang the dial.
+            let reason = tokio::time::timeout(
+                config.handshake_timeout,
+                handshake::read_refusal(&mut stream, &block),
+            )
+            .await
+            .map_err(|_| TransportError::Other("RDMA handshake timed out (refusal)".into()))??;
             match mode {
                 Mode::Rdma => Err(TransportError::Other(format!(
                     "the server does not serve RDMA: {reason}"

@@ -140,7 +140,8 @@ impl Connection for AnyConnection {
 
     async fn alloc(&self, len: usize) -> Result<SendBuf, TransportError> {
         match self {
-            // The frame is built only once the send queue has room for it.
+            // The frame is built only once the send queue has room for it (in builds with
+            // the `rdma` feature; see `glue`).
             AnyConnection::Tcp(c) => glue::tcp_alloc(c, len).await,
             #[cfg(feature = "rdma")]
             AnyConnection::Rdma(c) => c.alloc(len).await,
@@ -611,6 +612,10 @@ mod glue {
     }
 }
 
+/// Without RDMA the buffers are plain bytes, and a TCP frame reserves its room in the
+/// send queue when it is sent, as with `TcpConnection` alone (a buffer that carried the
+/// reservation from `alloc` would have to implement `BufMut` itself, which takes unsafe
+/// code, kept to the RDMA crate): the bound on queued bytes holds either way.
 #[cfg(not(feature = "rdma"))]
 mod glue {
     use bytes::{Bytes, BytesMut};

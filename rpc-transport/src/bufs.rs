@@ -3,17 +3,21 @@
 //! without it, heap bytes.
 
 #[cfg(feature = "rdma")]
-pub use rpc_transport_rdma::{MessageBuf, RecvBuf, SendBuf};
+pub use rpc_transport_rdma::MessageBuf;
+#[cfg(feature = "rdma")]
+pub(crate) use rpc_transport_rdma::{RecvBuf, SendBuf};
 
 #[cfg(not(feature = "rdma"))]
-pub use plain::{MessageBuf, RecvBuf, SendBuf};
+pub use plain::MessageBuf;
+#[cfg(not(feature = "rdma"))]
+pub(crate) use plain::{RecvBuf, SendBuf};
 
 #[cfg(not(feature = "rdma"))]
 mod plain {
     /// Room for one frame (heap bytes).
-    pub type SendBuf = bytes::BytesMut;
+    pub(crate) type SendBuf = bytes::BytesMut;
     /// A received frame.
-    pub type RecvBuf = bytes::Bytes;
+    pub(crate) type RecvBuf = bytes::Bytes;
 
     /// Memory for a large message field. Without the `rdma` feature it is heap memory
     /// (a TCP or gRPC connection writes a large field from where it lies anyway); the

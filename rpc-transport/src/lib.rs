@@ -25,7 +25,7 @@ mod error;
 mod file;
 
 pub use any::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
-pub use bufs::{MessageBuf, RecvBuf, SendBuf};
+pub use bufs::MessageBuf;
 pub use error::ConfigError;
 pub use file::{
     ClientSection, FileConfig, GrpcSection, RdmaSection, ServerSection, TcpSection, TlsSection,

@@ -77,8 +77,9 @@ struct Inner<C: Connection> {
 
 struct Redial<C> {
     dial: Box<dyn Fn() -> Dialing<C> + Send + Sync>,
-    /// One reconnect at a time; callers that find it under way wait for its result.
-    lock: tokio::sync::Mutex<()>,
+    /// One dial at a time, held by the dial's task; callers that find it under way wait
+    /// for its result.
+    lock: Arc<tokio::sync::Mutex<()>>,
     /// The last dial failure: until its `retry_at`, calls fail with its status (or wait,
     /// with [`ClientConfig::wait_for_ready`]) instead of dialing again, so that many
     /// callers make no connect storm.
@@ -131,6 +132,50 @@ impl<C: Connection> Drop for Shared<C> {
     fn drop(&mut self) {
         self.control.close();
         self.conn.close();
+    }
+}
+
+/// Dials with `inner`'s redial (within the connect timeout) and records the outcome: the
+/// new connection as the current one, or the failure and the next back-off (after
+/// `failed`, the previous failure, if any).
+async fn dial_and_record<C: Connection>(
+    inner: &Inner<C>,
+    failed: Option<DialFailure>,
+    reconnect: bool,
+) -> Result<Arc<Shared<C>>, Status> {
+    let Some(redial) = &inner.redial else {
+        return Err(Status::internal("a channel without a dialer dialled"));
+    };
+    let timeout = inner.config.connect_timeout;
+    let dialed = tokio::time::timeout(timeout, (redial.dial)())
+        .await
+        .unwrap_or_else(|_| {
+            Err(TransportError::Other(format!(
+                "not connected within {timeout:?}"
+            )))
+        });
+    match dialed {
+        Ok(conn) => {
+            let fresh = start(conn, &inner.config);
+            *inner.current.write() = Some(fresh.clone());
+            *redial.last_failure.lock() = None;
+            Ok(fresh)
+        }
+        Err(e) => {
+            let status = if reconnect {
+                Status::unavailable(format!("reconnecting failed: {e}"))
+            } else {
+                Status::unavailable(format!("connecting failed: {e}"))
+            };
+            let backoff = failed.map_or(REDIAL_BACKOFF, |f| next_backoff(f.backoff));
+            tracing::debug!(?backoff, "dial failed: {e}");
+            *redial.last_failure.lock() = Some(DialFailure {
+                retry_at: Instant::now() + jitter(backoff),
+                backoff,
+                status: status.clone(),
+            });
+            Err(status)
+        }
     }
 }
 
@@ -236,7 +281,7 @@ impl<C: Connection> Channel<C> {
                 current: RwLock::new(None),
                 redial: Some(Redial {
                     dial: Box::new(move || Box::pin(dial()) as Dialing<C>),
-                    lock: tokio::sync::Mutex::new(()),
+                    lock: Arc::new(tokio::sync::Mutex::new(())),
                     last_failure: Mutex::new(None),
                 }),
                 config,
@@ -318,7 +363,9 @@ impl<C: Connection> Channel<C> {
         }
         let wait_for_ready = self.inner.config.wait_for_ready;
         loop {
-            let one_at_a_time = redial.lock.lock().await;
+            // Held by whoever dials (the dial task below), so callers that find a dial
+            // under way wait for its outcome here.
+            let one_at_a_time = redial.lock.clone().lock_owned().await;
             let current = self.current();
             if let Some(current) = current.as_ref().filter(|c| usable(c)) {
                 return Ok(current.clone()); // someone else (re)connected meanwhile
@@ -339,37 +386,21 @@ impl<C: Connection> Channel<C> {
                 Some(current) => tracing::info!(peer = %current.conn.peer(), "reconnecting"),
                 None => tracing::debug!("connecting (first call of a lazy channel)"),
             }
-            let timeout = self.inner.config.connect_timeout;
-            let dialed = tokio::time::timeout(timeout, (redial.dial)())
-                .await
-                .unwrap_or_else(|_| {
-                    Err(TransportError::Other(format!(
-                        "not connected within {timeout:?}"
-                    )))
-                });
-            match dialed {
-                Ok(conn) => {
-                    let fresh = start(conn, &self.inner.config);
-                    *self.inner.current.write() = Some(fresh.clone());
-                    *redial.last_failure.lock() = None;
-                    return Ok(fresh);
-                }
-                Err(e) => {
-                    let status = match current {
-                        Some(_) => Status::unavailable(format!("reconnecting failed: {e}")),
-                        None => Status::unavailable(format!("connecting failed: {e}")),
-                    };
-                    let backoff = failed.map_or(REDIAL_BACKOFF, |f| next_backoff(f.backoff));
-                    tracing::debug!(?backoff, "dial failed: {e}");
-                    *redial.last_failure.lock() = Some(DialFailure {
-                        retry_at: Instant::now() + jitter(backoff),
-                        backoff,
-                        status: status.clone(),
-                    });
-                    if !wait_for_ready {
-                        return Err(status);
-                    }
-                }
+            // The dial runs in a task of its own, which records its outcome: a caller
+            // whose deadline passes (or that is cancelled) mid-dial does not abort it, so
+            // a dial slower than every call's deadline still connects, and a failure
+            // still starts the back-off.
+            let inner = self.inner.clone();
+            let reconnect = current.is_some();
+            let dial = tokio::spawn(async move {
+                let _one_at_a_time = one_at_a_time;
+                dial_and_record(&inner, failed, reconnect).await
+            });
+            match dial.await {
+                Ok(Ok(fresh)) => return Ok(fresh),
+                Ok(Err(status)) if !wait_for_ready => return Err(status),
+                Ok(Err(_)) => {} // the next turn waits out the back-off
+                Err(e) => return Err(Status::internal(format!("the dial task failed: {e}"))),
             }
         }
     }

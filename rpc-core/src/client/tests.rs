@@ -170,3 +170,70 @@ async fn after_goaway_calls_move_to_a_new_connection_and_none_is_lost() {
     );
     old_serving.await.unwrap().unwrap();
 }
+
+/// A lazy channel dials on its first call, not before; a dial slower than the calls'
+/// deadlines is not abandoned with them (it runs on its own task), so the channel
+/// connects and later calls succeed; concurrent first calls share one dial.
+#[tokio::test]
+async fn a_lazy_channel_dials_once_on_first_use_even_when_calls_time_out_first() {
+    let server = Server::builder()
+        .add_service(Sleeper::default())
+        .unwrap()
+        .build();
+    let (listener, connector) = memory::listener(1 << 20);
+    tokio::spawn(async move { server.serve(listener).await });
+    let dials = Arc::new(AtomicUsize::new(0));
+    let counted = dials.clone();
+    let channel = Channel::lazy(ClientConfig::default(), move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let connector = connector.clone();
+        async move {
+            // A slow handshake.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            connector.connect().await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        dials.load(Ordering::SeqCst),
+        0,
+        "nothing dialled before a call"
+    );
+    assert!(channel.connection().is_none() && !channel.is_closed());
+    assert_eq!(channel.peer(), "not connected");
+
+    // Ten calls at once, each with a deadline shorter than the dial.
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        let channel = channel.clone();
+        calls.spawn(async move {
+            let mut request = Request::new(1u32);
+            request.set_timeout(Duration::from_millis(50));
+            tokio::time::timeout(
+                Duration::from_millis(50),
+                channel.unary::<u32, u32>(request, &SLEEP),
+            )
+            .await
+        });
+    }
+    while let Some(result) = calls.join_next().await {
+        // Each ends by its deadline (DEADLINE_EXCEEDED) or by the timeout around it.
+        let ended = result.unwrap();
+        assert!(
+            !matches!(ended, Ok(Ok(_))),
+            "no call can finish before the dial"
+        );
+    }
+    // The dial went on without them.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        channel.connection().is_some(),
+        "the abandoned dial connected"
+    );
+    assert_eq!(sleep_call(&channel, 3).await.unwrap(), 3);
+    assert_eq!(
+        dials.load(Ordering::SeqCst),
+        1,
+        "one dial for every first call"
+    );
+}

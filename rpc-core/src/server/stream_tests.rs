@@ -242,7 +242,7 @@ async fn the_deadline_covers_the_whole_stream_on_the_server() {
         match h.kind {
             FrameKind::Message => {
                 messages += 1;
-                if messages % 100 == 0 {
+                if messages.is_multiple_of(100) {
                     window(&conn, 3, 100 * COUNT_FRAME).await;
                 }
             }
