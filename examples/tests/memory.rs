@@ -108,3 +108,8 @@ async fn kv_watch() {
 async fn chat_room() {
     chat_members_see_each_others_posts(Memory::default()).await;
 }
+
+#[tokio::test]
+async fn interceptor_requires_a_token() {
+    an_interceptor_requires_a_token(Memory::default()).await;
+}

@@ -123,6 +123,10 @@ shared_net_test!(
 );
 shared_net_test!(interop_cases, interop_cases_pass(Rdma));
 shared_net_test!(
+    interceptor_requires_a_token,
+    an_interceptor_requires_a_token(Rdma)
+);
+shared_net_test!(
     slow_stream_reader,
     a_slow_reader_does_not_stall_other_streams(Rdma)
 );

@@ -439,3 +439,8 @@ fn registering_a_method_twice_is_a_register_error() {
     let err: anyhow::Error = err.into();
     assert!(err.to_string().contains("already taken"), "{err}");
 }
+
+#[tokio::test]
+async fn interceptor_requires_a_token() {
+    an_interceptor_requires_a_token(Tcp).await;
+}

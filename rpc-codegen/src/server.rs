@@ -197,6 +197,17 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
                 }
             }
 
+            impl<T: #service> #server<T> {
+                /// Serves `inner` behind `interceptor`, which sees every call's request
+                /// head first and may refuse the call (see `rpc_core::Interceptor`).
+                pub fn with_interceptor<I: #codegen::Interceptor>(
+                    inner: T,
+                    interceptor: I,
+                ) -> #codegen::InterceptedService<Self, I> {
+                    #codegen::InterceptedService::new(Self::new(inner), interceptor)
+                }
+            }
+
             impl<T> ::core::clone::Clone for #server<T> {
                 fn clone(&self) -> Self {
                     Self {

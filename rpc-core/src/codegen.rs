@@ -10,8 +10,8 @@ pub use crate::service::{
     StreamingFuture,
 };
 pub use crate::{
-    Channel, Code, Connection, IntoRequest, IntoStreamingRequest, Metadata, Payload, Request,
-    Response, Status, Streaming, TransportError,
+    Channel, Code, Connection, InterceptedService, Interceptor, IntoRequest, IntoStreamingRequest,
+    Metadata, Payload, Request, Response, Status, Streaming, TransportError,
 };
 pub use bytes;
 pub use futures_util::Stream;

@@ -236,6 +236,38 @@ impl Status {
     pub fn unavailable(message: impl Into<String>) -> Status {
         Status::new(Code::Unavailable, message)
     }
+    /// [`Code::Unknown`].
+    pub fn unknown(message: impl Into<String>) -> Status {
+        Status::new(Code::Unknown, message)
+    }
+    /// [`Code::AlreadyExists`].
+    pub fn already_exists(message: impl Into<String>) -> Status {
+        Status::new(Code::AlreadyExists, message)
+    }
+    /// [`Code::PermissionDenied`].
+    pub fn permission_denied(message: impl Into<String>) -> Status {
+        Status::new(Code::PermissionDenied, message)
+    }
+    /// [`Code::FailedPrecondition`].
+    pub fn failed_precondition(message: impl Into<String>) -> Status {
+        Status::new(Code::FailedPrecondition, message)
+    }
+    /// [`Code::Aborted`].
+    pub fn aborted(message: impl Into<String>) -> Status {
+        Status::new(Code::Aborted, message)
+    }
+    /// [`Code::OutOfRange`].
+    pub fn out_of_range(message: impl Into<String>) -> Status {
+        Status::new(Code::OutOfRange, message)
+    }
+    /// [`Code::DataLoss`].
+    pub fn data_loss(message: impl Into<String>) -> Status {
+        Status::new(Code::DataLoss, message)
+    }
+    /// [`Code::Unauthenticated`].
+    pub fn unauthenticated(message: impl Into<String>) -> Status {
+        Status::new(Code::Unauthenticated, message)
+    }
 }
 
 impl fmt::Debug for Status {

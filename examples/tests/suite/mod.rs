@@ -515,3 +515,116 @@ pub async fn large_payloads_are_slices_of_the_frames_and_stay_valid_while_held<H
     }
     channel
 }
+
+/// Who the token interceptor let in, for the handler (a request extension).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Caller(pub String);
+
+/// The server's interceptor: refuses calls without the token; tells the handler who
+/// called through the request's extensions.
+pub fn require_token(mut request: Request<()>) -> Result<Request<()>, Status> {
+    match request.metadata().get("authorization") {
+        Some("Bearer s3cret") => {
+            request.extensions_mut().insert(Caller("ada".into()));
+            Ok(request)
+        }
+        Some(_) => Err(Status::unauthenticated("bad token")),
+        None => Err(Status::unauthenticated("a token is required")),
+    }
+}
+
+/// Echoes `caller=<name>` from the extension the interceptor set, and counts handlers
+/// started (a refused call must start none).
+#[derive(Clone, Default)]
+pub struct WhoCalled {
+    pub started: Arc<AtomicUsize>,
+}
+
+impl Echo for WhoCalled {
+    type RepeatStream = rpc_core::BoxStream<EchoReply>;
+
+    async fn repeat(
+        &self,
+        request: Request<examples::echo::RepeatRequest>,
+    ) -> Result<Response<Self::RepeatStream>, Status> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        Ok(Response::new(examples::repeat(request.into_inner())))
+    }
+
+    async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let caller = request.extensions().get::<Caller>().cloned();
+        let name = caller.map_or_else(|| "none".to_owned(), |c| c.0);
+        Ok(Response::new(EchoReply {
+            payload: format!("caller={name}").into_bytes().into(),
+        }))
+    }
+}
+
+/// A server-side interceptor refuses calls without a token with UNAUTHENTICATED (unary
+/// and streaming; no handler starts), lets a client whose channel interceptor adds the
+/// token through, and passes what it learned to the handler in the extensions; a client
+/// interceptor's own refusal ends the call before it is sent.
+pub async fn an_interceptor_requires_a_token<H: Harness>(h: H) {
+    let service = WhoCalled::default();
+    let started = service.started.clone();
+    let server = Server::builder()
+        .add_service(EchoServer::with_interceptor(service, require_token))
+        .unwrap()
+        .build();
+    let addr = h.start(server).await;
+    let channel = h.connect(&addr, BIG).await;
+
+    let anonymous = EchoClient::new(channel.clone());
+    let status = anonymous.echo(EchoRequest::default()).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert_eq!(status.message(), "a token is required");
+    let repeat = examples::echo::RepeatRequest {
+        payload: b"x".to_vec().into(),
+        count: 3,
+    };
+    let status = anonymous.repeat(repeat.clone()).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let mut wrong = Request::new(EchoRequest::default());
+    wrong.metadata_mut().insert("authorization", "Bearer guess");
+    let status = anonymous.echo(wrong).await.unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::Unauthenticated, "bad token")
+    );
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        0,
+        "no handler ran for a refused call"
+    );
+
+    let authed = EchoClient::new(channel.with_interceptor(|mut request: Request<()>| {
+        request
+            .metadata_mut()
+            .insert("authorization", "Bearer s3cret");
+        Ok(request)
+    }));
+    let reply = authed.echo(EchoRequest::default()).await.unwrap();
+    assert_eq!(&reply.into_inner().payload[..], b"caller=ada");
+    let mut stream = authed.repeat(repeat).await.unwrap().into_inner();
+    let mut n = 0;
+    while let Some(reply) = stream.message().await.unwrap() {
+        assert_eq!(&reply.payload[..], b"x");
+        n += 1;
+    }
+    assert_eq!(n, 3);
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+    // The anonymous clone is unchanged; interceptors chain in order.
+    assert!(anonymous.echo(EchoRequest::default()).await.is_err());
+    let refusing =
+        EchoClient::new(channel.with_interceptor(|_: Request<()>| {
+            Err(Status::permission_denied("not from this client"))
+        }));
+    let status = refusing.echo(EchoRequest::default()).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied);
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        2,
+        "refused before it was sent"
+    );
+}
