@@ -29,6 +29,7 @@ mod endpoint;
 mod interceptor;
 pub mod memory;
 mod metadata;
+pub mod metered;
 mod outbound;
 mod payload;
 mod request;
@@ -44,6 +45,7 @@ pub use config::{ClientConfig, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_S
 pub use endpoint::{Endpoint, ParseEndpointError, TransportKind};
 pub use interceptor::{InterceptedService, Interceptor};
 pub use metadata::{BinaryMetadataError, Metadata, MAX_METADATA_LEN};
+pub use metered::MeteredService;
 pub use payload::Payload;
 pub use request::{IntoRequest, Peer, Request, Response};
 pub use server::{RegisterError, Server, ServerBuilder};

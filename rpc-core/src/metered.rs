@@ -1,0 +1,291 @@
+//! [`MeteredService`]: per-method call counts and latencies through the `metrics` facade
+//! (a no-op until the application installs a recorder, e.g. a Prometheus exporter).
+//!
+//! Metrics, labelled `service` (`echo.Echo`) and `method` (`Echo`), named after
+//! go-grpc-prometheus's:
+//! - `rpc_server_started_total`: calls that reached the service;
+//! - `rpc_server_handled_total` (and `code`: `OK`, `NOT_FOUND`, ...): calls that ended, a
+//!   streamed response when its stream ended (`CANCELLED` when it was dropped first);
+//! - `rpc_server_handling_seconds`: a histogram of the time from the call reaching the
+//!   service to its end.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use futures_util::Stream;
+
+use crate::service::{
+    BoxMessage, MethodDescriptor, Service, ServiceFuture, StreamRequest, StreamResponse,
+    StreamingFuture,
+};
+use crate::{Code, Payload, Request, Status};
+
+/// A service whose calls are counted and timed ([module docs](self)).
+#[derive(Debug)]
+pub struct MeteredService<S> {
+    inner: S,
+}
+
+impl<S: Service> MeteredService<S> {
+    /// `service`, metered.
+    pub fn new(service: S) -> Self {
+        MeteredService { inner: service }
+    }
+}
+
+/// `("echo.Echo", "Echo")` of `/echo.Echo/Echo`.
+fn labels(path: &'static str) -> (&'static str, &'static str) {
+    path.trim_start_matches('/')
+        .split_once('/')
+        .unwrap_or(("", path))
+}
+
+/// One call in progress; records its end once.
+struct Meter {
+    service: &'static str,
+    method: &'static str,
+    started: Instant,
+    done: bool,
+}
+
+impl Meter {
+    fn start(path: &'static str) -> Meter {
+        let (service, method) = labels(path);
+        metrics::counter!("rpc_server_started_total", "service" => service, "method" => method)
+            .increment(1);
+        Meter {
+            service,
+            method,
+            started: Instant::now(),
+            done: false,
+        }
+    }
+
+    fn end(&mut self, code: Code) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let (service, method) = (self.service, self.method);
+        metrics::counter!("rpc_server_handled_total", "service" => service, "method" => method, "code" => code.as_str())
+            .increment(1);
+        metrics::histogram!("rpc_server_handling_seconds", "service" => service, "method" => method)
+            .record(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        // Dropped before its end: the call was cancelled (or its deadline passed).
+        self.end(Code::Cancelled);
+    }
+}
+
+fn code<T>(result: &Result<T, Status>) -> Code {
+    result.as_ref().map_or_else(Status::code, |_| Code::Ok)
+}
+
+/// A response stream that records its call's end when it ends.
+struct MeteredStream {
+    inner: crate::service::BoxMessageStream,
+    meter: Meter,
+}
+
+impl Stream for MeteredStream {
+    type Item = Result<BoxMessage, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.inner.as_mut().poll_next(cx);
+        match &polled {
+            Poll::Ready(None) => self.meter.end(Code::Ok),
+            Poll::Ready(Some(Err(status))) => self.meter.end(status.code()),
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl<S: Service> Service for MeteredService<S> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn methods(&self) -> &'static [MethodDescriptor] {
+        self.inner.methods()
+    }
+
+    fn call(&self, index: usize, request: Request<Payload<'_>>) -> ServiceFuture {
+        let path = self.inner.methods().get(index).map_or("/?/?", |m| m.path);
+        let mut meter = Meter::start(path);
+        let call = self.inner.call(index, request);
+        Box::pin(async move {
+            let result = call.await;
+            meter.end(code(&result));
+            result
+        })
+    }
+
+    fn call_streaming(&self, index: usize, request: Request<StreamRequest<'_>>) -> StreamingFuture {
+        let path = self.inner.methods().get(index).map_or("/?/?", |m| m.path);
+        let mut meter = Meter::start(path);
+        let call = self.inner.call_streaming(index, request);
+        Box::pin(async move {
+            let result = call.await;
+            match result {
+                Ok(response) => Ok(response.map(move |message| match message {
+                    StreamResponse::Stream(stream) => {
+                        StreamResponse::Stream(Box::pin(MeteredStream {
+                            inner: stream,
+                            meter,
+                        }))
+                    }
+                    one @ StreamResponse::Message(_) => {
+                        let mut meter = meter;
+                        meter.end(Code::Ok);
+                        one
+                    }
+                })),
+                Err(status) => {
+                    meter.end(status.code());
+                    Err(status)
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use metrics_util::MetricKind;
+
+    use super::*;
+    use crate::memory;
+    use crate::{Channel, Response, Server};
+
+    static METHODS: [MethodDescriptor; 2] = [
+        MethodDescriptor::new("/t.Metered/Echo"),
+        MethodDescriptor::new("/t.Metered/Fail"),
+    ];
+
+    /// `Echo` answers its `u32` after that many ms; `Fail` answers NOT_FOUND.
+    struct Test;
+
+    impl Service for Test {
+        fn name(&self) -> &'static str {
+            "t.Metered"
+        }
+        fn methods(&self) -> &'static [MethodDescriptor] {
+            &METHODS
+        }
+        fn call(&self, index: usize, request: Request<Payload<'_>>) -> ServiceFuture {
+            let ms: u32 = request.into_inner().decode().unwrap_or(0);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(ms.into())).await;
+                match index {
+                    0 => Ok(Response::new(Box::new(ms) as BoxMessage)),
+                    _ => Err(Status::not_found("no such thing")),
+                }
+            })
+        }
+    }
+
+    /// Adds what was recorded since the last snapshot (which drains) to `seen`, as
+    /// `name{label=value,...}` -> counter value or histogram sample count.
+    fn absorb(
+        snapshotter: &metrics_util::debugging::Snapshotter,
+        seen: &mut std::collections::BTreeMap<String, u64>,
+    ) {
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let name = format!("{}{{{}}}", key.key().name(), labels.join(","));
+            let value = match (key.kind(), value) {
+                (MetricKind::Counter, DebugValue::Counter(n)) => n,
+                (MetricKind::Histogram, DebugValue::Histogram(v)) => v.len() as u64,
+                other => panic!("unexpected {other:?}"),
+            };
+            *seen.entry(name).or_default() += value;
+        }
+    }
+
+    #[test]
+    fn calls_are_counted_and_timed_per_method_and_code() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let mut seen = std::collections::BTreeMap::new();
+        metrics::with_local_recorder(&recorder, || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let server = Server::builder()
+                    .add_service(MeteredService::new(Test))
+                    .unwrap()
+                    .build();
+                let (listener, connector) = memory::listener(1 << 20);
+                tokio::spawn(async move { server.serve(listener).await });
+                let channel = Channel::new(connector.connect().await.unwrap());
+                for ms in [0u32, 1, 2] {
+                    let reply = channel.unary::<u32, u32>(Request::new(ms), &METHODS[0]);
+                    assert_eq!(reply.await.unwrap().into_inner(), ms);
+                }
+                let failed = channel.unary::<u32, u32>(Request::new(0), &METHODS[1]);
+                assert_eq!(failed.await.unwrap_err().code(), Code::NotFound);
+                // A call given up by its caller: the server drops its handler.
+                let mut slow = Request::new(10_000u32);
+                slow.set_timeout(Duration::from_millis(20));
+                let slow = channel.unary::<u32, u32>(slow, &METHODS[0]);
+                assert_eq!(slow.await.unwrap_err().code(), Code::DeadlineExceeded);
+                // The server drops the abandoned handler at its deadline (20 ms): wait
+                // for its end to be recorded, a loaded host given seconds.
+                for _ in 0..250 {
+                    absorb(&snapshotter, &mut seen);
+                    let ended: u64 = seen
+                        .iter()
+                        .filter(|(k, _)| k.starts_with("rpc_server_handled_total"))
+                        .map(|(_, n)| n)
+                        .sum();
+                    if ended == 5 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            });
+        });
+        absorb(&snapshotter, &mut seen);
+        let expected = [
+            ("rpc_server_started_total{service=t.Metered,method=Echo}", 4),
+            ("rpc_server_started_total{service=t.Metered,method=Fail}", 1),
+            (
+                "rpc_server_handled_total{service=t.Metered,method=Echo,code=OK}",
+                3,
+            ),
+            (
+                "rpc_server_handled_total{service=t.Metered,method=Echo,code=CANCELLED}",
+                1,
+            ),
+            (
+                "rpc_server_handled_total{service=t.Metered,method=Fail,code=NOT_FOUND}",
+                1,
+            ),
+            (
+                "rpc_server_handling_seconds{service=t.Metered,method=Echo}",
+                4,
+            ),
+            (
+                "rpc_server_handling_seconds{service=t.Metered,method=Fail}",
+                1,
+            ),
+        ];
+        let expected: std::collections::BTreeMap<String, u64> =
+            expected.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        assert_eq!(seen, expected);
+    }
+}
