@@ -254,7 +254,7 @@ impl<C: Connection> Channel<C> {
     /// ```
     ///
     /// # Errors
-    /// The first dial's error.
+    /// The first dial's error, or a timeout after [`ClientConfig::connect_timeout`].
     pub async fn with_reconnect<F, Fut>(
         config: ClientConfig,
         dial: F,
@@ -263,7 +263,10 @@ impl<C: Connection> Channel<C> {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
-        let conn = dial().await?;
+        let timeout = config.connect_timeout;
+        let conn = tokio::time::timeout(timeout, dial())
+            .await
+            .map_err(|_| TransportError::Other(format!("not connected within {timeout:?}")))??;
         let channel = Channel::lazy(config, dial);
         *channel.inner.current.write() = Some(start(conn, &channel.inner.config));
         Ok(channel)
@@ -314,14 +317,7 @@ impl<C: Connection> Channel<C> {
         C: Dial,
     {
         let endpoint: Endpoint = url.parse()?;
-        let config = C::client_config()?;
-        let (dial, timeout) = (Self::dialer(endpoint), config.connect_timeout);
-        let conn = tokio::time::timeout(timeout, dial())
-            .await
-            .map_err(|_| TransportError::Other(format!("not connected within {timeout:?}")))??;
-        let channel = Channel::lazy(config, dial);
-        *channel.inner.current.write() = Some(start(conn, &channel.inner.config));
-        Ok(channel)
+        Channel::with_reconnect(C::client_config()?, Self::dialer(endpoint)).await
     }
 
     /// A channel to `url` that connects on its first call ([`Channel::lazy`]): creating
