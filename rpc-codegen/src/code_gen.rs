@@ -199,6 +199,8 @@ pub(crate) struct MethodPlan {
     pub(crate) client_streaming: bool,
     /// Whether the server answers with a stream.
     pub(crate) server_streaming: bool,
+    /// Whether the method is marked idempotent.
+    pub(crate) idempotent: bool,
     /// The server trait's associated type for the response stream: `WatchStream`.
     pub(crate) stream_type: Ident,
 }
@@ -247,6 +249,7 @@ impl ServicePlan {
                     gather_output: gathered.contains(method.output_type()),
                     client_streaming: method.client_streaming(),
                     server_streaming: method.server_streaming(),
+                    idempotent: method.idempotent(),
                     stream_type,
                 })
             })
@@ -287,11 +290,16 @@ fn methods_module(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
     let count = plan.methods.len();
     let descriptors = plan.methods.iter().map(|method| {
         let route = &method.route;
-        if method.client_streaming || method.server_streaming {
+        let descriptor = if method.client_streaming || method.server_streaming {
             let kind = method.kind();
             quote!(#codegen::MethodDescriptor::with_kind(#route, #codegen::MethodKind::#kind))
         } else {
             quote!(#codegen::MethodDescriptor::new(#route))
+        };
+        if method.idempotent {
+            quote!(#descriptor.idempotent())
+        } else {
+            descriptor
         }
     });
     let mut static_doc = vec![

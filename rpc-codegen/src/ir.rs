@@ -63,4 +63,10 @@ pub trait Method {
     fn server_streaming(&self) -> bool {
         false
     }
+
+    /// Whether the method may be sent again after a failure: the `.proto` declares it
+    /// `option idempotency_level = IDEMPOTENT` (or `NO_SIDE_EFFECTS`).
+    fn idempotent(&self) -> bool {
+        false
+    }
 }

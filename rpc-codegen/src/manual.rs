@@ -147,6 +147,8 @@ pub struct Method {
     input_type: String,
     /// The response type.
     output_type: String,
+    /// May be sent again after a failure.
+    idempotent: bool,
 }
 
 impl Method {
@@ -176,6 +178,10 @@ impl ir::Method for Method {
     fn output_type(&self) -> &str {
         &self.output_type
     }
+
+    fn idempotent(&self) -> bool {
+        self.idempotent
+    }
 }
 
 /// Describes a [`Method`].
@@ -191,6 +197,8 @@ pub struct MethodBuilder {
     input_type: Option<String>,
     /// Required.
     output_type: Option<String>,
+    /// Default: false.
+    idempotent: bool,
 }
 
 impl MethodBuilder {
@@ -226,6 +234,13 @@ impl MethodBuilder {
         self
     }
 
+    /// Marks the method idempotent, as `option idempotency_level = IDEMPOTENT` does in a
+    /// `.proto`: a client's retry policy may send it again after a failure.
+    pub fn idempotent(mut self) -> Self {
+        self.idempotent = true;
+        self
+    }
+
     /// Finishes the description.
     ///
     /// # Panics
@@ -244,6 +259,7 @@ impl MethodBuilder {
                 .output_type
                 .unwrap_or_else(|| panic!("manual::Method {name} needs an output_type")),
             comments: self.comments,
+            idempotent: self.idempotent,
             name,
         }
     }

@@ -421,4 +421,12 @@ impl ir::Method for prost_build::Method {
     fn server_streaming(&self) -> bool {
         self.server_streaming
     }
+
+    fn idempotent(&self) -> bool {
+        use prost_types::method_options::IdempotencyLevel;
+        matches!(
+            self.options.idempotency_level(),
+            IdempotencyLevel::Idempotent | IdempotencyLevel::NoSideEffects
+        )
+    }
 }

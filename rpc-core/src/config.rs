@@ -42,6 +42,175 @@ pub struct ClientConfig {
     /// response stream before the application reads them: what a stream buffers is at
     /// most this plus one message. Default [`DEFAULT_STREAM_WINDOW`].
     pub stream_window: u32,
+    /// How a channel over several endpoints (a list, a DNS name, a stream of them)
+    /// spreads its calls and finds the endpoints it may use.
+    pub balance: BalanceConfig,
+    /// Which failed unary calls are sent again (on another endpoint, if the channel has
+    /// several), and how often. Default `None`: a call that may have reached the server
+    /// is never sent twice, only those the server refused unstarted are
+    /// ([`ClientConfig::max_transparent_retries`]).
+    pub retry: Option<RetryPolicy>,
+}
+
+/// How a balanced channel picks among its endpoints ([`BalanceConfig::strategy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LbStrategy {
+    /// Power of two choices: two ready endpoints drawn at random, the call goes to the one
+    /// with fewer calls in flight (the default). Adapts to slow or loaded servers.
+    #[default]
+    PowerOfTwoChoices,
+    /// Each ready endpoint in turn.
+    RoundRobin,
+}
+
+impl std::str::FromStr for LbStrategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "p2c" | "power_of_two_choices" | "least_loaded" => Ok(LbStrategy::PowerOfTwoChoices),
+            "round_robin" | "rr" => Ok(LbStrategy::RoundRobin),
+            other => Err(format!(
+                "unknown balancing strategy {other:?} (expected p2c or round_robin)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for LbStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LbStrategy::PowerOfTwoChoices => "p2c",
+            LbStrategy::RoundRobin => "round_robin",
+        })
+    }
+}
+
+/// Settings of a channel over several endpoints ([`ClientConfig::balance`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct BalanceConfig {
+    /// How calls are spread. Default [`LbStrategy::PowerOfTwoChoices`].
+    pub strategy: LbStrategy,
+    /// Watch each endpoint's health with `grpc.health.v1.Health/Watch` for this service
+    /// name (`""`: the server as a whole): an endpoint is used only while it reports
+    /// `SERVING`. A server without the health service (`UNIMPLEMENTED`) counts as
+    /// serving. Default `None` (no health checks; as gRPC without a health-check config).
+    pub health_check_service: Option<String>,
+    /// How often a DNS target (`dns:///name:port`) is resolved again: an endpoint added
+    /// to the name gets calls within this, one removed gets no new ones. Default 30 s.
+    pub dns_refresh: Duration,
+    /// The transport of the endpoints a DNS target resolves to, as a URL scheme (`tcp`,
+    /// `auto`, `rdma`, `tcp+tls`, `grpc`, ...). Default `auto` (RDMA where both ends have
+    /// a device).
+    pub dns_scheme: String,
+    /// After this many calls in a row end with `UNAVAILABLE`, `INTERNAL`, `UNKNOWN` or
+    /// `DATA_LOSS`, an endpoint gets no calls for [`BalanceConfig::ejection_time`]
+    /// (passive ejection: a server that fails fast would otherwise attract the most
+    /// calls). At most half of the endpoints are ejected at once. 0 disables it.
+    /// Default 5.
+    pub eject_after_failures: u32,
+    /// How long an ejected endpoint rests: this times the number of its ejections in a
+    /// row, up to ten times. Default 10 s.
+    pub ejection_time: Duration,
+}
+
+impl Default for BalanceConfig {
+    fn default() -> Self {
+        BalanceConfig {
+            strategy: LbStrategy::default(),
+            health_check_service: None,
+            dns_refresh: Duration::from_secs(30),
+            dns_scheme: "auto".to_owned(),
+            eject_after_failures: 5,
+            ejection_time: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Which failed unary calls a channel sends again ([`ClientConfig::retry`]), as gRPC's
+/// retry policy: a call whose status is in [`RetryPolicy::codes`], of a method the policy
+/// names, is sent again after a back-off with jitter, within its deadline, until
+/// [`RetryPolicy::max_attempts`]. On a balanced channel the next attempt goes to a usable
+/// endpoint, so a server that dies under load fails none of these calls. Streaming calls
+/// are never retried.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included. Default 3.
+    pub max_attempts: u32,
+    /// The back-off before the first retry; it doubles for each further one, up to
+    /// [`RetryPolicy::max_backoff`], with jitter. Default 10 ms.
+    pub initial_backoff: Duration,
+    /// The longest back-off. Default 1 s.
+    pub max_backoff: Duration,
+    /// The statuses that are retried. Default `[UNAVAILABLE]`.
+    pub codes: Vec<crate::Code>,
+    /// The methods that are retried, each `/package.Service/Method`, `package.Service`
+    /// (all its methods) or `*`, besides those the proto marks idempotent (see
+    /// [`RetryPolicy::idempotent`]). Default empty.
+    pub methods: Vec<String>,
+    /// Also retry every method whose `.proto` declares `option idempotency_level =
+    /// IDEMPOTENT` (or `NO_SIDE_EFFECTS`). Default true.
+    pub idempotent: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_secs(1),
+            codes: vec![crate::Code::Unavailable],
+            methods: Vec::new(),
+            idempotent: true,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Sets [`RetryPolicy::methods`].
+    ///
+    /// ```
+    /// let mut config = rpc_core::ClientConfig::default();
+    /// let mut policy = rpc_core::RetryPolicy::default();
+    /// policy.methods(["/kv.Kv/Get", "health.v1.Health"]);
+    /// config.retry = Some(policy);
+    /// ```
+    pub fn methods<S: Into<String>>(&mut self, methods: impl IntoIterator<Item = S>) -> &mut Self {
+        self.methods = methods.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets [`RetryPolicy::max_attempts`].
+    pub fn max_attempts(&mut self, attempts: u32) -> &mut Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// Whether a call of `method` that ended with `code` may be sent again.
+    pub fn retries(&self, method: &crate::codegen::MethodDescriptor, code: crate::Code) -> bool {
+        if !self.codes.contains(&code) {
+            return false;
+        }
+        if self.idempotent && method.idempotent {
+            return true;
+        }
+        let service = method
+            .path
+            .strip_prefix('/')
+            .and_then(|p| p.split_once('/'))
+            .map_or("", |(service, _)| service);
+        self.methods
+            .iter()
+            .any(|m| m == "*" || m == method.path || m == service)
+    }
+
+    /// The back-off before retry number `retry` (1 for the first), before jitter.
+    pub(crate) fn backoff(&self, retry: u32) -> Duration {
+        let factor = 2f64.powi(retry.saturating_sub(1).min(30) as i32);
+        self.initial_backoff.mul_f64(factor).min(self.max_backoff)
+    }
 }
 
 impl Default for ClientConfig {
@@ -55,11 +224,32 @@ impl Default for ClientConfig {
             wait_for_ready: false,
             connect_timeout: Duration::from_secs(20),
             stream_window: DEFAULT_STREAM_WINDOW,
+            balance: BalanceConfig::default(),
+            retry: None,
         }
     }
 }
 
 impl ClientConfig {
+    /// Sets [`BalanceConfig::strategy`].
+    pub fn lb_strategy(&mut self, strategy: LbStrategy) -> &mut Self {
+        self.balance.strategy = strategy;
+        self
+    }
+
+    /// Sets [`BalanceConfig::health_check_service`]: endpoints are used only while their
+    /// `grpc.health.v1` status for `service` is `SERVING`.
+    pub fn health_check(&mut self, service: impl Into<String>) -> &mut Self {
+        self.balance.health_check_service = Some(service.into());
+        self
+    }
+
+    /// Sets [`ClientConfig::retry`].
+    pub fn retry(&mut self, policy: RetryPolicy) -> &mut Self {
+        self.retry = Some(policy);
+        self
+    }
+
     /// Sets [`ClientConfig::stream_window`].
     pub fn stream_window(&mut self, bytes: u32) -> &mut Self {
         self.stream_window = bytes;

@@ -59,6 +59,13 @@ pub enum ParseEndpointError {
     /// No `:PORT`, an empty host, or a port that is not a number from 0 to 65535.
     #[error("{0:?} needs HOST:PORT with a numeric port")]
     BadAddress(String),
+    /// A `dns:` target that is not `dns:///NAME:PORT`, `dns://DNS-SERVER-IP[:PORT]/NAME:PORT`
+    /// or an SRV name (`dns:///_SERVICE._PROTO.NAME`).
+    #[error("{0:?} is not a DNS target like dns:///NAME:PORT, dns://DNS-SERVER-IP/NAME:PORT or dns:///_SERVICE._tcp.NAME")]
+    BadDnsTarget(String),
+    /// A list of endpoints (`tcp://h1:p1,h2:p2`) where a single one is expected.
+    #[error("{0:?} names several endpoints where one is expected")]
+    NotOneEndpoint(String),
 }
 
 /// A transport and a `host:port`, written as `tcp://host:port`, `rdma://host:port` or

@@ -40,8 +40,11 @@ mod stream;
 mod transport;
 pub mod wire;
 
-pub use client::{Channel, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
-pub use config::{ClientConfig, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_STREAM_WINDOW};
+pub use client::{Channel, EndpointStatus, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
+pub use config::{
+    BalanceConfig, ClientConfig, LbStrategy, RetryPolicy, ServerConfig, DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_STREAM_WINDOW,
+};
 pub use endpoint::{Endpoint, ParseEndpointError, TransportKind};
 pub use interceptor::{InterceptedService, Interceptor};
 pub use metadata::{BinaryMetadataError, Metadata, MAX_METADATA_LEN};

@@ -42,6 +42,10 @@ pub struct MethodDescriptor {
     pub id: u32,
     /// Which side streams.
     pub kind: MethodKind,
+    /// The `.proto` declares the method `IDEMPOTENT` or `NO_SIDE_EFFECTS`
+    /// (`option idempotency_level`): a [`RetryPolicy`](crate::RetryPolicy) may send it
+    /// again after a failure.
+    pub idempotent: bool,
 }
 
 impl MethodDescriptor {
@@ -56,7 +60,14 @@ impl MethodDescriptor {
             path,
             id: method_id(path),
             kind,
+            idempotent: false,
         }
+    }
+
+    /// This descriptor, marked idempotent (see [`MethodDescriptor::idempotent`]).
+    pub const fn idempotent(mut self) -> MethodDescriptor {
+        self.idempotent = true;
+        self
     }
 }
 

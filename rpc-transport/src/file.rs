@@ -211,6 +211,57 @@ section! {
         connect_timeout_ms: u64 => |c, v| c.connect_timeout = Duration::from_millis(v),
         /// See [`ClientConfig::stream_window`](rpc_core::ClientConfig::stream_window).
         stream_window: u32 => |c, v| c.stream_window = v,
+        /// See [`ClientConfig::wait_for_ready`](rpc_core::ClientConfig::wait_for_ready).
+        wait_for_ready: bool => |c, v| c.wait_for_ready = v,
+        /// [`BalanceConfig::strategy`](rpc_core::BalanceConfig::strategy): `p2c` or `round_robin`.
+        lb_strategy: Parsed<rpc_core::LbStrategy> => |c, v| c.balance.strategy = v.0,
+        /// [`BalanceConfig::health_check_service`](rpc_core::BalanceConfig::health_check_service)
+        /// (`""`: the whole server).
+        health_check_service: String => |c, v| c.balance.health_check_service = Some(v),
+        /// [`BalanceConfig::dns_refresh`](rpc_core::BalanceConfig::dns_refresh) in ms.
+        dns_refresh_ms: u64 => |c, v| c.balance.dns_refresh = Duration::from_millis(v),
+        /// [`BalanceConfig::dns_scheme`](rpc_core::BalanceConfig::dns_scheme): the transport
+        /// of the endpoints of `dns:` targets (`tcp`, `auto`, `rdma`, `tcp+tls`, ...).
+        dns_scheme: String => |c, v| c.balance.dns_scheme = v,
+        /// See [`BalanceConfig::eject_after_failures`](rpc_core::BalanceConfig::eject_after_failures).
+        eject_after_failures: u32 => |c, v| c.balance.eject_after_failures = v,
+        /// [`BalanceConfig::ejection_time`](rpc_core::BalanceConfig::ejection_time) in ms.
+        ejection_time_ms: u64 => |c, v| c.balance.ejection_time = Duration::from_millis(v),
+        /// [`RetryPolicy::max_attempts`](rpc_core::RetryPolicy::max_attempts); 0 or 1 turns
+        /// retries off, more turns the default [`RetryPolicy`](rpc_core::RetryPolicy) on.
+        retry_max_attempts: u32 => |c, v| c.retry = (v > 1).then(|| {
+            let mut policy = c.retry.clone().unwrap_or_default();
+            policy.max_attempts = v;
+            policy
+        }),
+        /// [`RetryPolicy::methods`](rpc_core::RetryPolicy::methods), separated by commas
+        /// (`/kv.Kv/Get,kv.Admin`, `*`); turns the default policy on if it is off.
+        retry_methods: String => |c, v| {
+            let mut policy = c.retry.clone().unwrap_or_default();
+            policy.methods = v.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect();
+            c.retry = Some(policy);
+        },
+    }
+}
+
+/// A setting read from its text form (`FromStr`), in a file or a variable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parsed<T>(pub T);
+
+impl<T: std::str::FromStr> std::str::FromStr for Parsed<T> {
+    type Err = T::Err;
+    fn from_str(s: &str) -> Result<Self, T::Err> {
+        s.parse().map(Parsed)
+    }
+}
+
+impl<'de, T: std::str::FromStr> Deserialize<'de> for Parsed<T>
+where
+    T::Err: std::fmt::Display,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map(Parsed).map_err(serde::de::Error::custom)
     }
 }
 
@@ -540,15 +591,37 @@ mod tests {
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
         names.extend(GrpcSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 10 + 5 + 6);
-        // Every variable set: numbers to 7, the one compression name to gzip.
+        assert_eq!(names.len(), 16 + 4 + 10 + 14 + 6);
+        // Every variable set: numbers to 7, the names to one they take.
         let file = FileConfig::from_vars(|n| {
             names.iter().any(|v| v == n).then(|| match n {
                 "RPC_GRPC_SEND_COMPRESSION" => "gzip".into(),
+                "RPC_CLIENT_LB_STRATEGY" => "round_robin".into(),
+                "RPC_CLIENT_WAIT_FOR_READY" => "true".into(),
                 _ => "7".into(),
             })
         })
         .unwrap();
+        let mut client = rpc_core::ClientConfig::default();
+        file.apply_client(&mut client);
+        assert_eq!(client.balance.strategy, rpc_core::LbStrategy::RoundRobin);
+        assert_eq!(client.balance.dns_refresh, Duration::from_millis(7));
+        assert_eq!(client.retry.as_ref().map(|r| r.max_attempts), Some(7));
+        assert_eq!(
+            client.retry.as_ref().map(|r| r.methods.clone()),
+            Some(vec!["7".to_owned()])
+        );
+        assert!(
+            FileConfig::from_vars(|n| (n == "RPC_CLIENT_LB_STRATEGY").then(|| "random".into()))
+                .is_err()
+        );
+        let toml =
+            FileConfig::parse("[client]\nlb_strategy = \"p2c\"\nretry_methods = \"*\"\n").unwrap();
+        assert_eq!(
+            toml.client.lb_strategy,
+            Some(Parsed(rpc_core::LbStrategy::PowerOfTwoChoices))
+        );
+        assert!(FileConfig::parse("[client]\nlb_strategy = \"random\"\n").is_err());
         assert_eq!(file.grpc.send_compression, Some(rpc_grpc::Encoding::Gzip));
         assert_eq!(
             file.rdma,

@@ -15,7 +15,9 @@ use tracing::Instrument;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::StreamExt;
 
+use super::balance::{Balancer, DialFn, Discovery, EndpointState};
 use super::calls::{CallTable, NotAdmitted, Waiter};
+use super::target::{EndpointStatus, Target};
 use crate::control::ControlQueue;
 use crate::interceptor::{intercept, Chain, Interceptor};
 use crate::outbound::{send_control_credits, send_frame, send_split};
@@ -68,7 +70,7 @@ impl<C: Connection> fmt::Debug for Channel<C> {
 }
 
 /// A future that dials a new connection.
-type Dialing<C> = Pin<Box<dyn Future<Output = Result<C, TransportError>> + Send>>;
+pub(super) type Dialing<C> = Pin<Box<dyn Future<Output = Result<C, TransportError>> + Send>>;
 
 /// What every clone shares: the current connection and how to replace it.
 struct Inner<C: Connection> {
@@ -76,6 +78,9 @@ struct Inner<C: Connection> {
     /// for a pointer copy per call; written only when a (re)connect replaces it.
     current: RwLock<Option<Arc<Shared<C>>>>,
     redial: Option<Redial<C>>,
+    /// A channel over several endpoints picks a connection per call here instead
+    /// (`current` and `redial` are then unused).
+    balancer: Option<Arc<Balancer<C>>>,
     config: ClientConfig,
 }
 
@@ -103,12 +108,12 @@ pub const REDIAL_BACKOFF: std::time::Duration = std::time::Duration::from_millis
 /// The longest back-off between dials.
 pub const MAX_REDIAL_BACKOFF: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn next_backoff(previous: std::time::Duration) -> std::time::Duration {
+pub(super) fn next_backoff(previous: std::time::Duration) -> std::time::Duration {
     previous.mul_f64(1.6).min(MAX_REDIAL_BACKOFF)
 }
 
 /// `backoff` ±20 %, so that many clients of one restarted server do not dial in step.
-fn jitter(backoff: std::time::Duration) -> std::time::Duration {
+pub(super) fn jitter(backoff: std::time::Duration) -> std::time::Duration {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(backoff.as_nanos() as u64);
@@ -117,12 +122,12 @@ fn jitter(backoff: std::time::Duration) -> std::time::Duration {
 }
 
 /// One connection's state, shared by the channel, the call guards and the receive task.
-struct Shared<C: Connection> {
+pub(super) struct Shared<C: Connection> {
     /// Also held by the receive task, which must not keep `Shared` alive.
-    conn: Arc<C>,
+    pub(super) conn: Arc<C>,
     /// Waiting calls. Locked briefly by callers (insert/remove) and by the receive task
     /// (complete); never held across an await.
-    calls: Mutex<CallTable<C::RecvBuf>>,
+    pub(super) calls: Mutex<CallTable<C::RecvBuf>>,
     /// Control frames (cancel, pong, ping, goaway) to send from contexts that cannot
     /// await (Drop, the receive loop). Bounded.
     control: Arc<ControlQueue>,
@@ -130,6 +135,24 @@ struct Shared<C: Connection> {
     /// Set by every received frame, cleared by the keepalive task (a store per frame, not
     /// a clock read).
     heard: AtomicBool,
+    /// The endpoint of a balanced channel this connection belongs to: told when the
+    /// connection ends or drains, and of each call's outcome (passive ejection).
+    pub(super) endpoint: Option<Arc<EndpointState>>,
+}
+
+impl<C: Connection> Shared<C> {
+    /// Whether new calls may go here (not closed, not draining after a GOAWAY).
+    pub(super) fn usable(&self) -> bool {
+        let calls = self.calls.lock();
+        !calls.is_closed() && !calls.is_draining()
+    }
+
+    /// Tells the balanced endpoint, if any, that the connection ended or drains.
+    fn changed(&self) {
+        if let Some(endpoint) = &self.endpoint {
+            endpoint.connection_changed();
+        }
+    }
 }
 
 impl<C: Connection> Drop for Shared<C> {
@@ -160,7 +183,7 @@ async fn dial_and_record<C: Connection>(
         });
     match dialed {
         Ok(conn) => {
-            let fresh = start(conn, &inner.config);
+            let fresh = start(conn, &inner.config, None);
             *inner.current.write() = Some(fresh.clone());
             *redial.last_failure.lock() = None;
             Ok(fresh)
@@ -184,7 +207,11 @@ async fn dial_and_record<C: Connection>(
 }
 
 /// Starts the tasks of one connection.
-fn start<C: Connection>(conn: C, config: &ClientConfig) -> Arc<Shared<C>> {
+pub(super) fn start<C: Connection>(
+    conn: C,
+    config: &ClientConfig,
+    endpoint: Option<Arc<EndpointState>>,
+) -> Arc<Shared<C>> {
     let control = Arc::new(ControlQueue::default());
     let conn = Arc::new(conn);
     let shared = Arc::new(Shared {
@@ -192,6 +219,7 @@ fn start<C: Connection>(conn: C, config: &ClientConfig) -> Arc<Shared<C>> {
         calls: Mutex::new(CallTable::new()),
         control: control.clone(),
         heard: AtomicBool::new(false),
+        endpoint,
     });
     // A first frame at once, as HTTP/2's preface: servers close sockets that stay
     // silent past their first-frame timeout, and a channel may make its first call late.
@@ -227,12 +255,13 @@ impl<C: Connection> Channel<C> {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn with_config(conn: C, config: ClientConfig) -> Channel<C> {
-        let current = RwLock::new(Some(start(conn, &config)));
+        let current = RwLock::new(Some(start(conn, &config, None)));
         Channel {
             interceptor: None,
             inner: Arc::new(Inner {
                 current,
                 redial: None,
+                balancer: None,
                 config,
             }),
         }
@@ -268,7 +297,7 @@ impl<C: Connection> Channel<C> {
             .await
             .map_err(|_| TransportError::Other(format!("not connected within {timeout:?}")))??;
         let channel = Channel::lazy(config, dial);
-        *channel.inner.current.write() = Some(start(conn, &channel.inner.config));
+        *channel.inner.current.write() = Some(start(conn, &channel.inner.config, None));
         Ok(channel)
     }
 
@@ -293,6 +322,7 @@ impl<C: Connection> Channel<C> {
                     lock: Arc::new(tokio::sync::Mutex::new(())),
                     last_failure: Mutex::new(None),
                 }),
+                balancer: None,
                 config,
             }),
         }
@@ -312,12 +342,144 @@ impl<C: Connection> Channel<C> {
     ///
     /// # Errors
     /// A URL that is not an endpoint; the first dial's error.
+    ///
+    /// A target naming several endpoints makes a balanced channel (see
+    /// [`Channel::balanced`]): a list, `tcp://h1:p1,h2:p2` (the scheme is every
+    /// endpoint's transport), or a DNS name, `dns:///name:port` (A/AAAA records, resolved
+    /// again every [`BalanceConfig::dns_refresh`](crate::BalanceConfig::dns_refresh)),
+    /// `dns:///_grpc._tcp.name` (SRV records), `dns://DNS-SERVER-IP/name:port` (asking that
+    /// server), whose endpoints use the transport
+    /// [`BalanceConfig::dns_scheme`](crate::BalanceConfig::dns_scheme). `connect` then
+    /// returns once one endpoint is usable.
     pub async fn connect(url: &str) -> Result<Channel<C>, TransportError>
     where
         C: Dial,
     {
-        let endpoint: Endpoint = url.parse()?;
-        Channel::with_reconnect(C::client_config()?, Self::dialer(endpoint)).await
+        Channel::connect_with(url, C::client_config()?).await
+    }
+
+    /// [`Channel::connect`] with `config` instead of the connection type's settings.
+    ///
+    /// # Errors
+    /// As [`Channel::connect`].
+    pub async fn connect_with(url: &str, config: ClientConfig) -> Result<Channel<C>, TransportError>
+    where
+        C: Dial,
+    {
+        match Target::parse(url)? {
+            Target::One(endpoint) => Channel::with_reconnect(config, Self::dialer(endpoint)).await,
+            target => {
+                let timeout = config.connect_timeout;
+                let channel = Channel::from_target(config, target);
+                let balancer = channel.inner.balancer.as_ref().expect("balanced");
+                match tokio::time::timeout(timeout, balancer.pick()).await {
+                    Ok(Ok(_)) => Ok(channel),
+                    Ok(Err(status)) => Err(TransportError::Other(status.message().to_owned())),
+                    Err(_) => Err(TransportError::Other(format!(
+                        "no endpoint of {url} connected within {timeout:?}"
+                    ))),
+                }
+            }
+        }
+    }
+
+    fn from_target(config: ClientConfig, target: Target) -> Channel<C>
+    where
+        C: Dial,
+    {
+        let discovery = match target {
+            Target::One(endpoint) => Discovery::Static(vec![endpoint]),
+            Target::List(endpoints) => Discovery::Static(endpoints),
+            Target::Dns(target) => Discovery::Dns(target),
+        };
+        Channel::from_discovery(
+            config,
+            discovery,
+            Arc::new(|endpoint: &Endpoint| {
+                let endpoint = endpoint.clone();
+                Box::pin(async move { C::dial(&endpoint).await }) as Dialing<C>
+            }),
+        )
+    }
+
+    fn from_discovery(config: ClientConfig, discovery: Discovery, dial: DialFn<C>) -> Channel<C> {
+        Channel {
+            interceptor: None,
+            inner: Arc::new(Inner {
+                current: RwLock::new(None),
+                redial: None,
+                balancer: Some(Arc::new(Balancer::new(config.clone(), discovery, dial))),
+                config,
+            }),
+        }
+    }
+
+    /// A balanced channel over the endpoints that `endpoints` yields, each item the whole
+    /// set from then on (a service registry's or an orchestrator's view, say): endpoints
+    /// new to a set are connected, those that left it get no new calls while their calls
+    /// in flight finish.
+    ///
+    /// Each call goes to a usable endpoint (connected, not draining after a GOAWAY,
+    /// `SERVING` if [`BalanceConfig::health_check_service`](crate::BalanceConfig::health_check_service)
+    /// is set, not ejected after failing calls), picked by
+    /// [`BalanceConfig::strategy`](crate::BalanceConfig::strategy). Nothing is dialled
+    /// before the first call; from then on every endpoint is kept connected, with
+    /// exponential back-off and jitter between failed dials. A call that finds no endpoint
+    /// usable waits while one is being dialled (within its deadline), else fails with
+    /// `UNAVAILABLE` (or waits, with [`ClientConfig::wait_for_ready`]).
+    ///
+    /// ```no_run
+    /// # fn f<AnyConnection: rpc_core::Dial>() {
+    /// use rpc_core::{Channel, ClientConfig, Endpoint};
+    /// let (tx, rx) = tokio::sync::watch::channel(vec!["tcp://10.0.0.1:50051".parse::<Endpoint>().unwrap()]);
+    /// let updates = tokio_stream_like(rx); // any Stream<Item = Vec<Endpoint>>
+    /// # fn tokio_stream_like<T>(_: T) -> futures_util::stream::Empty<Vec<Endpoint>> { futures_util::stream::empty() }
+    /// let channel = Channel::<AnyConnection>::balanced(ClientConfig::default(), updates);
+    /// # }
+    /// ```
+    pub fn balanced<S>(config: ClientConfig, endpoints: S) -> Channel<C>
+    where
+        C: Dial,
+        S: futures_util::Stream<Item = Vec<Endpoint>> + Send + 'static,
+    {
+        Channel::balanced_with(config, endpoints, |endpoint| {
+            let endpoint = endpoint.clone();
+            async move { C::dial(&endpoint).await }
+        })
+    }
+
+    /// [`Channel::balanced`], dialling each endpoint with `dial`.
+    pub fn balanced_with<S, F, Fut>(config: ClientConfig, endpoints: S, dial: F) -> Channel<C>
+    where
+        S: futures_util::Stream<Item = Vec<Endpoint>> + Send + 'static,
+        F: Fn(&Endpoint) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
+    {
+        let dial: DialFn<C> =
+            Arc::new(move |endpoint: &Endpoint| Box::pin(dial(endpoint)) as Dialing<C>);
+        Channel::from_discovery(config, Discovery::Stream(Box::pin(endpoints)), dial)
+    }
+
+    /// A channel over the connection `shared` alone (a balanced endpoint's health watch).
+    pub(super) fn over(shared: Arc<Shared<C>>, config: ClientConfig) -> Channel<C> {
+        Channel {
+            interceptor: None,
+            inner: Arc::new(Inner {
+                current: RwLock::new(Some(shared)),
+                redial: None,
+                balancer: None,
+                config,
+            }),
+        }
+    }
+
+    /// The endpoints of a balanced channel and their state (empty for a channel over one
+    /// connection, and before a balanced channel's first call).
+    pub fn endpoints(&self) -> Vec<EndpointStatus> {
+        self.inner
+            .balancer
+            .as_ref()
+            .map_or_else(Vec::new, |balancer| balancer.endpoints())
     }
 
     /// A channel to `url` that connects on its first call ([`Channel::lazy`]): creating
@@ -325,12 +487,27 @@ impl<C: Connection> Channel<C> {
     ///
     /// # Errors
     /// A URL that is not an endpoint; unusable settings ([`Dial::client_config`]).
+    /// A target naming several endpoints makes a balanced channel, as for
+    /// [`Channel::connect`].
     pub fn connect_lazy(url: &str) -> Result<Channel<C>, TransportError>
     where
         C: Dial,
     {
-        let endpoint: Endpoint = url.parse()?;
-        Ok(Channel::lazy(C::client_config()?, Self::dialer(endpoint)))
+        Channel::connect_lazy_with(url, C::client_config()?)
+    }
+
+    /// [`Channel::connect_lazy`] with `config` instead of the connection type's settings.
+    ///
+    /// # Errors
+    /// A URL that is not an endpoint or a target.
+    pub fn connect_lazy_with(url: &str, config: ClientConfig) -> Result<Channel<C>, TransportError>
+    where
+        C: Dial,
+    {
+        Ok(match Target::parse(url)? {
+            Target::One(endpoint) => Channel::lazy(config, Self::dialer(endpoint)),
+            target => Channel::from_target(config, target),
+        })
     }
 
     fn dialer(endpoint: Endpoint) -> impl Fn() -> Dialing<C> + Send + Sync + 'static
@@ -377,6 +554,11 @@ impl<C: Connection> Channel<C> {
         }
     }
 
+    /// Whether a call that finds its connection gone or draining can go to another one.
+    fn reconnects(&self) -> bool {
+        self.inner.redial.is_some() || self.inner.balancer.is_some()
+    }
+
     fn current(&self) -> Option<Arc<Shared<C>>> {
         self.inner.current.read().clone()
     }
@@ -388,6 +570,9 @@ impl<C: Connection> Channel<C> {
             let calls = shared.calls.lock();
             !calls.is_closed() && !calls.is_draining()
         };
+        if let Some(balancer) = &self.inner.balancer {
+            return balancer.pick().await;
+        }
         let current = self.current();
         let Some(redial) = &self.inner.redial else {
             // A channel without redial was made with its connection.
@@ -443,12 +628,15 @@ impl<C: Connection> Channel<C> {
     /// The connection's peer, for logs (`not connected` before a lazy channel's first
     /// call).
     pub fn peer(&self) -> String {
+        if let Some(balancer) = &self.inner.balancer {
+            return format!("balanced over {} endpoints", balancer.endpoints().len());
+        }
         self.current()
             .map_or_else(|| "not connected".to_owned(), |c| c.conn.peer())
     }
 
-    /// The current connection (e.g. to read transport counters): `None` only before a
-    /// [lazy](Channel::lazy) channel's first connection.
+    /// The current connection (e.g. to read transport counters): `None` before a
+    /// [lazy](Channel::lazy) channel's first connection, and for a balanced channel.
     pub fn connection(&self) -> Option<Arc<C>> {
         self.current().map(|c| c.conn.clone())
     }
@@ -828,16 +1016,35 @@ impl<C: Connection> Channel<C> {
 
         let exchange = async {
             let mut retries = 0;
+            let mut attempts = 1;
             loop {
                 // A retry tells the server the time that is left, not the original timeout.
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                let frame = self
+                let result = self
                     .attempt(&metadata, &message, split, method, payload_len, left, span)
-                    .await?;
+                    .await;
+                // A failure the retry policy covers goes again, after a back-off, to a
+                // usable connection (another endpoint, on a balanced channel).
+                if let Some(policy) = &config.retry {
+                    let code = match &result {
+                        Ok(frame) => response_code(frame.bytes()),
+                        Err(status) => status.code(),
+                    };
+                    if code != Code::Ok
+                        && attempts < policy.max_attempts
+                        && policy.retries(method, code)
+                    {
+                        tracing::debug!(attempts, ?code, "retrying the call (retry policy)");
+                        tokio::time::sleep(jitter(policy.backoff(attempts))).await;
+                        attempts += 1;
+                        continue;
+                    }
+                }
+                let frame = result?;
                 // A call the server refused without starting it (it was draining) goes
                 // once more on a fresh connection, if this channel makes them.
                 if retries < config.max_transparent_retries
-                    && self.inner.redial.is_some()
+                    && self.reconnects()
                     && is_refused(frame.bytes())
                 {
                     retries += 1;
@@ -882,7 +1089,7 @@ impl<C: Connection> Channel<C> {
                 Err(NotAdmitted::Closed(status)) => return Err(status),
                 // Without reconnecting there is no other connection; with it, `ready`
                 // replaces the draining one (a race with another caller: try again).
-                Err(NotAdmitted::Draining) if self.inner.redial.is_none() || draining_seen > 2 => {
+                Err(NotAdmitted::Draining) if !self.reconnects() || draining_seen > 2 => {
                     return Err(Status::unavailable("server is shutting down (GOAWAY)"))
                 }
                 Err(NotAdmitted::Draining) => draining_seen += 1,
@@ -923,6 +1130,12 @@ impl<C: Connection> Channel<C> {
             Ok(outcome) => outcome,
             Err(_) => Err(Status::unavailable("connection closed")),
         };
+        if let Some(endpoint) = &shared.endpoint {
+            endpoint.record(match &frame {
+                Ok(frame) => response_code(&frame[..]),
+                Err(status) => status.code(),
+            });
+        }
         // Answered calls left the table when their response arrived; a call that is still
         // there (deadline, failed send) is cancelled on the server by the guard.
         drop(guard);
@@ -1106,6 +1319,11 @@ impl<C: Connection> Drop for StreamGuard<C> {
 type SplitFn<Req> = fn(&Req, usize) -> Option<(Req, Vec<(u32, bytes::Bytes)>)>;
 
 /// Whether `frame` is a response the server flagged as not started and `UNAVAILABLE`.
+/// The status code of a response frame (`INTERNAL` for one that does not parse).
+fn response_code(frame: &[u8]) -> Code {
+    Frame::parse(frame).map_or(Code::Internal, |f| Code::from_u8(f.header.status))
+}
+
 fn is_refused(frame: &[u8]) -> bool {
     Frame::parse(frame).is_ok_and(|f| {
         f.header.flags.contains(Flags::REFUSED)
@@ -1353,6 +1571,7 @@ fn dispatch<C: Connection>(shared: &Shared<C>, buf: C::RecvBuf) -> Result<(), St
             if shared.calls.lock().drain() {
                 shared.control.goaway();
             }
+            shared.changed();
         }
         kind => tracing::trace!(?kind, "ignoring frame"),
     }
@@ -1396,6 +1615,7 @@ fn ended<C: Connection>(shared: &Shared<C>, reason: Status) {
     tracing::debug!(peer = %shared.conn.peer(), "channel closed: {}", reason.message());
     shared.calls.lock().close(reason);
     shared.conn.close();
+    shared.changed();
 }
 
 /// The receive path for a transport that runs to completion ([`Connection::push_to`]):
@@ -1505,8 +1725,7 @@ async fn keepalive_loop<C: Connection>(
                 "the server did not answer a ping within {timeout:?}"
             ));
             tracing::warn!(peer = %strong.conn.peer(), "closing connection: {}", status.message());
-            strong.calls.lock().close(status);
-            strong.conn.close();
+            ended(&strong, status);
             return;
         }
         last_heard = Instant::now();
