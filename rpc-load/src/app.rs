@@ -132,10 +132,22 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
             )
             .await
         }
-        Address::Grpc(addr) => {
+        Address::Balanced(target) => {
+            run_balanced(
+                args,
+                target,
+                &method,
+                &metadata,
+                messages,
+                &plan,
+                monitor.clone(),
+            )
+            .await
+        }
+        Address::Grpc(addrs) => {
             run_grpc(
                 args,
-                addr,
+                addrs,
                 &method,
                 &metadata,
                 messages,
@@ -238,10 +250,74 @@ async fn run_rpc(
     ))
 }
 
-/// Runs over `--connections` HTTP/2 connections to a gRPC server.
+/// Runs over `--connections` balanced channels, each with a connection per endpoint of
+/// `target` (a list or a DNS name).
+async fn run_balanced(
+    args: &Args,
+    target: &str,
+    method: &Method,
+    metadata: &[(String, String)],
+    messages: Arc<Messages>,
+    plan: &LoadPlan,
+    monitor: Arc<Monitor>,
+) -> anyhow::Result<(RunOutcome, String)> {
+    let settings = ConnectSettings {
+        connect_timeout: args.connect_timeout,
+        max_message_size: args.max_message_size,
+    };
+    // The balancing settings (RPC_CLIENT_DNS_SCHEME, RPC_CLIENT_DNS_REFRESH_MS,
+    // RPC_CLIENT_HEALTH_CHECK_SERVICE, ...) may come from the environment.
+    let mut config = ClientConfig::default();
+    rpc_transport::FileConfig::from_env()?.apply_client(&mut config);
+    config
+        .max_message_size(args.max_message_size)
+        .wait_for_ready(true)
+        .lb_strategy(args.lb_strategy.into());
+    config.connect_timeout = args.connect_timeout;
+    let mut targets = Vec::with_capacity(args.connections);
+    let mut endpoints = 0;
+    let mut schemes = BTreeSet::new();
+    for _ in 0..args.connections {
+        let settings = settings.clone();
+        let channel = Channel::connect_dialing(target, config.clone(), move |endpoint| {
+            let (endpoint, settings) = (endpoint.clone(), settings.clone());
+            async move {
+                connect(&endpoint, &settings)
+                    .await
+                    .map(|(conn, _)| conn)
+                    .map_err(|e| rpc_core::TransportError::Other(format!("{e:#}")))
+            }
+        })
+        .await
+        .with_context(|| format!("cannot connect to {target}"))?;
+        let found = channel.endpoints();
+        endpoints = endpoints.max(found.len());
+        schemes.extend(found.iter().map(|e| e.endpoint.scheme()));
+        targets.push(Arc::new(
+            RpcTarget::new(
+                channel,
+                method.descriptor,
+                method.output.clone(),
+                metadata,
+                args.call_timeout(),
+            )
+            .with_stream_options(args.stream_options()),
+        ));
+    }
+    let outcome = runner::run(&targets, messages, plan, monitor).await;
+    let schemes = schemes.into_iter().collect::<Vec<_>>().join("+");
+    let strategy = rpc_core::LbStrategy::from(args.lb_strategy);
+    Ok((
+        outcome,
+        format!("{schemes}, balanced over {endpoints} endpoints ({strategy})"),
+    ))
+}
+
+/// Runs over `--connections` HTTP/2 connections to a gRPC server (tonic's balanced
+/// channel over several).
 async fn run_grpc(
     args: &Args,
-    addr: &str,
+    addrs: &[String],
     method: &Method,
     metadata: &[(String, String)],
     messages: Arc<Messages>,
@@ -254,7 +330,16 @@ async fn run_grpc(
     };
     let mut targets = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
-        let channel = grpc::connect(addr, &settings).await?;
+        let channel = match addrs {
+            [addr] => grpc::connect(addr, &settings).await?,
+            addrs => {
+                ensure!(
+                    args.lb_strategy == crate::cli::LbStrategy::P2c,
+                    "tonic's balanced channel has p2c only"
+                );
+                grpc::connect_balanced(addrs, &settings)?
+            }
+        };
         targets.push(Arc::new(
             GrpcTarget::new(
                 channel,
@@ -268,7 +353,11 @@ async fn run_grpc(
         ));
     }
     let outcome = runner::run(&targets, messages, plan, monitor).await;
-    Ok((outcome, "grpc".to_owned()))
+    let transport = match addrs.len() {
+        1 => "grpc".to_owned(),
+        n => format!("grpc, tonic's balanced channel over {n} endpoints (p2c)"),
+    };
+    Ok((outcome, transport))
 }
 
 /// Renders `report` as `format` into `output`, or to standard output.

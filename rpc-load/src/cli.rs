@@ -76,9 +76,15 @@ pub struct Args {
     /// Rate limit in requests per second for the const schedule; 0 = unlimited.
     #[arg(short = 'r', long, value_name = "RPS", default_value_t = 0)]
     pub rps: u64,
-    /// Connections to spread the workers over.
+    /// Connections to spread the workers over (with several endpoints: balanced channels,
+    /// each with a connection per endpoint).
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
+    /// How a list of endpoints (tcp://h1:p1,h2:p2) or a DNS name (dns:///name:port) is
+    /// balanced: p2c (power of two choices on calls in flight) or round-robin. tonic's
+    /// balanced channel (--grpc-client tonic) has p2c only.
+    #[arg(long, value_enum, default_value_t = LbStrategy::P2c)]
+    pub lb_strategy: LbStrategy,
     /// The client behind grpc:// addresses: this framework's `Channel` over its gRPC
     /// transport (`rpc`, what generated clients use), or tonic's client (`tonic`, for
     /// comparison; plaintext only).
@@ -193,6 +199,25 @@ pub enum LoadSchedule {
     Step,
     /// The rate changes continuously by --load-step per second.
     Line,
+}
+
+/// `--lb-strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[non_exhaustive]
+pub enum LbStrategy {
+    /// Power of two choices on calls in flight.
+    P2c,
+    /// Each endpoint in turn.
+    RoundRobin,
+}
+
+impl From<LbStrategy> for rpc_core::LbStrategy {
+    fn from(strategy: LbStrategy) -> Self {
+        match strategy {
+            LbStrategy::P2c => rpc_core::LbStrategy::PowerOfTwoChoices,
+            LbStrategy::RoundRobin => rpc_core::LbStrategy::RoundRobin,
+        }
+    }
 }
 
 /// `--grpc-client`.

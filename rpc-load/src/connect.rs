@@ -22,17 +22,25 @@ pub enum Address {
     /// (`tcp://`, `rdma://`, `auto://`, each also `+tls`) and gRPC servers (`grpc://`,
     /// `grpcs://`) through its gRPC client transport.
     Rpc(Endpoint),
-    /// A gRPC server driven through tonic's client (`--grpc-client tonic`); holds
-    /// `HOST:PORT`.
-    Grpc(String),
+    /// Several endpoints (`tcp://h1:p1,h2:p2`) or a DNS name (`dns:///name:port`), reached
+    /// through this framework's balanced `Channel`; holds the target as given.
+    Balanced(String),
+    /// gRPC servers driven through tonic's client (`--grpc-client tonic`); holds their
+    /// `HOST:PORT`s (several: tonic's balanced channel).
+    Grpc(Vec<String>),
 }
 
 impl Address {
-    /// Parses an endpoint URL; with `tonic`, a `grpc://HOST:PORT` is for tonic's client.
+    /// Parses an endpoint URL, a list (`tcp://h1:p1,h2:p2`) or a DNS target
+    /// (`dns:///name:port`); with `tonic`, `grpc://` addresses are for tonic's client.
     ///
     /// ```
     /// use rpc_load::connect::Address;
-    /// assert!(matches!(Address::parse("grpc://127.0.0.1:50052", true).unwrap(), Address::Grpc(a) if a == "127.0.0.1:50052"));
+    /// assert!(matches!(Address::parse("grpc://127.0.0.1:50052", true).unwrap(), Address::Grpc(a) if a == ["127.0.0.1:50052"]));
+    /// assert!(matches!(Address::parse("grpc://h:1,h:2", true).unwrap(), Address::Grpc(a) if a == ["h:1", "h:2"]));
+    /// assert!(matches!(Address::parse("tcp://h:1,h:2", false).unwrap(), Address::Balanced(_)));
+    /// assert!(matches!(Address::parse("dns:///backend:50051", false).unwrap(), Address::Balanced(_)));
+    /// assert!(Address::parse("tcp://h:1,h", false).is_err());
     /// assert!(matches!(Address::parse("grpc://127.0.0.1:50052", false).unwrap(), Address::Rpc(_)));
     /// assert!(matches!(Address::parse("tcp://127.0.0.1:50051", true).unwrap(), Address::Rpc(_)));
     /// assert!(Address::parse("127.0.0.1:50051", false).is_err());
@@ -41,6 +49,31 @@ impl Address {
     /// # Errors
     /// Not a URL of one of these schemes with a numeric port.
     pub fn parse(url: &str, tonic: bool) -> anyhow::Result<Address> {
+        if url.starts_with("dns:") {
+            if tonic {
+                bail!(
+                    "--grpc-client tonic takes grpc://HOST:PORT[,HOST:PORT...], not a DNS target"
+                );
+            }
+            return Ok(Address::Balanced(url.to_owned()));
+        }
+        if let Some((scheme, list)) = url.split_once("://").filter(|(_, a)| a.contains(',')) {
+            let endpoints = list
+                .split(',')
+                .map(|address| Address::parse(&format!("{scheme}://{}", address.trim()), tonic))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            if tonic && scheme == "grpc" {
+                let addresses = endpoints
+                    .into_iter()
+                    .flat_map(|a| match a {
+                        Address::Grpc(a) => a,
+                        _ => Vec::new(),
+                    })
+                    .collect();
+                return Ok(Address::Grpc(addresses));
+            }
+            return Ok(Address::Balanced(url.to_owned()));
+        }
         let endpoint: Endpoint = url.parse().map_err(|e: rpc_core::ParseEndpointError| {
             anyhow::anyhow!(
                 "{e}; expected tcp://, rdma://, auto:// (+tls), grpc:// or grpcs://HOST:PORT"
@@ -50,7 +83,7 @@ impl Address {
             if endpoint.tls {
                 bail!("--grpc-client tonic drives plaintext grpc:// only");
             }
-            return Ok(Address::Grpc(endpoint.address));
+            return Ok(Address::Grpc(vec![endpoint.address]));
         }
         Ok(Address::Rpc(endpoint))
     }

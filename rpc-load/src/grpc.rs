@@ -106,6 +106,25 @@ pub async fn connect(addr: &str, settings: &GrpcSettings) -> anyhow::Result<Chan
         .with_context(|| format!("cannot connect to grpc://{addr}"))
 }
 
+/// tonic's balanced channel over `addrs` (each `HOST:PORT`): power of two choices on
+/// requests in flight (tower's balancer), connecting in the background.
+///
+/// # Errors
+/// An address that is not a URI authority.
+pub fn connect_balanced(addrs: &[String], settings: &GrpcSettings) -> anyhow::Result<Channel> {
+    let endpoints = addrs
+        .iter()
+        .map(|addr| {
+            Ok(Endpoint::from_shared(format!("http://{addr}"))
+                .with_context(|| format!("bad gRPC address {addr:?}"))?
+                .tcp_nodelay(true)
+                .connect_timeout(settings.connect_timeout)
+                .http2_adaptive_window(true))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Channel::balance_list(endpoints.into_iter()))
+}
+
 /// Calls a unary method of a gRPC server over one HTTP/2 connection.
 #[derive(Debug, Clone)]
 pub struct GrpcTarget {

@@ -206,6 +206,23 @@ async fn dial_and_record<C: Connection>(
     }
 }
 
+/// Dials `endpoint` with the connection type's own dialer ([`Dial`]).
+fn dial_with<C: Dial>(
+    endpoint: &Endpoint,
+) -> impl Future<Output = Result<C, TransportError>> + Send + 'static {
+    let endpoint = endpoint.clone();
+    async move { C::dial(&endpoint).await }
+}
+
+/// `dial` of `endpoint` as a reconnecting channel's dialer.
+fn dialer<C, F, Fut>(endpoint: Endpoint, dial: F) -> impl Fn() -> Fut + Send + Sync + 'static
+where
+    F: Fn(&Endpoint) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
+{
+    move || dial(&endpoint)
+}
+
 /// Starts the tasks of one connection.
 pub(super) fn start<C: Connection>(
     conn: C,
@@ -366,11 +383,28 @@ impl<C: Connection> Channel<C> {
     where
         C: Dial,
     {
+        Channel::connect_dialing(url, config, dial_with::<C>).await
+    }
+
+    /// [`Channel::connect_with`] for any connection type, dialling each endpoint with
+    /// `dial`.
+    ///
+    /// # Errors
+    /// As [`Channel::connect`].
+    pub async fn connect_dialing<F, Fut>(
+        url: &str,
+        config: ClientConfig,
+        dial: F,
+    ) -> Result<Channel<C>, TransportError>
+    where
+        F: Fn(&Endpoint) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
+    {
         match Target::parse(url)? {
-            Target::One(endpoint) => Channel::with_reconnect(config, Self::dialer(endpoint)).await,
+            Target::One(endpoint) => Channel::with_reconnect(config, dialer(endpoint, dial)).await,
             target => {
                 let timeout = config.connect_timeout;
-                let channel = Channel::from_target(config, target);
+                let channel = Channel::from_target(config, target, dial);
                 let balancer = channel.inner.balancer.as_ref().expect("balanced");
                 match tokio::time::timeout(timeout, balancer.pick()).await {
                     Ok(Ok(_)) => Ok(channel),
@@ -383,23 +417,19 @@ impl<C: Connection> Channel<C> {
         }
     }
 
-    fn from_target(config: ClientConfig, target: Target) -> Channel<C>
+    fn from_target<F, Fut>(config: ClientConfig, target: Target, dial: F) -> Channel<C>
     where
-        C: Dial,
+        F: Fn(&Endpoint) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
         let discovery = match target {
             Target::One(endpoint) => Discovery::Static(vec![endpoint]),
             Target::List(endpoints) => Discovery::Static(endpoints),
             Target::Dns(target) => Discovery::Dns(target),
         };
-        Channel::from_discovery(
-            config,
-            discovery,
-            Arc::new(|endpoint: &Endpoint| {
-                let endpoint = endpoint.clone();
-                Box::pin(async move { C::dial(&endpoint).await }) as Dialing<C>
-            }),
-        )
+        let dial: DialFn<C> =
+            Arc::new(move |endpoint: &Endpoint| Box::pin(dial(endpoint)) as Dialing<C>);
+        Channel::from_discovery(config, discovery, dial)
     }
 
     fn from_discovery(config: ClientConfig, discovery: Discovery, dial: DialFn<C>) -> Channel<C> {
@@ -504,21 +534,27 @@ impl<C: Connection> Channel<C> {
     where
         C: Dial,
     {
-        Ok(match Target::parse(url)? {
-            Target::One(endpoint) => Channel::lazy(config, Self::dialer(endpoint)),
-            target => Channel::from_target(config, target),
-        })
+        Channel::connect_lazy_dialing(url, config, dial_with::<C>)
     }
 
-    fn dialer(endpoint: Endpoint) -> impl Fn() -> Dialing<C> + Send + Sync + 'static
+    /// [`Channel::connect_lazy_with`] for any connection type, dialling each endpoint
+    /// with `dial`.
+    ///
+    /// # Errors
+    /// A URL that is not an endpoint or a target.
+    pub fn connect_lazy_dialing<F, Fut>(
+        url: &str,
+        config: ClientConfig,
+        dial: F,
+    ) -> Result<Channel<C>, TransportError>
     where
-        C: Dial,
+        F: Fn(&Endpoint) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
-        let endpoint = Arc::new(endpoint);
-        move || {
-            let endpoint = endpoint.clone();
-            Box::pin(async move { C::dial(&endpoint).await })
-        }
+        Ok(match Target::parse(url)? {
+            Target::One(endpoint) => Channel::lazy(config, dialer(endpoint, dial)),
+            target => Channel::from_target(config, target, dial),
+        })
     }
 
     /// This channel (sharing its connection with every clone) with `interceptor` run on
