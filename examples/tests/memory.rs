@@ -113,3 +113,8 @@ async fn chat_room() {
 async fn interceptor_requires_a_token() {
     an_interceptor_requires_a_token(Memory::default()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tower_layers() {
+    tower_layers_hold(Memory::default()).await;
+}

@@ -126,6 +126,7 @@ shared_net_test!(
     interceptor_requires_a_token,
     an_interceptor_requires_a_token(Rdma)
 );
+shared_net_test!(tower_layers, tower_layers_hold(Rdma));
 shared_net_test!(
     slow_stream_reader,
     a_slow_reader_does_not_stall_other_streams(Rdma)

@@ -444,3 +444,8 @@ fn registering_a_method_twice_is_a_register_error() {
 async fn interceptor_requires_a_token() {
     an_interceptor_requires_a_token(Tcp).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tower_layers() {
+    tower_layers_hold(Tcp).await;
+}

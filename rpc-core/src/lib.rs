@@ -16,6 +16,7 @@
 //! - [`Streaming`]: the received side of a streaming call, flow-controlled (`stream.rs`).
 //! - [`memory`]: an in-memory transport for tests.
 //! - [`codegen`]: what generated code uses.
+//! - [`layer`]: tower layers around a server's calls and a channel's unary calls.
 //!
 //! # Feature Flags
 //! None.
@@ -27,6 +28,7 @@ mod config;
 mod control;
 mod endpoint;
 mod interceptor;
+pub mod layer;
 pub mod memory;
 mod metadata;
 pub mod metered;

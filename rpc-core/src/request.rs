@@ -281,6 +281,18 @@ impl<T> Response<T> {
             trailers: self.trailers,
         }
     }
+
+    /// Converts the message with `f`, which may fail, keeping metadata and trailers.
+    ///
+    /// # Errors
+    /// `f`'s error.
+    pub fn try_map<U, E>(self, f: impl FnOnce(T) -> Result<U, E>) -> Result<Response<U>, E> {
+        Ok(Response {
+            metadata: self.metadata,
+            message: f(self.message)?,
+            trailers: self.trailers,
+        })
+    }
 }
 
 #[cfg(test)]

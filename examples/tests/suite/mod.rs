@@ -628,3 +628,108 @@ pub async fn an_interceptor_requires_a_token<H: Harness>(h: H) {
         "refused before it was sent"
     );
 }
+
+/// Twelve concurrent 40 ms calls of `client`; the peak concurrency `probe` saw.
+async fn peak_of_twelve<C: Connection>(client: &EchoClient<C>, peak: &AtomicUsize) -> usize {
+    peak.store(0, Ordering::SeqCst);
+    let calls: Vec<_> = (0..12)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .echo(EchoRequest {
+                        payload: vec![i as u8].into(),
+                        delay_ms: 40,
+                        ..Default::default()
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for c in calls {
+        let reply = c.await.unwrap().unwrap();
+        assert_eq!(reply.into_inner().payload.len(), 1);
+    }
+    peak.load(Ordering::SeqCst)
+}
+
+/// tower layers: a concurrency limit on the server holds (twelve concurrent calls, two
+/// handlers at a time; without the layer all twelve run at once), a server timeout layer
+/// answers DEADLINE_EXCEEDED, and on the client a concurrency-limit layer and a timeout
+/// layer work through a generated client.
+pub async fn tower_layers_hold<H: Harness>(h: H) {
+    // Without a layer: all twelve run at once.
+    let probe = Probe::default();
+    let peak = probe.peak.clone();
+    let addr = h.start(server_with(probe, big_config())).await;
+    let plain = EchoClient::new(h.connect(&addr, BIG).await);
+    assert_eq!(peak_of_twelve(&plain, &peak).await, 12);
+    // The client's own concurrency limit: three at a time reach the server.
+    let limited = EchoClient::new(
+        h.connect(&addr, BIG)
+            .await
+            .layer(tower::limit::ConcurrencyLimitLayer::new(3)),
+    );
+    assert_eq!(peak_of_twelve(&limited, &peak).await, 3);
+    // A client timeout layer: DEADLINE_EXCEEDED.
+    let hasty = EchoClient::new(
+        h.connect(&addr, BIG)
+            .await
+            .layer(tower::timeout::TimeoutLayer::new(Duration::from_millis(20))),
+    );
+    let status = hasty
+        .echo(EchoRequest {
+            delay_ms: 500,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+
+    // On the server: two at a time, whatever the clients do.
+    let probe = Probe::default();
+    let peak = probe.peak.clone();
+    let server = Server::builder()
+        .layer(tower::limit::ConcurrencyLimitLayer::new(2))
+        .add_service(EchoServer::new(probe))
+        .unwrap()
+        .build();
+    let addr = h.start(server).await;
+    let client = EchoClient::new(h.connect(&addr, BIG).await);
+    assert_eq!(peak_of_twelve(&client, &peak).await, 2);
+    // The layer also covers streaming calls (they wait for a permit like the rest).
+    let mut stream = client
+        .repeat(examples::echo::RepeatRequest {
+            payload: b"s".to_vec().into(),
+            count: 2,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stream.message().await.unwrap().is_some());
+
+    // A server timeout layer: the handler is dropped, the client sees DEADLINE_EXCEEDED.
+    let server = Server::builder()
+        .layer(tower::timeout::TimeoutLayer::new(Duration::from_millis(30)))
+        .add_service(EchoServer::new(Probe::default()))
+        .unwrap()
+        .build();
+    let addr = h.start(server).await;
+    let client = EchoClient::new(h.connect(&addr, BIG).await);
+    let status = client
+        .echo(EchoRequest {
+            delay_ms: 500,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    let fast = client
+        .echo(EchoRequest {
+            payload: b"quick".to_vec().into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(&fast.into_inner().payload[..], b"quick");
+}

@@ -20,6 +20,7 @@ use super::calls::{CallTable, NotAdmitted, Waiter};
 use super::target::{EndpointStatus, Target};
 use crate::control::ControlQueue;
 use crate::interceptor::{intercept, Chain, Interceptor};
+use crate::layer::{to_status, BoxError, ClientCall, ClientStack, Encoded};
 use crate::outbound::{send_control_credits, send_frame, send_split};
 use crate::payload::{self, Inbound};
 use crate::service::{MethodDescriptor, MethodKind, SplitLarge};
@@ -46,11 +47,14 @@ pub struct Channel<C: Connection> {
     inner: Arc<Inner<C>>,
     /// Runs on every request's head before it is sent ([`Channel::with_interceptor`]).
     interceptor: Option<Arc<dyn Interceptor>>,
+    /// tower layers around unary calls ([`Channel::layer`]).
+    stack: Option<ClientStack>,
 }
 
 impl<C: Connection> Clone for Channel<C> {
     fn clone(&self) -> Self {
         Channel {
+            stack: self.stack.clone(),
             inner: self.inner.clone(),
             interceptor: self.interceptor.clone(),
         }
@@ -274,6 +278,7 @@ impl<C: Connection> Channel<C> {
     pub fn with_config(conn: C, config: ClientConfig) -> Channel<C> {
         let current = RwLock::new(Some(start(conn, &config, None)));
         Channel {
+            stack: None,
             interceptor: None,
             inner: Arc::new(Inner {
                 current,
@@ -331,6 +336,7 @@ impl<C: Connection> Channel<C> {
         Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
         Channel {
+            stack: None,
             interceptor: None,
             inner: Arc::new(Inner {
                 current: RwLock::new(None),
@@ -434,6 +440,7 @@ impl<C: Connection> Channel<C> {
 
     fn from_discovery(config: ClientConfig, discovery: Discovery, dial: DialFn<C>) -> Channel<C> {
         Channel {
+            stack: None,
             interceptor: None,
             inner: Arc::new(Inner {
                 current: RwLock::new(None),
@@ -493,6 +500,7 @@ impl<C: Connection> Channel<C> {
     /// A channel over the connection `shared` alone (a balanced endpoint's health watch).
     pub(super) fn over(shared: Arc<Shared<C>>, config: ClientConfig) -> Channel<C> {
         Channel {
+            stack: None,
             interceptor: None,
             inner: Arc::new(Inner {
                 current: RwLock::new(Some(shared)),
@@ -577,8 +585,53 @@ impl<C: Connection> Channel<C> {
             None => Arc::new(interceptor),
         };
         Channel {
+            stack: self.stack.clone(),
             inner: self.inner.clone(),
             interceptor: Some(interceptor),
+        }
+    }
+
+    /// This channel (sharing its connection with every clone) with its unary calls run
+    /// through `layer`, a tower layer: a timeout, a rate or concurrency limit, a retry
+    /// policy, load shedding. The layered service takes a [`Request`] of
+    /// [`ClientCall`](crate::layer::ClientCall) (the method and the encoded message) and
+    /// answers a [`Response`] of the encoded response; its errors become statuses
+    /// ([`layer::to_status`](crate::layer::to_status)). Layers added later wrap those
+    /// added before; interceptors run before every layer. Streaming calls do not go
+    /// through layers. Generated clients over the returned channel use the layers.
+    ///
+    /// ```
+    /// # fn f(channel: rpc_core::Channel<rpc_core::memory::MemoryConnection>) {
+    /// let limited = channel.layer(tower::limit::ConcurrencyLimitLayer::new(8));
+    /// # }
+    /// ```
+    pub fn layer<L>(&self, layer: L) -> Channel<C>
+    where
+        L: tower::Layer<ClientStack>,
+        L::Service: tower::Service<Request<ClientCall>, Response = Response<bytes::Bytes>>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        <L::Service as tower::Service<Request<ClientCall>>>::Error: Into<BoxError>,
+        <L::Service as tower::Service<Request<ClientCall>>>::Future: Send + 'static,
+    {
+        use tower::ServiceExt;
+        let inner = self.stack.clone().unwrap_or_else(|| {
+            // The bottom: this channel without layers or interceptors (those run first).
+            let bottom = Channel {
+                inner: self.inner.clone(),
+                interceptor: None,
+                stack: None,
+            };
+            tower::util::BoxCloneSyncService::new(bottom.map_err(BoxError::from))
+        });
+        Channel {
+            inner: self.inner.clone(),
+            interceptor: self.interceptor.clone(),
+            stack: Some(tower::util::BoxCloneSyncService::new(
+                layer.layer(inner).map_err(Into::into),
+            )),
         }
     }
 
@@ -1015,6 +1068,17 @@ impl<C: Connection> Channel<C> {
         Req: prost::Message,
     {
         let request = self.intercepted(request)?;
+        if let Some(stack) = &self.stack {
+            use tower::ServiceExt;
+            let request = request.map(|message| ClientCall::encode(*method, &message));
+            let response = stack.clone().oneshot(request).await.map_err(to_status)?;
+            let (metadata, message, trailers) = response.into_all_parts();
+            let message = decode(Payload::Shared(message))
+                .map_err(|e| Status::internal(format!("failed to decode response: {e}")))?;
+            let mut response = Response::from_parts(metadata, message);
+            *response.trailers_mut() = trailers;
+            return Ok(response);
+        }
         let span = tracing::debug_span!(
             "rpc-call",
             method = method.path,
@@ -1766,5 +1830,42 @@ async fn keepalive_loop<C: Connection>(
         }
         last_heard = Instant::now();
         wait = interval;
+    }
+}
+
+/// A channel is a tower service of unary calls, its message encoded: with
+/// `tower::ServiceBuilder` (or [`Channel::layer`]) any tower middleware goes around it.
+/// A channel with layers sends the call through them.
+impl<C: Connection> tower::Service<Request<ClientCall>> for Channel<C> {
+    type Response = Response<bytes::Bytes>;
+    type Error = Status;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<bytes::Bytes>, Status>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Status>> {
+        // The channel bounds its calls itself (connection limits, deadlines).
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<ClientCall>) -> Self::Future {
+        let channel = self.clone();
+        Box::pin(async move {
+            if let Some(stack) = &channel.stack {
+                use tower::ServiceExt;
+                return stack.clone().oneshot(request).await.map_err(to_status);
+            }
+            let method = *request.get_ref().method();
+            let request = request.map(|call| Encoded(call.message().clone()));
+            channel
+                .unary_with(request, &method, |payload| {
+                    Ok(match payload {
+                        Payload::Borrowed(slice) => bytes::Bytes::copy_from_slice(slice),
+                        Payload::Shared(bytes) => bytes,
+                    })
+                })
+                .await
+        })
     }
 }

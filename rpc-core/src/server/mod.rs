@@ -44,10 +44,22 @@ struct Inner {
 }
 
 /// Collects services and settings for a [`Server`].
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct ServerBuilder {
     router: Router,
     config: ServerConfig,
+    /// tower layers, in the order added (the first outermost).
+    layers: Vec<crate::layer::WrapServer>,
+}
+
+impl std::fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("router", &self.router)
+            .field("config", &self.config)
+            .field("layers", &self.layers.len())
+            .finish()
+    }
 }
 
 impl ServerBuilder {
@@ -67,8 +79,60 @@ impl ServerBuilder {
         self
     }
 
+    /// Runs every call of every service through `layer` (a tower layer): concurrency
+    /// and rate limits, timeouts, load shedding, authentication, metrics. The layered
+    /// service takes a [`Request`](crate::Request) of
+    /// [`ServerCall`](crate::layer::ServerCall) and answers a
+    /// [`Response`](crate::Response) of [`ServerAnswer`](crate::layer::ServerAnswer);
+    /// its errors become statuses ([`layer::to_status`](crate::layer::to_status)). Layers
+    /// added first are outermost, as with `tower::ServiceBuilder`. The server's own
+    /// limits ([`ServerConfig`]) apply before any layer: a call waiting in a layer holds
+    /// its server permit.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let server = rpc_core::Server::builder()
+    ///     .layer(tower::limit::ConcurrencyLimitLayer::new(64))
+    ///     .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(5)))
+    ///     .build();
+    /// ```
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<crate::layer::ServerStack> + Send + Sync + 'static,
+        L::Service: tower::Service<
+                crate::Request<crate::layer::ServerCall>,
+                Response = crate::Response<crate::layer::ServerAnswer>,
+            > + Clone
+            + Send
+            + Sync
+            + 'static,
+        <L::Service as tower::Service<crate::Request<crate::layer::ServerCall>>>::Error:
+            Into<crate::layer::BoxError>,
+        <L::Service as tower::Service<crate::Request<crate::layer::ServerCall>>>::Future:
+            Send + 'static,
+    {
+        use tower::ServiceExt;
+        self.layers.push(Box::new(move |inner| {
+            tower::util::BoxCloneSyncService::new(layer.layer(inner).map_err(Into::into))
+        }));
+        self
+    }
+
     /// Builds the server.
-    pub fn build(self) -> Server {
+    pub fn build(mut self) -> Server {
+        if !self.layers.is_empty() {
+            let stack = self
+                .layers
+                .drain(..)
+                .rev()
+                .fold(crate::layer::server_bottom(), |inner, wrap| wrap(inner));
+            self.router.wrap(|service| {
+                Arc::new(crate::layer::Layered {
+                    inner: service,
+                    stack: stack.clone(),
+                })
+            });
+        }
         let (shutdown, _) = watch::channel(false);
         Server {
             inner: Arc::new(Inner {

@@ -54,6 +54,23 @@ impl Router {
         Ok(())
     }
 
+    /// Replaces every route's service with `wrap` of it (one wrapper per service).
+    pub(crate) fn wrap(&mut self, wrap: impl Fn(Arc<dyn Service>) -> Arc<dyn Service>) {
+        let mut wrapped: Vec<(Arc<dyn Service>, Arc<dyn Service>)> = Vec::new();
+        for route in self.routes.values_mut() {
+            let existing = wrapped
+                .iter()
+                .find(|(original, _)| Arc::ptr_eq(original, &route.service))
+                .map(|(_, wrapper)| wrapper.clone());
+            let wrapper = existing.unwrap_or_else(|| {
+                let wrapper = wrap(route.service.clone());
+                wrapped.push((route.service.clone(), wrapper.clone()));
+                wrapper
+            });
+            route.service = wrapper;
+        }
+    }
+
     /// The route of `method_id`.
     pub(crate) fn get(&self, method_id: u32) -> Option<&Route> {
         self.routes.get(&method_id)
