@@ -113,6 +113,10 @@ pub struct BalanceConfig {
     /// How long an ejected endpoint rests: this times the number of its ejections in a
     /// row, up to ten times. Default 10 s.
     pub ejection_time: Duration,
+    /// Most endpoints the channel connects to: when discovery finds more, it uses a
+    /// subset of this size, the same across updates (and different between channels, so
+    /// that many clients cover every server). Default 256.
+    pub max_endpoints: usize,
 }
 
 impl Default for BalanceConfig {
@@ -124,6 +128,7 @@ impl Default for BalanceConfig {
             dns_scheme: "auto".to_owned(),
             eject_after_failures: 5,
             ejection_time: Duration::from_secs(10),
+            max_endpoints: 256,
         }
     }
 }
@@ -137,7 +142,7 @@ impl Default for BalanceConfig {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RetryPolicy {
-    /// Attempts in all, the first included. Default 3.
+    /// Attempts in all, the first included; at most 5 are made (as gRPC). Default 3.
     pub max_attempts: u32,
     /// The back-off before the first retry; it doubles for each further one, up to
     /// [`RetryPolicy::max_backoff`], with jitter. Default 10 ms.
@@ -153,6 +158,12 @@ pub struct RetryPolicy {
     /// Also retry every method whose `.proto` declares `option idempotency_level =
     /// IDEMPOTENT` (or `NO_SIDE_EFFECTS`). Default true.
     pub idempotent: bool,
+    /// Retry throttling, as gRPC's `retryThrottling`: the channel holds this many tokens;
+    /// each failed call the policy covers takes one, each success gives a tenth back, and
+    /// calls are retried only while more than half are left. An outage then costs about
+    /// one retry per success instead of `max_attempts` times the load. 0 turns
+    /// throttling off. Default 100.
+    pub max_tokens: u32,
 }
 
 impl Default for RetryPolicy {
@@ -164,6 +175,7 @@ impl Default for RetryPolicy {
             codes: vec![crate::Code::Unavailable],
             methods: Vec::new(),
             idempotent: true,
+            max_tokens: 100,
         }
     }
 }

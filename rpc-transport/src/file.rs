@@ -227,6 +227,8 @@ section! {
         eject_after_failures: u32 => |c, v| c.balance.eject_after_failures = v,
         /// [`BalanceConfig::ejection_time`](rpc_core::BalanceConfig::ejection_time) in ms.
         ejection_time_ms: u64 => |c, v| c.balance.ejection_time = Duration::from_millis(v),
+        /// See [`BalanceConfig::max_endpoints`](rpc_core::BalanceConfig::max_endpoints).
+        max_endpoints: usize => |c, v| c.balance.max_endpoints = v,
         /// [`RetryPolicy::max_attempts`](rpc_core::RetryPolicy::max_attempts); 0 or 1 turns
         /// retries off, more turns the default [`RetryPolicy`](rpc_core::RetryPolicy) on.
         retry_max_attempts: u32 => |c, v| c.retry = (v > 1).then(|| {
@@ -591,7 +593,7 @@ mod tests {
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
         names.extend(GrpcSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 10 + 14 + 6);
+        assert_eq!(names.len(), 16 + 4 + 10 + 15 + 6);
         // Every variable set: numbers to 7, the names to one they take.
         let file = FileConfig::from_vars(|n| {
             names.iter().any(|v| v == n).then(|| match n {

@@ -51,15 +51,20 @@ pub(super) struct Balancer<C: Connection> {
     resolution: Mutex<Resolution>,
     /// Notified whenever something a waiting pick may use changed.
     changed: Arc<Notify>,
-    /// Random state for picks (power of two choices) and the round-robin counter.
+    /// Random state for picks (power of two choices).
     next: AtomicU64,
+    /// Round robin's counter.
+    turn: AtomicU64,
     budget: Arc<EjectionBudget>,
+    /// Chooses this channel's subset when discovery finds more than `max_endpoints`.
+    subset_seed: u64,
     /// The discovery task.
     task: Mutex<Option<AbortHandle>>,
 }
 
 enum Resolution {
-    Pending,
+    /// Since when (the balancer's start): calls wait up to the connect timeout.
+    Pending(Instant),
     Done,
     /// Discovery failed (and has no earlier set to keep using).
     Failed(Status),
@@ -89,7 +94,7 @@ impl<C: Connection> Sub<C> {
         if let Some(task) = self.connector.lock().take() {
             task.abort();
         }
-        self.state.unject();
+        self.state.remove();
     }
 
     /// The connection if the endpoint is usable now, with its calls in flight; `ejected`
@@ -99,6 +104,9 @@ impl<C: Connection> Sub<C> {
         now: Instant,
         ejected: &mut Option<(Arc<Shared<C>>, usize)>,
     ) -> Option<(Arc<Shared<C>>, usize)> {
+        // First, so that an ejection that is over gives its place back whatever else
+        // holds the endpoint back.
+        let is_ejected = self.state.is_ejected(now);
         if self.state.health.load(Ordering::Acquire) != SERVING {
             return None;
         }
@@ -110,7 +118,7 @@ impl<C: Connection> Sub<C> {
             }
             calls.len()
         };
-        if self.state.is_ejected(now) {
+        if is_ejected {
             if ejected.is_none() {
                 *ejected = Some((shared, load));
             }
@@ -118,6 +126,19 @@ impl<C: Connection> Sub<C> {
         }
         Some((shared, load))
     }
+}
+
+/// How often a waiting pick looks again even when nothing notified it.
+const REPICK: Duration = Duration::from_millis(100);
+
+/// The shortest interval between two resolutions of a DNS target.
+const MIN_DNS_REFRESH: Duration = Duration::from_millis(100);
+
+/// Two different indices below `n` (at least 2) from the random `r`.
+fn distinct_pair(r: u64, n: usize) -> (usize, usize) {
+    let i = (r % n as u64) as usize;
+    let j = ((r >> 32) % (n as u64 - 1)) as usize;
+    (i, if j >= i { j + 1 } else { j })
 }
 
 const CONNECTING: u8 = 0;
@@ -137,9 +158,16 @@ pub(crate) struct EndpointState {
     changed: Arc<Notify>,
     phase: AtomicU8,
     health: AtomicU8,
+    /// Why the last dial (or connection) failed; cleared when a connection is up. While
+    /// set, a dial under way does not make picks wait (the endpoint is failing).
     last_error: Mutex<Option<Status>>,
+    /// When the connection came up with health unknown (a watch's first answer is due
+    /// within the connect timeout, or the endpoint counts as not serving).
+    health_since: Mutex<Option<Instant>>,
     /// Calls in a row that failed.
     failures: AtomicU32,
+    /// Ejections in a row, none of them followed by a success: each lasts longer.
+    streak: AtomicU32,
     ejection: Mutex<Ejection>,
     budget: Arc<EjectionBudget>,
     eject_after: u32,
@@ -149,8 +177,8 @@ pub(crate) struct EndpointState {
 #[derive(Default)]
 struct Ejection {
     until: Option<Instant>,
-    /// Ejections in a row (reset by a call that succeeds after one).
-    count: u32,
+    /// The endpoint left the set: never ejected again (its calls in flight still end).
+    removed: bool,
 }
 
 /// How many endpoints are ejected, of how many: at most half may be.
@@ -158,6 +186,24 @@ struct Ejection {
 struct EjectionBudget {
     ejected: AtomicUsize,
     endpoints: AtomicUsize,
+}
+
+impl EjectionBudget {
+    /// Takes a place for one more ejection, if that leaves at most half ejected.
+    fn take(&self) -> bool {
+        let endpoints = self.endpoints.load(Ordering::Relaxed);
+        self.ejected
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |ejected| {
+                ((ejected + 1) * 2 <= endpoints).then_some(ejected + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self) {
+        let _ = self
+            .ejected
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| e.checked_sub(1));
+    }
 }
 
 impl EndpointState {
@@ -176,8 +222,10 @@ impl EndpointState {
             Code::Unavailable | Code::Internal | Code::Unknown | Code::DataLoss
         );
         if !failed {
-            if self.failures.swap(0, Ordering::Relaxed) != 0 {
-                self.ejection.lock().count = 0;
+            self.failures.store(0, Ordering::Relaxed);
+            // A success after an ejection ended: the next one starts short again.
+            if self.streak.load(Ordering::Relaxed) != 0 && self.ejection.lock().until.is_none() {
+                self.streak.store(0, Ordering::Relaxed);
             }
             return;
         }
@@ -186,17 +234,12 @@ impl EndpointState {
             return;
         }
         let mut ejection = self.ejection.lock();
-        if ejection.until.is_some() {
-            return;
-        }
-        let endpoints = self.budget.endpoints.load(Ordering::Relaxed);
-        let ejected = self.budget.ejected.load(Ordering::Relaxed);
-        if (ejected + 1) * 2 > endpoints {
+        if ejection.until.is_some() || ejection.removed || !self.budget.take() {
             return; // never more than half of them
         }
-        self.budget.ejected.fetch_add(1, Ordering::Relaxed);
-        ejection.count = (ejection.count + 1).min(10);
-        let rest = self.ejection_time * ejection.count;
+        let streak = (self.streak.load(Ordering::Relaxed) + 1).min(10);
+        self.streak.store(streak, Ordering::Relaxed);
+        let rest = self.ejection_time * streak;
         ejection.until = Some(Instant::now() + rest);
         self.failures.store(0, Ordering::Relaxed);
         tracing::info!(
@@ -212,17 +255,19 @@ impl EndpointState {
             Some(until) if until > now => true,
             Some(_) => {
                 ejection.until = None;
-                self.budget.ejected.fetch_sub(1, Ordering::Relaxed);
+                self.budget.give_back();
                 false
             }
             None => false,
         }
     }
 
-    /// Ends an ejection (the endpoint is removed).
-    fn unject(&self) {
-        if self.ejection.lock().until.take().is_some() {
-            self.budget.ejected.fetch_sub(1, Ordering::Relaxed);
+    /// The endpoint left the set: its ejection (if any) ends and none follows.
+    fn remove(&self) {
+        let mut ejection = self.ejection.lock();
+        ejection.removed = true;
+        if ejection.until.take().is_some() {
+            self.budget.give_back();
         }
     }
 
@@ -255,10 +300,12 @@ impl<C: Connection> Balancer<C> {
             endpoints: RwLock::new(Arc::new(Vec::new())),
             discovery: Mutex::new(Some(discovery)),
             started: AtomicBool::new(false),
-            resolution: Mutex::new(Resolution::Pending),
+            resolution: Mutex::new(Resolution::Pending(Instant::now())),
             changed: Arc::new(Notify::new()),
             next: AtomicU64::new(seed()),
+            turn: AtomicU64::new(0),
             budget: Arc::default(),
+            subset_seed: seed(),
             task: Mutex::new(None),
         }
     }
@@ -271,6 +318,7 @@ impl<C: Connection> Balancer<C> {
         let Some(discovery) = self.discovery.lock().take() else {
             return;
         };
+        *self.resolution.lock() = Resolution::Pending(Instant::now());
         let weak = Arc::downgrade(self);
         let task = match discovery {
             Discovery::Static(endpoints) => {
@@ -306,7 +354,9 @@ impl<C: Connection> Balancer<C> {
                 Pick::Fail(status) if !self.config.wait_for_ready => return Err(status),
                 Pick::Fail(_) | Pick::Wait => {}
             }
-            changed.await;
+            // Woken by any change; and now and then regardless, for what ends by time
+            // alone (a first resolution or health answer overdue, an ejection over).
+            let _ = tokio::time::timeout(REPICK, changed).await;
         }
     }
 
@@ -327,57 +377,12 @@ impl<C: Connection> Balancer<C> {
         let now = Instant::now();
         let mut ejected = None;
         if n > 0 {
-            match self.config.balance.strategy {
-                LbStrategy::PowerOfTwoChoices => {
-                    let r = self.random();
-                    let first = (r % n as u64) as usize;
-                    let mut best: Option<(Arc<Shared<C>>, usize)> = None;
-                    let mut seen = 0;
-                    // Two endpoints drawn at random; when one of them is not usable, the
-                    // next usable ones in order take its place.
-                    let second = if n > 1 {
-                        let j = ((r >> 32) % (n as u64 - 1)) as usize;
-                        if j >= first {
-                            j + 1
-                        } else {
-                            j
-                        }
-                    } else {
-                        first
-                    };
-                    let order = [first, second]
-                        .into_iter()
-                        .chain((1..n).map(|k| (first + k) % n));
-                    let mut tried = 0u64; // a bit per index below 64
-                    for index in order {
-                        if index < 64 {
-                            if tried & (1 << index) != 0 {
-                                continue;
-                            }
-                            tried |= 1 << index;
-                        }
-                        if let Some((shared, load)) = subs[index].usable(now, &mut ejected) {
-                            if best.as_ref().is_none_or(|(_, best)| load < *best) {
-                                best = Some((shared, load));
-                            }
-                            seen += 1;
-                            if seen == 2 {
-                                break;
-                            }
-                        }
-                    }
-                    if let Some((shared, _)) = best {
-                        return Pick::Ready(shared);
-                    }
-                }
-                LbStrategy::RoundRobin => {
-                    let first = self.next.fetch_add(1, Ordering::Relaxed) as usize % n;
-                    for k in 0..n {
-                        if let Some((shared, _)) = subs[(first + k) % n].usable(now, &mut ejected) {
-                            return Pick::Ready(shared);
-                        }
-                    }
-                }
+            let picked = match self.config.balance.strategy {
+                LbStrategy::PowerOfTwoChoices => self.two_choices(&subs, now, &mut ejected),
+                LbStrategy::RoundRobin => self.round_robin(&subs, now, &mut ejected),
+            };
+            if let Some(shared) = picked {
+                return Pick::Ready(shared);
             }
         }
         // Only ejected endpoints are usable: they are used rather than none.
@@ -385,7 +390,15 @@ impl<C: Connection> Balancer<C> {
             return Pick::Ready(shared);
         }
         match &*self.resolution.lock() {
-            Resolution::Pending => return Pick::Wait,
+            Resolution::Pending(since) if since.elapsed() < self.config.connect_timeout => {
+                return Pick::Wait
+            }
+            Resolution::Pending(_) => {
+                return Pick::Fail(Status::unavailable(format!(
+                    "no endpoints found within {:?}",
+                    self.config.connect_timeout
+                )))
+            }
             Resolution::Failed(status) if n == 0 => return Pick::Fail(status.clone()),
             _ => {}
         }
@@ -396,18 +409,26 @@ impl<C: Connection> Balancer<C> {
         let mut error = None;
         for sub in subs.iter() {
             let state = &sub.state;
+            let last_error = state.last_error.lock().clone();
             match state.phase.load(Ordering::Acquire) {
-                CONNECTING => return Pick::Wait,
+                // A first dial: worth waiting for. A dial after failures is not (the
+                // endpoint is failing until it connects), as gRPC's TRANSIENT_FAILURE.
+                CONNECTING if last_error.is_none() => return Pick::Wait,
                 READY => match state.health.load(Ordering::Acquire) {
-                    UNKNOWN => return Pick::Wait,
+                    UNKNOWN => {
+                        let since = *state.health_since.lock();
+                        if since.is_none_or(|t| t.elapsed() < self.config.connect_timeout) {
+                            return Pick::Wait;
+                        }
+                        not_serving += 1;
+                    }
                     NOT_SERVING => not_serving += 1,
                     _ => {}
                 },
-                _ => {
-                    if error.is_none() {
-                        error = state.last_error.lock().clone();
-                    }
-                }
+                _ => {}
+            }
+            if error.is_none() {
+                error = last_error;
             }
         }
         Pick::Fail(match error {
@@ -421,22 +442,101 @@ impl<C: Connection> Balancer<C> {
         })
     }
 
+    /// Power of two choices: two endpoints drawn at random, the one with fewer calls in
+    /// flight; when either is not usable, two drawn among the usable ones.
+    fn two_choices(
+        &self,
+        subs: &[Arc<Sub<C>>],
+        now: Instant,
+        ejected: &mut Option<(Arc<Shared<C>>, usize)>,
+    ) -> Option<Arc<Shared<C>>> {
+        let n = subs.len();
+        if n == 1 {
+            return subs[0].usable(now, ejected).map(|(shared, _)| shared);
+        }
+        let r = self.random();
+        let (i, j) = distinct_pair(r, n);
+        let a = subs[i].usable(now, ejected);
+        let b = subs[j].usable(now, ejected);
+        if let (Some(a), Some(b)) = (&a, &b) {
+            return Some(if b.1 < a.1 { b.0.clone() } else { a.0.clone() });
+        }
+        // Some are not usable: choose among those that are, so that none is favoured
+        // for being next to one that is down.
+        let mut usable: Vec<(Arc<Shared<C>>, usize)> = subs
+            .iter()
+            .filter_map(|sub| sub.usable(now, ejected))
+            .collect();
+        match usable.len() {
+            0 => None,
+            1 => usable.pop().map(|(shared, _)| shared),
+            m => {
+                let (i, j) = distinct_pair(r.rotate_left(17), m);
+                let (a, b) = (&usable[i], &usable[j]);
+                Some(if b.1 < a.1 { b.0.clone() } else { a.0.clone() })
+            }
+        }
+    }
+
+    /// Each usable endpoint in turn.
+    fn round_robin(
+        &self,
+        subs: &[Arc<Sub<C>>],
+        now: Instant,
+        ejected: &mut Option<(Arc<Shared<C>>, usize)>,
+    ) -> Option<Arc<Shared<C>>> {
+        let mut usable: Vec<Arc<Shared<C>>> = subs
+            .iter()
+            .filter_map(|sub| sub.usable(now, ejected).map(|(shared, _)| shared))
+            .collect();
+        if usable.is_empty() {
+            return None;
+        }
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed) as usize % usable.len();
+        Some(usable.swap_remove(turn))
+    }
+
     /// Discovery produced `endpoints`: endpoints new to the set are connected, those that
     /// left it get no new calls (calls in flight on them finish).
     fn update(&self, mut endpoints: Vec<Endpoint>) {
         let mut seen = std::collections::HashSet::new();
         endpoints.retain(|endpoint| seen.insert(endpoint.clone()));
-        let old = self.endpoints.read().clone();
+        let max = self.config.balance.max_endpoints.max(1);
+        if endpoints.len() > max {
+            // A subset that stays the same across updates of this channel (and differs
+            // between channels, so that many clients cover every server).
+            let seed = self.subset_seed;
+            endpoints.sort_by_cached_key(|endpoint| {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                (seed, endpoint).hash(&mut hasher);
+                hasher.finish()
+            });
+            tracing::warn!(
+                found = endpoints.len(),
+                max,
+                "more endpoints than max_endpoints: using a subset"
+            );
+            endpoints.truncate(max);
+        }
+        let old_index: std::collections::HashMap<Endpoint, Arc<Sub<C>>> = self
+            .endpoints
+            .read()
+            .iter()
+            .map(|sub| (sub.endpoint.clone(), sub.clone()))
+            .collect();
         let mut next = Vec::with_capacity(endpoints.len());
         for endpoint in endpoints {
-            match old.iter().find(|sub| sub.endpoint == endpoint) {
+            match old_index.get(&endpoint) {
                 Some(sub) => next.push(sub.clone()),
                 None => next.push(self.add(endpoint)),
             }
         }
-        for sub in old.iter() {
-            if !next.iter().any(|kept| Arc::ptr_eq(kept, sub)) {
-                tracing::info!(endpoint = %sub.endpoint, "endpoint removed");
+        let kept: std::collections::HashSet<&Endpoint> =
+            next.iter().map(|sub| &sub.endpoint).collect();
+        for (endpoint, sub) in &old_index {
+            if !kept.contains(endpoint) {
+                tracing::info!(%endpoint, "endpoint removed");
                 sub.stop();
             }
         }
@@ -472,7 +572,9 @@ impl<C: Connection> Balancer<C> {
                     SERVING
                 }),
                 last_error: Mutex::new(None),
+                health_since: Mutex::new(None),
                 failures: AtomicU32::new(0),
+                streak: AtomicU32::new(0),
                 ejection: Mutex::new(Ejection::default()),
                 budget: self.budget.clone(),
                 eject_after: self.config.balance.eject_after_failures,
@@ -560,7 +662,9 @@ async fn keep_connected<C: Connection>(sub: Arc<Sub<C>>, dial: DialFn<C>, config
         let shared = start(conn, &config, Some(state.clone()));
         let connected_at = Instant::now();
         *sub.current.write() = Some(shared.clone());
-        let _health = config.balance.health_check_service.clone().map(|service| {
+        *state.last_error.lock() = None;
+        *state.health_since.lock() = Some(connected_at);
+        let health = config.balance.health_check_service.clone().map(|service| {
             let (abort, registration) = AbortHandle::new_pair();
             let watch = watch_health(
                 Arc::downgrade(&shared),
@@ -582,7 +686,10 @@ async fn keep_connected<C: Connection>(sub: Arc<Sub<C>>, dial: DialFn<C>, config
             }
             event.await;
         }
+        drop(health);
         drop(shared);
+        // Calls in flight keep the connection they hold; no new one goes there.
+        *sub.current.write() = None;
         state.set_health(if config.balance.health_check_service.is_some() {
             UNKNOWN
         } else {
@@ -638,12 +745,16 @@ async fn watch_health<C: Connection>(
     service: String,
     config: ClientConfig,
 ) {
+    // The watch lives as long as the connection: no call timeout, no retries.
+    let mut watch_config = config;
+    watch_config.timeout = None;
+    watch_config.retry = None;
     let mut backoff: Option<Duration> = None;
     loop {
         let Some(strong) = shared.upgrade() else {
             return;
         };
-        let channel = super::Channel::over(strong, config.clone());
+        let channel = super::Channel::over(strong, watch_config.clone());
         let request = Request::new(HealthCheckRequest {
             service: service.clone(),
         });
@@ -718,19 +829,33 @@ async fn follow_dns<C: Connection>(
             return;
         }
     };
+    let refresh = refresh.max(MIN_DNS_REFRESH);
+    let mut backoff: Option<Duration> = None;
     loop {
         let resolved = target.resolve(&resolver, &scheme).await;
         let Some(strong) = balancer.upgrade() else {
             return;
         };
-        match resolved {
-            Ok(endpoints) => strong.update(endpoints),
+        let wait = match resolved {
+            Ok(endpoints) => {
+                strong.update(endpoints);
+                backoff = None;
+                refresh
+            }
             Err(status) => {
                 tracing::warn!("resolving {target} failed: {}", status.message());
                 strong.failed(status);
+                // Tried again soon (a failed first resolution fails every call).
+                let wait = backoff.map_or(REDIAL_BACKOFF, next_backoff);
+                backoff = Some(wait);
+                jitter(wait).min(refresh)
             }
-        }
+        };
         drop(strong);
-        tokio::time::sleep(refresh).await;
+        tokio::time::sleep(wait).await;
     }
 }
+
+#[cfg(test)]
+#[path = "balance_tests.rs"]
+mod tests;

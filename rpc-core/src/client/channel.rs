@@ -85,7 +85,58 @@ struct Inner<C: Connection> {
     /// A channel over several endpoints picks a connection per call here instead
     /// (`current` and `redial` are then unused).
     balancer: Option<Arc<Balancer<C>>>,
+    /// Retries stop while calls fail too often ([`ClientConfig::retry`]).
+    throttle: RetryThrottle,
     config: ClientConfig,
+}
+
+/// The most attempts a retry policy makes, whatever it asks (as gRPC).
+const MAX_ATTEMPTS: u32 = 5;
+
+/// gRPC's retry throttling ([`RetryPolicy::max_tokens`](crate::RetryPolicy::max_tokens)):
+/// one token taken by each failed call the policy covers, a tenth given back by each
+/// success; retries are made only while more than half are left.
+struct RetryThrottle {
+    /// Thousandths of a token.
+    tokens: std::sync::atomic::AtomicU64,
+    /// The most, in thousandths; 0 when throttling is off.
+    max: u64,
+}
+
+impl RetryThrottle {
+    fn new(config: &ClientConfig) -> RetryThrottle {
+        let max = config
+            .retry
+            .as_ref()
+            .map_or(0, |p| u64::from(p.max_tokens) * 1000);
+        RetryThrottle {
+            tokens: std::sync::atomic::AtomicU64::new(max),
+            max,
+        }
+    }
+
+    fn success(&self) {
+        let max = self.max;
+        let _ = self
+            .tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t < max).then(|| (t + 100).min(max))
+            });
+    }
+
+    /// A failed call: whether it may be retried.
+    fn failure(&self) -> bool {
+        if self.max == 0 {
+            return true;
+        }
+        let before = self
+            .tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some(t.saturating_sub(1000))
+            })
+            .unwrap_or(0);
+        before.saturating_sub(1000) > self.max / 2
+    }
 }
 
 struct Redial<C> {
@@ -284,6 +335,7 @@ impl<C: Connection> Channel<C> {
                 current,
                 redial: None,
                 balancer: None,
+                throttle: RetryThrottle::new(&config),
                 config,
             }),
         }
@@ -346,6 +398,7 @@ impl<C: Connection> Channel<C> {
                     last_failure: Mutex::new(None),
                 }),
                 balancer: None,
+                throttle: RetryThrottle::new(&config),
                 config,
             }),
         }
@@ -446,6 +499,7 @@ impl<C: Connection> Channel<C> {
                 current: RwLock::new(None),
                 redial: None,
                 balancer: Some(Arc::new(Balancer::new(config.clone(), discovery, dial))),
+                throttle: RetryThrottle::new(&config),
                 config,
             }),
         }
@@ -506,6 +560,7 @@ impl<C: Connection> Channel<C> {
                 current: RwLock::new(Some(shared)),
                 redial: None,
                 balancer: None,
+                throttle: RetryThrottle::new(&config),
                 config,
             }),
         }
@@ -984,32 +1039,37 @@ impl<C: Connection> Channel<C> {
             .stream_window
             .clamp(1, crate::wire::MAX_STREAM_WINDOW as u32);
         let open = async {
-            let shared = self.ready().await?;
             let mut inbox = None;
             let mut outbox = None;
             let mut response = None;
-            let inserted = shared.calls.lock().insert_with(|call_id| {
-                // The server grants the request stream's window when the call starts.
-                let outgoing = kind
-                    .client_streams()
-                    .then(|| Arc::new(Outbox::closed_window()));
-                outbox.clone_from(&outgoing);
-                if kind.server_streams() {
-                    let incoming =
-                        Arc::new(Inbox::new(call_id, shared.control.clone(), window, window));
-                    inbox = Some(incoming.clone());
-                    Waiter::Stream(incoming, outgoing)
-                } else {
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    response = Some(rx);
-                    Waiter::Upload(tx, outgoing.expect("client-streaming"))
-                }
-            });
-            let call_id = match inserted {
-                Ok(call_id) => call_id,
-                Err(NotAdmitted::Closed(status)) => return Err(status),
-                Err(NotAdmitted::Draining) => {
-                    return Err(Status::unavailable("server is shutting down (GOAWAY)"))
+            let mut picks = 0;
+            let (shared, call_id) = loop {
+                let shared = self.ready().await?;
+                let inserted = shared.calls.lock().insert_with(|call_id| {
+                    // The server grants the request stream's window when the call starts.
+                    let outgoing = kind
+                        .client_streams()
+                        .then(|| Arc::new(Outbox::closed_window()));
+                    outbox.clone_from(&outgoing);
+                    if kind.server_streams() {
+                        let incoming =
+                            Arc::new(Inbox::new(call_id, shared.control.clone(), window, window));
+                        inbox = Some(incoming.clone());
+                        Waiter::Stream(incoming, outgoing)
+                    } else {
+                        let (tx, rx) = tokio::sync::oneshot::channel();
+                        response = Some(rx);
+                        Waiter::Upload(tx, outgoing.expect("client-streaming"))
+                    }
+                });
+                match inserted {
+                    Ok(call_id) => break (shared, call_id),
+                    // Nothing was sent: a channel with other connections picks again.
+                    Err(_) if self.reconnects() && picks < 3 => picks += 1,
+                    Err(NotAdmitted::Closed(status)) => return Err(status),
+                    Err(NotAdmitted::Draining) => {
+                        return Err(Status::unavailable("server is shutting down (GOAWAY)"))
+                    }
                 }
             };
             let mut guard = StreamGuard {
@@ -1123,38 +1183,44 @@ impl<C: Connection> Channel<C> {
                 let result = self
                     .attempt(&metadata, &message, split, method, payload_len, left, span)
                     .await;
+                // A call the server refused without starting it (it was draining) goes
+                // once more on a fresh connection, if this channel makes them.
+                if let Ok(frame) = &result {
+                    if retries < config.max_transparent_retries
+                        && self.reconnects()
+                        && is_refused(frame.bytes())
+                    {
+                        retries += 1;
+                        tracing::debug!(
+                            retries,
+                            "call refused by a draining server; sending it again"
+                        );
+                        continue;
+                    }
+                }
                 // A failure the retry policy covers goes again, after a back-off, to a
-                // usable connection (another endpoint, on a balanced channel).
+                // usable connection (another endpoint, on a balanced channel), unless
+                // failures are so frequent that retries are throttled.
                 if let Some(policy) = &config.retry {
                     let code = match &result {
                         Ok(frame) => response_code(frame.bytes()),
                         Err(status) => status.code(),
                     };
-                    if code != Code::Ok
-                        && attempts < policy.max_attempts
-                        && policy.retries(method, code)
-                    {
-                        tracing::debug!(attempts, ?code, "retrying the call (retry policy)");
-                        tokio::time::sleep(jitter(policy.backoff(attempts))).await;
-                        attempts += 1;
-                        continue;
+                    if code == Code::Ok {
+                        self.inner.throttle.success();
+                    } else if policy.retries(method, code) {
+                        let allowed = self.inner.throttle.failure();
+                        let backoff = jitter(policy.backoff(attempts));
+                        let in_time = deadline.is_none_or(|d| Instant::now() + backoff < d);
+                        if allowed && in_time && attempts < policy.max_attempts.min(MAX_ATTEMPTS) {
+                            tracing::debug!(attempts, ?code, "retrying the call (retry policy)");
+                            tokio::time::sleep(backoff).await;
+                            attempts += 1;
+                            continue;
+                        }
                     }
                 }
-                let frame = result?;
-                // A call the server refused without starting it (it was draining) goes
-                // once more on a fresh connection, if this channel makes them.
-                if retries < config.max_transparent_retries
-                    && self.reconnects()
-                    && is_refused(frame.bytes())
-                {
-                    retries += 1;
-                    tracing::debug!(
-                        retries,
-                        "call refused by a draining server; sending it again"
-                    );
-                    continue;
-                }
-                return Ok(frame);
+                return result;
             }
         };
         match timeout {
@@ -1186,7 +1252,12 @@ impl<C: Connection> Channel<C> {
             let inserted = shared.calls.lock().insert();
             match inserted {
                 Ok((call_id, response)) => break (shared, call_id, response),
-                Err(NotAdmitted::Closed(status)) => return Err(status),
+                // The connection closed between the pick and now: nothing was sent, so a
+                // channel that has others (or makes new ones) picks again.
+                Err(NotAdmitted::Closed(status)) if !self.reconnects() || draining_seen > 2 => {
+                    return Err(status)
+                }
+                Err(NotAdmitted::Closed(_)) => draining_seen += 1,
                 // Without reconnecting there is no other connection; with it, `ready`
                 // replaces the draining one (a race with another caller: try again).
                 Err(NotAdmitted::Draining) if !self.reconnects() || draining_seen > 2 => {
@@ -1231,10 +1302,12 @@ impl<C: Connection> Channel<C> {
             Err(_) => Err(Status::unavailable("connection closed")),
         };
         if let Some(endpoint) = &shared.endpoint {
-            endpoint.record(match &frame {
-                Ok(frame) => response_code(&frame[..]),
-                Err(status) => status.code(),
-            });
+            // A refusal by a draining server says nothing of the endpoint's health.
+            match &frame {
+                Ok(frame) if is_refused(&frame[..]) => {}
+                Ok(frame) => endpoint.record(response_code(&frame[..])),
+                Err(status) => endpoint.record(status.code()),
+            }
         }
         // Answered calls left the table when their response arrived; a call that is still
         // there (deadline, failed send) is cancelled on the server by the guard.
@@ -1668,10 +1741,17 @@ fn dispatch<C: Connection>(shared: &Shared<C>, buf: C::RecvBuf) -> Result<(), St
         FrameKind::Ping => shared.control.pong(header.call_id),
         FrameKind::GoAway => {
             tracing::debug!(peer = %shared.conn.peer(), "server is going away (GOAWAY)");
-            if shared.calls.lock().drain() {
+            let mut calls = shared.calls.lock();
+            let first = !calls.is_draining();
+            let acknowledge = calls.drain();
+            drop(calls);
+            if acknowledge {
                 shared.control.goaway();
             }
-            shared.changed();
+            // Once: a server repeating GOAWAY does not wake every waiting pick again.
+            if first {
+                shared.changed();
+            }
         }
         kind => tracing::trace!(?kind, "ignoring frame"),
     }

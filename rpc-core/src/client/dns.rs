@@ -12,6 +12,9 @@ use hickory_resolver::TokioResolver;
 
 use crate::{Endpoint, ParseEndpointError, Status};
 
+/// The most SRV targets looked up per resolution.
+const MAX_SRV_TARGETS: usize = 1024;
+
 /// A parsed `dns:` target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DnsTarget {
@@ -115,13 +118,27 @@ impl DnsTarget {
                         hickory_resolver::proto::rr::RData::SRV(srv) => Some(srv.clone()),
                         _ => None,
                     });
-                for srv in srvs {
+                // Each target is looked up at once (a bounded number of them); one that
+                // does not resolve is left out, not the others with it.
+                let lookups = srvs.take(MAX_SRV_TARGETS).map(|srv| async move {
                     let target = srv.target.to_utf8();
-                    let ips = resolver
-                        .lookup_ip(target.as_str())
-                        .await
-                        .map_err(|e| failed(&e))?;
-                    addresses.extend(ips.iter().map(|ip| SocketAddr::new(ip, srv.port)));
+                    let ips = resolver.lookup_ip(target.as_str()).await;
+                    (target, srv.port, ips)
+                });
+                let mut errors = Vec::new();
+                let mut targets = 0;
+                for (target, port, ips) in futures_util::future::join_all(lookups).await {
+                    targets += 1;
+                    match ips {
+                        Ok(ips) => addresses.extend(ips.iter().map(|ip| SocketAddr::new(ip, port))),
+                        Err(e) => {
+                            tracing::warn!("SRV target {target} of {self} does not resolve: {e}");
+                            errors.push(format!("{target}: {e}"));
+                        }
+                    }
+                }
+                if targets > 0 && errors.len() == targets {
+                    return Err(failed(&errors.join("; ")));
                 }
             }
         }
