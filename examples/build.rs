@@ -14,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 "../proto/echo.proto",
                 "../proto/kv.proto",
+                "../proto/gateway.proto",
                 "../proto/chat.proto",
                 "../proto/grpc/testing/test.proto",
             ],

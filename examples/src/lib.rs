@@ -6,6 +6,8 @@
 //!   `proto/kv.proto` and `proto/grpc/testing/`.
 //! - [`interop`]: the interop test service and cases (`interop-server`, `interop-client`).
 //! - [`chat`]: generated from `proto/chat.proto`.
+//! - [`gateway`], [`GatewayService`]: the front end of the two-service example
+//!   (`gateway-server`, in front of `kv-server`; `deploy/kubernetes/`).
 //! - [`EchoService`], [`KvStore`], [`ChatRoom`]: the servers' implementations (the kv
 //!   store's `Watch` streams changes; a chat member is a bidirectional stream).
 //! - [`transport`]: turning `--addr URL` into a listener or a channel, and
@@ -30,6 +32,12 @@ pub mod chat {
     rpc_core::include_proto!("chat");
 }
 
+/// Generated from `proto/gateway.proto`: the front end of the two-service example.
+#[allow(missing_docs)]
+pub mod gateway {
+    rpc_core::include_proto!("gateway");
+}
+
 /// Generated from `proto/grpc/testing/*.proto`: the gRPC interop test services.
 #[allow(missing_docs)]
 pub mod grpc_testing {
@@ -43,12 +51,14 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 mod chat_room;
 mod echo_service;
+mod gateway_service;
 pub mod interop;
 mod kv_store;
 pub mod transport;
 
 pub use chat_room::{ChatRoom, CHAT_BACKLOG, MAX_NAME, MAX_POST, NAME_KEY};
 pub use echo_service::{repeat, EchoService};
+pub use gateway_service::GatewayService;
 pub use kv_store::{KvStore, KV_MAX_MESSAGE_SIZE, WATCH_BACKLOG, WATCH_VALUE_MAX};
 
 /// Sets up logging to stderr, filtered by `RUST_LOG` (default `info`).

@@ -28,6 +28,38 @@ pub struct TransportArgs {
     pub max_message_size: Option<usize>,
 }
 
+/// Observability flags of the example servers: metrics and traces, both off by default
+/// (each costs a little per call).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ObserveArgs {
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics: per-method call counts and
+    /// latencies (`rpc_server_*`, and `rpc_client_*` of a server's own calls).
+    #[arg(long, value_name = "HOST:PORT", env = "METRICS_ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Log a span per call (INFO, `rpc.server`) with its method, status and latency,
+    /// continuing the caller's W3C trace context (`traceparent`).
+    #[arg(long)]
+    pub trace_calls: bool,
+}
+
+impl ObserveArgs {
+    /// Installs the Prometheus exporter (the process's `metrics` recorder), serving
+    /// `/metrics` at `--metrics-addr`, if given. Call it once, inside the runtime.
+    ///
+    /// # Errors
+    /// The port cannot be bound, or a recorder is already installed.
+    pub fn install(&self) -> anyhow::Result<()> {
+        if let Some(addr) = self.metrics_addr {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .with_http_listener(addr)
+                .install()
+                .map_err(|e| anyhow::anyhow!("cannot serve metrics at {addr}: {e}"))?;
+            tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+        }
+        Ok(())
+    }
+}
+
 /// A resolved address and transport settings.
 #[derive(Debug, Clone)]
 pub struct Resolved {
@@ -156,11 +188,36 @@ pub fn example_server<S>(
 where
     S: rpc_core::codegen::Service + rpc_core::codegen::NamedService,
 {
+    observed_server(service, config, &ObserveArgs::default())
+}
+
+/// [`example_server`] with the observability `observe` asks for: the service metered
+/// ([`rpc_core::MeteredService`]) with `--metrics-addr`, every call traced
+/// ([`rpc_core::trace::ServerTraceLayer`]) with `--trace-calls`.
+///
+/// # Errors
+/// As [`example_server`].
+pub fn observed_server<S>(
+    service: S,
+    config: ServerConfig,
+    observe: &ObserveArgs,
+) -> anyhow::Result<(rpc_core::Server, rpc_health::HealthReporter)>
+where
+    S: rpc_core::codegen::Service + rpc_core::codegen::NamedService,
+{
     let (reporter, health) = rpc_health::health_reporter();
     reporter.set_serving::<S>();
     let reflection = reflection(&[S::NAME])?;
-    let server = rpc_core::Server::builder()
-        .add_service(service)
+    let mut builder = rpc_core::Server::builder();
+    if observe.trace_calls {
+        builder = builder.layer(rpc_core::trace::ServerTraceLayer);
+    }
+    let builder = if observe.metrics_addr.is_some() {
+        builder.add_service(rpc_core::MeteredService::new(service))
+    } else {
+        builder.add_service(service)
+    };
+    let server = builder
         .map_err(anyhow::Error::msg)?
         .add_service(health)
         .map_err(anyhow::Error::msg)?
@@ -181,6 +238,7 @@ where
 /// A bad address or config, a bind failure, or a listener error.
 pub async fn serve_until_ctrl_c<S>(
     args: &TransportArgs,
+    observe: &ObserveArgs,
     default_addr: &str,
     default_max: usize,
     service: S,
@@ -190,7 +248,7 @@ where
 {
     let resolved = args.resolve(default_addr, default_max)?;
     let listener = resolved.listen().await?;
-    let (server, reporter) = example_server(service, resolved.server.clone())?;
+    let (server, reporter) = observed_server(service, resolved.server.clone(), observe)?;
     server
         .serve_with_shutdown(listener, async {
             let _ = tokio::signal::ctrl_c().await;

@@ -231,7 +231,12 @@ impl Service for Layered {
 
 /// The status an error of a layer stands for.
 pub fn to_status(error: BoxError) -> Status {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&*error);
+    to_status_ref(&*error)
+}
+
+/// [`to_status`] of a borrowed error.
+pub fn to_status_ref(error: &(dyn std::error::Error + Send + Sync + 'static)) -> Status {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = source {
         if let Some(status) = e.downcast_ref::<Status>() {
             return status.clone();

@@ -17,6 +17,7 @@
 //! - [`memory`]: an in-memory transport for tests.
 //! - [`codegen`]: what generated code uses.
 //! - [`layer`]: tower layers around a server's calls and a channel's unary calls.
+//! - [`trace`]: a span per call and W3C trace context in metadata.
 //!
 //! # Feature Flags
 //! None.
@@ -39,6 +40,7 @@ mod server;
 mod service;
 mod status;
 mod stream;
+pub mod trace;
 mod transport;
 pub mod wire;
 

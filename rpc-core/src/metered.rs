@@ -41,8 +41,29 @@ fn labels(path: &'static str) -> (&'static str, &'static str) {
         .unwrap_or(("", path))
 }
 
+/// The metric names of one side.
+#[derive(Clone, Copy)]
+struct Names {
+    started: &'static str,
+    handled: &'static str,
+    seconds: &'static str,
+}
+
+const SERVER: Names = Names {
+    started: "rpc_server_started_total",
+    handled: "rpc_server_handled_total",
+    seconds: "rpc_server_handling_seconds",
+};
+
+const CLIENT: Names = Names {
+    started: "rpc_client_started_total",
+    handled: "rpc_client_handled_total",
+    seconds: "rpc_client_handling_seconds",
+};
+
 /// One call in progress; records its end once.
 struct Meter {
+    names: Names,
     service: &'static str,
     method: &'static str,
     started: Instant,
@@ -51,10 +72,14 @@ struct Meter {
 
 impl Meter {
     fn start(path: &'static str) -> Meter {
+        Meter::start_as(SERVER, path)
+    }
+
+    fn start_as(names: Names, path: &'static str) -> Meter {
         let (service, method) = labels(path);
-        metrics::counter!("rpc_server_started_total", "service" => service, "method" => method)
-            .increment(1);
+        metrics::counter!(names.started, "service" => service, "method" => method).increment(1);
         Meter {
+            names,
             service,
             method,
             started: Instant::now(),
@@ -66,11 +91,60 @@ impl Meter {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        let (service, method) = (self.service, self.method);
-        metrics::counter!("rpc_server_handled_total", "service" => service, "method" => method, "code" => code.as_str())
+        let (service, method, names) = (self.service, self.method, self.names);
+        metrics::counter!(names.handled, "service" => service, "method" => method, "code" => code.as_str())
             .increment(1);
-        metrics::histogram!("rpc_server_handling_seconds", "service" => service, "method" => method)
+        metrics::histogram!(names.seconds, "service" => service, "method" => method)
             .record(self.started.elapsed().as_secs_f64());
+    }
+}
+
+/// Counts and times a channel's unary calls (with
+/// [`Channel::layer`](crate::Channel::layer)): `rpc_client_started_total`,
+/// `rpc_client_handled_total` (with `code`) and `rpc_client_handling_seconds`, labelled
+/// `service` and `method` as the server's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientMetricsLayer;
+
+impl<S> tower::Layer<S> for ClientMetricsLayer {
+    type Service = ClientMetrics<S>;
+    fn layer(&self, inner: S) -> ClientMetrics<S> {
+        ClientMetrics { inner }
+    }
+}
+
+/// The service of [`ClientMetricsLayer`].
+#[derive(Debug, Clone)]
+pub struct ClientMetrics<S> {
+    inner: S,
+}
+
+impl<S> tower::Service<Request<crate::layer::ClientCall>> for ClientMetrics<S>
+where
+    S: tower::Service<Request<crate::layer::ClientCall>, Response = crate::Response<bytes::Bytes>>,
+    S::Error: Into<crate::layer::BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = crate::Response<bytes::Bytes>;
+    type Error = crate::layer::BoxError;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<crate::layer::ClientCall>) -> Self::Future {
+        let mut meter = Meter::start_as(CLIENT, request.get_ref().method().path);
+        let call = self.inner.call(request);
+        Box::pin(async move {
+            let result = call.await.map_err(Into::into);
+            meter.end(match &result {
+                Ok(_) => Code::Ok,
+                Err(e) => crate::layer::to_status_ref(&**e).code(),
+            });
+            result
+        })
     }
 }
 

@@ -31,6 +31,7 @@ fn serve_child_process() {
     runtime
         .block_on(examples::transport::serve_until_ctrl_c(
             &args,
+            &examples::transport::ObserveArgs::default(),
             "tcp://127.0.0.1:0",
             1 << 20,
             examples::echo::echo_server::EchoServer::new(examples::EchoService),
