@@ -54,6 +54,8 @@ impl ObserveArgs {
                 .with_http_listener(addr)
                 .install()
                 .map_err(|e| anyhow::anyhow!("cannot serve metrics at {addr}: {e}"))?;
+            // The RDMA transport's counters too (rpc_rdma_*), refreshed every second.
+            rpc_transport::spawn_rdma_metrics(Duration::from_secs(1));
             tracing::info!(%addr, "serving Prometheus metrics at /metrics");
         }
         Ok(())
@@ -251,11 +253,28 @@ where
     let (server, reporter) = observed_server(service, resolved.server.clone(), observe)?;
     server
         .serve_with_shutdown(listener, async {
-            let _ = tokio::signal::ctrl_c().await;
+            shutdown_signal().await;
             tracing::info!("shutting down");
             reporter.set_not_serving::<S>();
             reporter.set_service_status("", rpc_health::ServingStatus::NotServing);
         })
         .await?;
     Ok(())
+}
+
+/// Ctrl-C (SIGINT) or, on Unix, SIGTERM (what Kubernetes and systemd send to stop a
+/// process): an example server then drains gracefully.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }

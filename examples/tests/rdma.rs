@@ -1059,3 +1059,82 @@ async fn frames_arrive_in_the_order_sent_across_eager_and_rendezvous() {
     let ((), order) = tokio::join!(send, receive);
     assert_eq!(order, (0..sizes.len()).collect::<Vec<_>>(), "arrival order");
 }
+
+/// A balanced channel over two RDMA servers (`auto://` endpoints: RDMA where both ends
+/// have a device) spreads its calls over both, over RDMA; the process's RDMA counters,
+/// published as metrics, count them, and keep counting closed connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn balanced_auto_endpoints_use_rdma_and_counters_become_metrics() {
+    if skip() {
+        return;
+    }
+    let _net = NETWORK.read().await;
+    let mut addrs = Vec::new();
+    for _ in 0..2 {
+        addrs.push(
+            Rdma.start(server_with(Probe::default(), big_config()))
+                .await,
+        );
+    }
+    let before = rpc_transport::process_counters();
+    let target = format!("auto://{},{}", addrs[0], addrs[1]);
+    let channel = Channel::<AnyConnection>::connect(&target).await.unwrap();
+    let start = Instant::now();
+    while !channel.endpoints().iter().all(|e| e.connected) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            channel.endpoints()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let client = EchoClient::new(channel.clone());
+    for i in 0..100u32 {
+        let reply = client
+            .echo(EchoRequest {
+                payload: i.to_le_bytes().to_vec().into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(&reply.into_inner().payload[..], &i.to_le_bytes());
+    }
+    let after = rpc_transport::process_counters();
+    // Each call: a request and a response sent eagerly over RDMA, in this process.
+    assert!(
+        after.eager_sends.saturating_sub(before.eager_sends) >= 200,
+        "{before:?} -> {after:?}"
+    );
+    assert!(after.live_connections >= before.live_connections + 4);
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, rpc_transport::publish_rdma_metrics);
+    let published: std::collections::HashMap<String, u64> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| match value {
+            metrics_util::debugging::DebugValue::Counter(v) => {
+                Some((key.key().name().to_owned(), v))
+            }
+            metrics_util::debugging::DebugValue::Gauge(v) => {
+                Some((key.key().name().to_owned(), v.into_inner() as u64))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        published["rpc_rdma_eager_sends_total"] >= after.eager_sends,
+        "{published:?}"
+    );
+    assert!(published["rpc_rdma_connections"] >= 4, "{published:?}");
+    // Closed connections still count.
+    drop(client);
+    drop(channel);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let closed = rpc_transport::process_counters();
+    assert!(
+        closed.eager_sends >= after.eager_sends,
+        "{after:?} -> {closed:?}"
+    );
+}

@@ -10,6 +10,10 @@
 //! is kept; tower's `Elapsed` (a timeout layer) becomes `DEADLINE_EXCEEDED`, `Overloaded`
 //! (load shedding) `UNAVAILABLE`, anything else `UNKNOWN` with its text.
 //!
+//! A streaming call goes through a server's layers until its handler returns the response
+//! stream: a concurrency permit or a timeout of a layer covers the call's start, not the
+//! stream's body (the server's own limits and the call's deadline cover that).
+//!
 //! Layers cost an owned copy of each request message (the runtime otherwise decodes
 //! requests from the transport's buffer in place, and encodes responses into it): they
 //! are opt-in, per server and per channel.

@@ -12,8 +12,12 @@
 //!   the call being served, or of a `traceparent` the caller set, or a new trace) as
 //!   `traceparent`; [`propagate`], an interceptor, only sends it (streaming calls too).
 //!
-//! Spans are `tracing` spans at INFO: any subscriber records them (an OpenTelemetry one
-//! exports them; the trace and span ids are fields: `trace_id`, `span_id`, `parent_id`).
+//! Spans are `tracing` spans at INFO with the trace and span ids as fields (`trace_id`,
+//! `span_id`, `parent_id`): any subscriber records them, and logs searched by trace id
+//! join a request's spans across services. (An OpenTelemetry exporter through
+//! `tracing-opentelemetry` would assign ids of its own: wiring these ids into it is not
+//! done.) A streaming call's span ends when its handler returns the stream: the latency
+//! is to the response headers, and the stream's body runs outside the context.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -228,7 +232,10 @@ where
             rpc.code = tracing::field::Empty,
             latency_ms = tracing::field::Empty,
         );
-        let call = self.inner.call(request);
+        // What the inner service does in `call` (an interceptor, lower layers) runs in the
+        // span and the context too.
+        let inner = &mut self.inner;
+        let call = span.in_scope(|| CURRENT.sync_scope(context, || inner.call(request)));
         let started = Instant::now();
         Box::pin(
             async move {

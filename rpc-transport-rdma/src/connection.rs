@@ -52,7 +52,7 @@ pub(crate) struct Inner {
     pub(crate) space: Notify,
     /// Set once with the reason the connection ended.
     pub(crate) closed: watch::Sender<Option<Close>>,
-    pub(crate) counters: Counters,
+    pub(crate) counters: Arc<Counters>,
     /// Where received frames go once the runtime asked for them to be pushed
     /// ([`Connection::push_to`]); until then they wait in the session for `recv`.
     pub(crate) upward: Mutex<Upward>,

@@ -1,6 +1,10 @@
-//! [`RdmaCounters`]: what a connection did, for tests, logs and load reports.
+//! [`RdmaCounters`]: what a connection did, for tests, logs and load reports; and
+//! [`process_counters`]: what every connection of the process did, for metrics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 /// A snapshot of one connection's transport counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,7 +63,122 @@ pub(crate) struct Counters {
     pub(crate) lent_in_place: AtomicU64,
 }
 
+/// Every connection's counters, and what those that are gone counted: a connection's
+/// counters are folded into the totals, under this one lock, once the registry holds the
+/// last reference, so that none is counted twice or missed.
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    live: Vec::new(),
+    retired: ProcessCounters::ZERO,
+});
+
+struct Registry {
+    live: Vec<Arc<Counters>>,
+    retired: ProcessCounters,
+}
+
+impl Registry {
+    /// Folds the counters of connections that are gone into `retired`.
+    fn prune(&mut self) {
+        let retired = &mut self.retired;
+        self.live.retain(|counters| {
+            if Arc::strong_count(counters) > 1 {
+                return true;
+            }
+            retired.add(counters);
+            false
+        });
+    }
+}
+
+/// What every RDMA connection of this process counted, those that are gone included
+/// ([`process_counters`]): the monotonic [`RdmaCounters`] fields, and how many
+/// connections are live.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProcessCounters {
+    /// See [`RdmaCounters::eager_sends`].
+    pub eager_sends: u64,
+    /// See [`RdmaCounters::rendezvous_sends`].
+    pub rendezvous_sends: u64,
+    /// See [`RdmaCounters::rendezvous_reads`].
+    pub rendezvous_reads: u64,
+    /// See [`RdmaCounters::bytes_read`].
+    pub bytes_read: u64,
+    /// See [`RdmaCounters::eager_receives`].
+    pub eager_receives: u64,
+    /// See [`RdmaCounters::batches`].
+    pub batches: u64,
+    /// See [`RdmaCounters::control_sends`].
+    pub control_sends: u64,
+    /// See [`RdmaCounters::credit_stalls`].
+    pub credit_stalls: u64,
+    /// See [`RdmaCounters::errors`].
+    pub errors: u64,
+    /// See [`RdmaCounters::kept_frames`].
+    pub kept_frames: u64,
+    /// See [`RdmaCounters::lent_in_place`].
+    pub lent_in_place: u64,
+    /// RDMA connections whose state is still held (open, or closed with frames the
+    /// application still holds).
+    pub live_connections: u64,
+}
+
+impl ProcessCounters {
+    const ZERO: ProcessCounters = ProcessCounters {
+        eager_sends: 0,
+        rendezvous_sends: 0,
+        rendezvous_reads: 0,
+        bytes_read: 0,
+        eager_receives: 0,
+        batches: 0,
+        control_sends: 0,
+        credit_stalls: 0,
+        errors: 0,
+        kept_frames: 0,
+        lent_in_place: 0,
+        live_connections: 0,
+    };
+
+    fn add(&mut self, c: &Counters) {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        self.eager_sends += get(&c.eager_sends);
+        self.rendezvous_sends += get(&c.rendezvous_sends);
+        self.rendezvous_reads += get(&c.rendezvous_reads);
+        self.bytes_read += get(&c.bytes_read);
+        self.eager_receives += get(&c.eager_receives);
+        self.batches += get(&c.batches);
+        self.control_sends += get(&c.control_sends);
+        self.credit_stalls += get(&c.credit_stalls);
+        self.errors += get(&c.errors);
+        self.kept_frames += get(&c.kept_frames);
+        self.lent_in_place += get(&c.lent_in_place);
+    }
+}
+
+/// What every RDMA connection of this process counted so far, closed ones included:
+/// what a metrics exporter publishes (`rpc_transport::publish_rdma_metrics`). Costs a
+/// lock and a pass over the live connections; nothing on the data path.
+pub fn process_counters() -> ProcessCounters {
+    let mut registry = REGISTRY.lock();
+    registry.prune();
+    let mut total = registry.retired;
+    for counters in &registry.live {
+        total.add(counters);
+        total.live_connections += 1;
+    }
+    total
+}
+
 impl Counters {
+    /// Counters of a new connection, counted in [`process_counters`].
+    pub(crate) fn registered() -> Arc<Counters> {
+        let counters = Arc::new(Counters::default());
+        let mut registry = REGISTRY.lock();
+        registry.prune();
+        registry.live.push(counters.clone());
+        counters
+    }
+
     pub(crate) fn bump(counter: &AtomicU64, by: u64) {
         counter.fetch_add(by, Ordering::Relaxed);
     }

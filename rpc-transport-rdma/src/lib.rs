@@ -66,7 +66,7 @@ mod verbs;
 
 pub use config::{RdmaConfig, MIN_SLOT_SIZE};
 pub use connection::{MessageBuf, RdmaConnection, RecvBuf};
-pub use counters::RdmaCounters;
+pub use counters::{process_counters, ProcessCounters, RdmaCounters};
 pub use rpc_transport_tcp::{ClientAuth, TlsConfig};
 pub use setup::{handshake_client, handshake_server, Negotiated};
 pub use verbs::{rdma_available, SendBuf};

@@ -178,7 +178,7 @@ impl Connected {
             }),
             space: Notify::new(),
             closed,
-            counters: Counters::default(),
+            counters: Counters::registered(),
             upward: Default::default(),
             cause_logged: AtomicBool::new(false),
             frames: Default::default(),

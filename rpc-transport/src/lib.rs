@@ -10,6 +10,7 @@
 //! - [`TransportSettings`] holds every transport's settings; [`FileConfig`] fills them
 //!   (and `rpc_core`'s server and client settings) from a TOML file or `RPC_*`
 //!   environment variables.
+//! - [`publish_rdma_metrics`], [`spawn_rdma_metrics`]: the RDMA counters as metrics.
 //!
 //! # Feature flags
 //! `rdma` (on by default): RDMA through `rpc-transport-rdma`, which needs libibverbs and
@@ -23,6 +24,7 @@ mod any;
 mod bufs;
 mod error;
 mod file;
+mod metrics;
 
 pub use any::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
 pub use bufs::MessageBuf;
@@ -30,6 +32,9 @@ pub use error::ConfigError;
 pub use file::{
     ClientSection, FileConfig, GrpcSection, RdmaSection, ServerSection, TcpSection, TlsSection,
 };
+pub use metrics::{publish_rdma_metrics, spawn_rdma_metrics};
 #[cfg(feature = "rdma")]
-pub use rpc_transport_rdma::{RdmaConfig, RdmaConnection, RdmaCounters};
+pub use rpc_transport_rdma::{
+    process_counters, ProcessCounters, RdmaConfig, RdmaConnection, RdmaCounters,
+};
 pub use rpc_transport_tcp::{ClientAuth, TcpConfig, TlsConfig};

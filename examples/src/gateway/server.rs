@@ -40,9 +40,17 @@ async fn main() -> anyhow::Result<()> {
         .transport
         .resolve("auto://127.0.0.1:50054", examples::KV_MAX_MESSAGE_SIZE)?;
     // Connects on the first call: the gateway may start before its back end.
-    let backend = Channel::connect_lazy_with(&args.backend, resolved.client.clone())?
-        .layer(rpc_core::metered::ClientMetricsLayer)
-        .layer(rpc_core::trace::ClientTraceLayer);
+    let mut backend = Channel::connect_lazy_with(&args.backend, resolved.client.clone())?;
+    if args.observe.metrics_addr.is_some() {
+        backend = backend.layer(rpc_core::metered::ClientMetricsLayer);
+    }
+    backend = if args.observe.trace_calls {
+        // A span per back-end call, continuing the caller's trace.
+        backend.layer(rpc_core::trace::ClientTraceLayer)
+    } else {
+        // The caller's trace goes on to the back end all the same.
+        backend.with_interceptor(rpc_core::trace::propagate)
+    };
     let service = GatewayServer::new(GatewayService::new(KvClient::new(backend)));
     serve_until_ctrl_c(
         &args.transport,

@@ -671,6 +671,31 @@ pub async fn tower_layers_hold<H: Harness>(h: H) {
             .layer(tower::limit::ConcurrencyLimitLayer::new(3)),
     );
     assert_eq!(peak_of_twelve(&limited, &peak).await, 3);
+    // Time waiting in a client layer counts against the call's deadline: behind a call
+    // holding the one permit for 400 ms, a call with a 100 ms timeout fails at 100 ms.
+    let single = EchoClient::new(
+        h.connect(&addr, BIG)
+            .await
+            .layer(tower::limit::ConcurrencyLimitLayer::new(1)),
+    );
+    let holder = {
+        let single = single.clone();
+        tokio::spawn(async move {
+            single
+                .echo(EchoRequest {
+                    delay_ms: 400,
+                    ..Default::default()
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut waiting = Request::new(EchoRequest::default());
+    waiting.set_timeout(Duration::from_millis(100));
+    // (Counted from the layer's start the call would wait ~350 ms, then succeed.)
+    let status = single.echo(waiting).await.unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    holder.await.unwrap().unwrap();
     // A client timeout layer: DEADLINE_EXCEEDED.
     let hasty = EchoClient::new(
         h.connect(&addr, BIG)
@@ -697,7 +722,8 @@ pub async fn tower_layers_hold<H: Harness>(h: H) {
     let addr = h.start(server).await;
     let client = EchoClient::new(h.connect(&addr, BIG).await);
     assert_eq!(peak_of_twelve(&client, &peak).await, 2);
-    // The layer also covers streaming calls (they wait for a permit like the rest).
+    // Streaming calls go through the layers too (a permit until the handler returns its
+    // stream: layers do not cover the stream's body).
     let mut stream = client
         .repeat(examples::echo::RepeatRequest {
             payload: b"s".to_vec().into(),

@@ -690,6 +690,26 @@ impl<C: Connection> Channel<C> {
         }
     }
 
+    /// Sends `request` through the layers `stack`, within the request's timeout (or the
+    /// channel's default): time spent waiting in a layer (for a concurrency permit, a
+    /// rate limit) counts against the call's deadline.
+    async fn through_layers(
+        &self,
+        stack: &ClientStack,
+        request: Request<ClientCall>,
+    ) -> Result<Response<bytes::Bytes>, Status> {
+        use tower::ServiceExt;
+        let timeout = request.timeout().or(self.inner.config.timeout);
+        let call = stack.clone().oneshot(request);
+        match timeout {
+            Some(t) => tokio::time::timeout(t, call)
+                .await
+                .map_err(|_| Status::deadline_exceeded(format!("deadline of {t:?} exceeded")))?
+                .map_err(to_status),
+            None => call.await.map_err(to_status),
+        }
+    }
+
     /// The request after this channel's interceptor, if it has one.
     fn intercepted<T>(&self, request: Request<T>) -> Result<Request<T>, Status> {
         match &self.interceptor {
@@ -1129,9 +1149,8 @@ impl<C: Connection> Channel<C> {
     {
         let request = self.intercepted(request)?;
         if let Some(stack) = &self.stack {
-            use tower::ServiceExt;
             let request = request.map(|message| ClientCall::encode(*method, &message));
-            let response = stack.clone().oneshot(request).await.map_err(to_status)?;
+            let response = self.through_layers(stack, request).await?;
             let (metadata, message, trailers) = response.into_all_parts();
             let message = decode(Payload::Shared(message))
                 .map_err(|e| Status::internal(format!("failed to decode response: {e}")))?;
@@ -1933,8 +1952,8 @@ impl<C: Connection> tower::Service<Request<ClientCall>> for Channel<C> {
         let channel = self.clone();
         Box::pin(async move {
             if let Some(stack) = &channel.stack {
-                use tower::ServiceExt;
-                return stack.clone().oneshot(request).await.map_err(to_status);
+                let request = channel.intercepted(request)?;
+                return channel.through_layers(stack, request).await;
             }
             let method = *request.get_ref().method();
             let request = request.map(|call| Encoded(call.message().clone()));

@@ -1,0 +1,54 @@
+//! The RDMA transport's counters as metrics, through the `metrics` facade (to whatever
+//! recorder the application installed, e.g. a Prometheus exporter).
+//!
+//! [`publish_rdma_metrics`] sets, for every RDMA connection this process opened (closed
+//! ones included): `rpc_rdma_eager_sends_total`, `rpc_rdma_rendezvous_sends_total`,
+//! `rpc_rdma_rendezvous_reads_total`, `rpc_rdma_read_bytes_total`,
+//! `rpc_rdma_eager_receives_total`, `rpc_rdma_batches_total`,
+//! `rpc_rdma_control_sends_total`, `rpc_rdma_credit_stalls_total`,
+//! `rpc_rdma_errors_total`, `rpc_rdma_kept_frames_total`, `rpc_rdma_lent_in_place_total`
+//! (counters) and `rpc_rdma_connections` (a gauge of those open now).
+//! [`spawn_rdma_metrics`] does it periodically. Without the `rdma` feature both do
+//! nothing.
+
+use std::time::Duration;
+
+/// Publishes the process's RDMA counters once ([module docs](self)).
+pub fn publish_rdma_metrics() {
+    #[cfg(feature = "rdma")]
+    {
+        let c = rpc_transport_rdma::process_counters();
+        for (name, value) in [
+            ("rpc_rdma_eager_sends_total", c.eager_sends),
+            ("rpc_rdma_rendezvous_sends_total", c.rendezvous_sends),
+            ("rpc_rdma_rendezvous_reads_total", c.rendezvous_reads),
+            ("rpc_rdma_read_bytes_total", c.bytes_read),
+            ("rpc_rdma_eager_receives_total", c.eager_receives),
+            ("rpc_rdma_batches_total", c.batches),
+            ("rpc_rdma_control_sends_total", c.control_sends),
+            ("rpc_rdma_credit_stalls_total", c.credit_stalls),
+            ("rpc_rdma_errors_total", c.errors),
+            ("rpc_rdma_kept_frames_total", c.kept_frames),
+            ("rpc_rdma_lent_in_place_total", c.lent_in_place),
+        ] {
+            metrics::counter!(name).absolute(value);
+        }
+        metrics::gauge!("rpc_rdma_connections").set(c.live_connections as f64);
+    }
+}
+
+/// Publishes the process's RDMA counters every `every` on a task of the current tokio
+/// runtime, until the runtime ends (what an exporter's scrape then shows is at most
+/// `every` old). Returns the task, to abort it sooner.
+///
+/// # Panics
+/// Outside a tokio runtime.
+pub fn spawn_rdma_metrics(every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        loop {
+            ticks.tick().await;
+            publish_rdma_metrics();
+        }
+    })
+}
