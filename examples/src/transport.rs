@@ -50,8 +50,17 @@ impl ObserveArgs {
     /// The port cannot be bound, or a recorder is already installed.
     pub fn install(&self) -> anyhow::Result<()> {
         if let Some(addr) = self.metrics_addr {
-            metrics_exporter_prometheus::PrometheusBuilder::new()
+            use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+            // Latencies as histograms (buckets from 100 µs to 10 s), which Prometheus can
+            // aggregate across pods, rather than per-process quantiles.
+            const BUCKETS: &[f64] = &[
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5, 5.0, 10.0,
+            ];
+            PrometheusBuilder::new()
                 .with_http_listener(addr)
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+                .map_err(|e| anyhow::anyhow!("metrics buckets: {e}"))?
                 .install()
                 .map_err(|e| anyhow::anyhow!("cannot serve metrics at {addr}: {e}"))?;
             // The RDMA transport's counters too (rpc_rdma_*), refreshed every second.

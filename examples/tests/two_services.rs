@@ -241,7 +241,16 @@ async fn a_trace_crosses_both_services_and_metrics_count_every_call() {
         ),
         7
     );
-    assert!(back.contains("rpc_server_handling_seconds"), "{back}");
+    // Latencies as histograms: every call in the +Inf bucket.
+    assert_eq!(
+        counter(
+            &back,
+            "rpc_server_handling_seconds_bucket",
+            &[("service", "kv.Kv"), ("method", "Get"), ("le", "+Inf")]
+        ),
+        7,
+        "{back}"
+    );
     if std::env::var_os("SHOW_LOGS").is_some() {
         eprintln!("{}\n---\n{}\n---\n{front}", kv.log(), gateway.log());
     }

@@ -148,14 +148,80 @@ impl TraceContext {
     }
 }
 
-/// The context an outgoing call continues: a child of a `traceparent` already in its
-/// metadata, else of the call being served, else a new trace.
-fn outgoing(metadata: &crate::Metadata) -> TraceContext {
-    metadata
+/// The parent of an outgoing call: a `traceparent` already in its metadata, else the
+/// call being served, else (with OpenTelemetry) the current span's context.
+fn parent_of(metadata: &crate::Metadata) -> Option<TraceContext> {
+    let parent = metadata
         .get(TRACEPARENT)
         .and_then(TraceContext::parse)
-        .or_else(TraceContext::current)
-        .map_or_else(TraceContext::new_root, |parent| parent.child())
+        .or_else(TraceContext::current);
+    #[cfg(feature = "otel")]
+    let parent = parent.or_else(|| otel::of_span(&tracing::Span::current()));
+    parent
+}
+
+/// The context an outgoing call continues (a child of [`parent_of`], or a new trace).
+fn outgoing(metadata: &crate::Metadata) -> TraceContext {
+    parent_of(metadata).map_or_else(TraceContext::new_root, |parent| parent.child())
+}
+
+fn record_ids(span: &tracing::Span, context: &TraceContext, parent: Option<&TraceContext>) {
+    span.record("trace_id", context.trace_id_hex());
+    span.record("span_id", format!("{:016x}", context.span_id));
+    if let Some(parent) = parent {
+        span.record("parent_id", format!("{:016x}", parent.span_id));
+    }
+}
+
+/// With the `otel` feature: the spans join OpenTelemetry traces (through
+/// `tracing-opentelemetry`), so that an exporter's spans of one request share the
+/// caller's trace id and link parent to child across services.
+#[cfg(feature = "otel")]
+mod otel {
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+    };
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    use super::TraceContext;
+
+    /// Makes `span` (just created) a child of the remote `parent`, and returns the
+    /// span's context as OpenTelemetry knows it (its ids), or `fallback` when no
+    /// OpenTelemetry layer records spans.
+    pub(super) fn link(
+        span: &tracing::Span,
+        parent: Option<TraceContext>,
+        fallback: TraceContext,
+    ) -> TraceContext {
+        if let Some(parent) = parent {
+            let flags = if parent.sampled {
+                TraceFlags::SAMPLED
+            } else {
+                TraceFlags::default()
+            };
+            let remote = SpanContext::new(
+                TraceId::from(parent.trace_id),
+                SpanId::from(parent.span_id),
+                flags,
+                true,
+                TraceState::default(),
+            );
+            let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
+        }
+        of_span(span).unwrap_or(fallback)
+    }
+
+    /// `span`'s OpenTelemetry context, if an OpenTelemetry layer records it.
+    pub(super) fn of_span(span: &tracing::Span) -> Option<TraceContext> {
+        let context = span.context();
+        let otel = context.span();
+        let ids = otel.span_context();
+        ids.is_valid().then(|| TraceContext {
+            trace_id: u128::from_be_bytes(ids.trace_id().to_bytes()),
+            span_id: u64::from_be_bytes(ids.span_id().to_bytes()),
+            sampled: ids.is_sampled(),
+        })
+    }
 }
 
 /// An interceptor that sends the current trace context (see [module docs](self)) with
@@ -221,17 +287,22 @@ where
             .metadata()
             .get(TRACEPARENT)
             .and_then(TraceContext::parse);
-        let context = parent.map_or_else(TraceContext::new_root, |p| p.child());
-        request.extensions_mut().insert(context);
         let span = tracing::info_span!(
             "rpc.server",
             rpc.method = request.get_ref().method().path,
-            trace_id = %context.trace_id_hex(),
-            span_id = %format_args!("{:016x}", context.span_id),
-            parent_id = %parent.map(|p| format!("{:016x}", p.span_id)).unwrap_or_default(),
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+            parent_id = tracing::field::Empty,
             rpc.code = tracing::field::Empty,
             latency_ms = tracing::field::Empty,
         );
+        let context = parent.map_or_else(TraceContext::new_root, |p| p.child());
+        // With OpenTelemetry, the span joins the caller's trace there and its ids are
+        // the exporter's.
+        #[cfg(feature = "otel")]
+        let context = otel::link(&span, parent, context);
+        record_ids(&span, &context, parent.as_ref());
+        request.extensions_mut().insert(context);
         // What the inner service does in `call` (an interceptor, lower layers) runs in the
         // span and the context too.
         let inner = &mut self.inner;
@@ -284,18 +355,23 @@ where
     }
 
     fn call(&mut self, mut request: Request<ClientCall>) -> Self::Future {
-        let context = outgoing(request.metadata());
-        request
-            .metadata_mut()
-            .insert(TRACEPARENT, context.to_traceparent());
+        let parent = parent_of(request.metadata());
         let span = tracing::info_span!(
             "rpc.client",
             rpc.method = request.get_ref().method().path,
-            trace_id = %context.trace_id_hex(),
-            span_id = %format_args!("{:016x}", context.span_id),
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+            parent_id = tracing::field::Empty,
             rpc.code = tracing::field::Empty,
             latency_ms = tracing::field::Empty,
         );
+        let context = parent.map_or_else(TraceContext::new_root, |p| p.child());
+        #[cfg(feature = "otel")]
+        let context = otel::link(&span, parent, context);
+        record_ids(&span, &context, parent.as_ref());
+        request
+            .metadata_mut()
+            .insert(TRACEPARENT, context.to_traceparent());
         let call = self.inner.call(request);
         let started = Instant::now();
         Box::pin(
@@ -361,5 +437,77 @@ mod tests {
         let sent = TraceContext::parse(request.metadata().get(TRACEPARENT).unwrap()).unwrap();
         assert_eq!(sent.trace_id, context.trace_id);
         assert_ne!(sent.span_id, context.span_id);
+    }
+
+    /// With the `otel` feature and an OpenTelemetry layer: the client's span is a child of
+    /// the caller's `traceparent`, the server's a child of the client's, in one trace.
+    #[cfg(feature = "otel")]
+    #[test]
+    fn spans_join_the_callers_opentelemetry_trace() {
+        use opentelemetry::trace::{SpanId, TracerProvider as _};
+        use tracing_subscriber::layer::SubscriberExt;
+
+        use crate::service::{BoxMessage, MethodDescriptor, Service, ServiceFuture};
+
+        static ECHO: MethodDescriptor = MethodDescriptor::new("/t.T/Echo");
+        struct Echo;
+        impl Service for Echo {
+            fn name(&self) -> &'static str {
+                "t.T"
+            }
+            fn methods(&self) -> &'static [MethodDescriptor] {
+                std::slice::from_ref(&ECHO)
+            }
+            fn call(&self, _: usize, request: Request<crate::Payload<'_>>) -> ServiceFuture {
+                let n: u32 = request.into_inner().decode().unwrap_or(0);
+                Box::pin(async move { Ok(Response::new(Box::new(n) as BoxMessage)) })
+            }
+        }
+
+        let exporter = opentelemetry_sdk::trace::InMemorySpanExporterBuilder::new().build();
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        let _default = tracing::subscriber::set_default(subscriber);
+        let caller =
+            TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let server = crate::Server::builder()
+                .layer(ServerTraceLayer)
+                .add_service(Echo)
+                .unwrap()
+                .build();
+            let (client, served) = crate::memory::pair(1 << 20);
+            tokio::spawn(async move { server.serve_connection(served).await });
+            let channel = crate::Channel::new(client).layer(ClientTraceLayer);
+            let mut request = Request::new(7u32);
+            request
+                .metadata_mut()
+                .insert(TRACEPARENT, caller.to_traceparent());
+            let reply = channel.unary::<u32, u32>(request, &ECHO).await.unwrap();
+            assert_eq!(reply.into_inner(), 7);
+        });
+        let _ = provider.force_flush();
+        let spans = exporter.get_finished_spans().unwrap();
+        let named = |name: &str| {
+            spans
+                .iter()
+                .find(|s| s.name == name)
+                .unwrap_or_else(|| panic!("no {name} span in {spans:?}"))
+        };
+        let (client, server) = (named("rpc.client"), named("rpc.server"));
+        let trace = |s: &opentelemetry_sdk::trace::SpanData| {
+            u128::from_be_bytes(s.span_context.trace_id().to_bytes())
+        };
+        assert_eq!(trace(client), caller.trace_id);
+        assert_eq!(trace(server), caller.trace_id);
+        assert_eq!(client.parent_span_id, SpanId::from(caller.span_id));
+        assert_eq!(server.parent_span_id, client.span_context.span_id());
     }
 }
