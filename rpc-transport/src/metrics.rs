@@ -1,19 +1,17 @@
-//! The RDMA transport's counters as metrics, through the `metrics` facade (to whatever
-//! recorder the application installed, e.g. a Prometheus exporter).
-//!
-//! [`publish_rdma_metrics`] sets, for every RDMA connection this process opened (closed
-//! ones included): `rpc_rdma_eager_sends_total`, `rpc_rdma_rendezvous_sends_total`,
-//! `rpc_rdma_rendezvous_reads_total`, `rpc_rdma_read_bytes_total`,
-//! `rpc_rdma_eager_receives_total`, `rpc_rdma_batches_total`,
-//! `rpc_rdma_control_sends_total`, `rpc_rdma_credit_stalls_total`,
-//! `rpc_rdma_errors_total`, `rpc_rdma_kept_frames_total`, `rpc_rdma_lent_in_place_total`
-//! (counters) and `rpc_rdma_connections` (a gauge of those open now).
-//! [`spawn_rdma_metrics`] does it periodically. Without the `rdma` feature both do
-//! nothing.
+//! The RDMA transport's counters as metrics (see [`publish_rdma_metrics`]).
 
 use std::time::Duration;
 
-/// Publishes the process's RDMA counters once ([module docs](self)).
+/// Publishes the RDMA transport's counters through the `metrics` facade (to whatever
+/// recorder the application installed, e.g. a Prometheus exporter), once: for every RDMA
+/// connection this process opened (closed ones included), the counters
+/// `rpc_rdma_eager_sends_total`, `rpc_rdma_rendezvous_sends_total`,
+/// `rpc_rdma_rendezvous_reads_total`, `rpc_rdma_read_bytes_total`,
+/// `rpc_rdma_eager_receives_total`, `rpc_rdma_batches_total`,
+/// `rpc_rdma_control_sends_total`, `rpc_rdma_credit_stalls_total`,
+/// `rpc_rdma_errors_total`, `rpc_rdma_kept_frames_total`, `rpc_rdma_lent_in_place_total`
+/// and the gauge `rpc_rdma_connections`. [`spawn_rdma_metrics`] does it periodically.
+/// Without the `rdma` feature it does nothing.
 pub fn publish_rdma_metrics() {
     #[cfg(feature = "rdma")]
     {
