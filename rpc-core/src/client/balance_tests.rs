@@ -92,6 +92,9 @@ enum Dial {
     Refused,
     /// The first dial fails at once, every later one hangs (a host that went dark).
     RefusedThenHang,
+    /// Connects, and the server closes the connection at once (a hostile or broken
+    /// server that accepts and hangs up).
+    AcceptAndClose,
 }
 
 struct World {
@@ -158,6 +161,12 @@ fn channel_over(
                 (Dial::Ok, _) => {
                     let (client, server_end) = memory::pair(1 << 20);
                     tokio::spawn(async move { server.serve_connection(server_end).await });
+                    Ok(client)
+                }
+                (Dial::AcceptAndClose, _) => {
+                    let (client, server_end) = memory::pair(1 << 20);
+                    drop(server_end);
+                    drop(server);
                     Ok(client)
                 }
                 (Dial::Refused, _) | (Dial::RefusedThenHang, 1) => {
@@ -630,4 +639,30 @@ async fn retries_are_throttled_when_most_calls_fail() {
         assert_eq!(status.code(), Code::Unavailable);
     }
     assert_eq!(w.calls["a"].load(Ordering::SeqCst), 23);
+}
+
+/// An endpoint that accepts and hangs up at once gets no dial storm: each connection that
+/// ends within a second counts as a failed dial, so dials back off (100 ms, x1.6, ...).
+/// Calls go to the good endpoint meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_accepts_and_hangs_up_is_redialled_with_back_off() {
+    let w = world(&[
+        ("good", Dial::Ok, false, None),
+        ("rude", Dial::AcceptAndClose, false, None),
+    ]);
+    let (channel, tx) = channel_over(&w, ClientConfig::default());
+    tx.send(vec![ep("good"), ep("rude")]).unwrap();
+    let start = Instant::now();
+    let mut failed = 0;
+    while start.elapsed() < Duration::from_millis(1500) {
+        if sleep_call(&channel, 1, None).await.is_err() {
+            failed += 1;
+        }
+    }
+    // The good endpoint's first dial, then the rude one's: about 1 + 6 in 1.5 s with the
+    // back-off; thousands without it.
+    let dials = w.dials.load(Ordering::SeqCst);
+    assert!(dials <= 12, "{dials} dials in 1.5 s");
+    assert!(failed <= 3, "{failed} calls failed");
+    assert!(w.calls["good"].load(Ordering::SeqCst) > 100);
 }
