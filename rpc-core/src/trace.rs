@@ -165,12 +165,26 @@ fn outgoing(metadata: &crate::Metadata) -> TraceContext {
     parent_of(metadata).map_or_else(TraceContext::new_root, |parent| parent.child())
 }
 
-fn record_ids(span: &tracing::Span, context: &TraceContext, parent: Option<&TraceContext>) {
+/// The context of a call whose `span` was just opened (a child of `parent`, or a new
+/// trace; with OpenTelemetry, the span joins the parent's trace there and its ids are
+/// the exporter's), recorded in the span's fields.
+fn open(span: &tracing::Span, parent: Option<TraceContext>) -> TraceContext {
+    let context = parent.map_or_else(TraceContext::new_root, |p| p.child());
+    #[cfg(feature = "otel")]
+    let context = otel::link(span, parent, context);
     span.record("trace_id", context.trace_id_hex());
     span.record("span_id", format!("{:016x}", context.span_id));
     if let Some(parent) = parent {
         span.record("parent_id", format!("{:016x}", parent.span_id));
     }
+    context
+}
+
+/// Records the call's status and latency in the current (its) span.
+fn finish(code: Code, started: Instant) {
+    let span = tracing::Span::current();
+    span.record("rpc.code", code.as_str());
+    span.record("latency_ms", started.elapsed().as_secs_f64() * 1e3);
 }
 
 /// With the `otel` feature: the spans join OpenTelemetry traces (through
@@ -296,12 +310,7 @@ where
             rpc.code = tracing::field::Empty,
             latency_ms = tracing::field::Empty,
         );
-        let context = parent.map_or_else(TraceContext::new_root, |p| p.child());
-        // With OpenTelemetry, the span joins the caller's trace there and its ids are
-        // the exporter's.
-        #[cfg(feature = "otel")]
-        let context = otel::link(&span, parent, context);
-        record_ids(&span, &context, parent.as_ref());
+        let context = open(&span, parent);
         request.extensions_mut().insert(context);
         // What the inner service does in `call` (an interceptor, lower layers) runs in the
         // span and the context too.
@@ -311,9 +320,7 @@ where
         Box::pin(
             async move {
                 let (result, code) = code_of(context.scope(call).await);
-                let span = tracing::Span::current();
-                span.record("rpc.code", code.as_str());
-                span.record("latency_ms", started.elapsed().as_secs_f64() * 1e3);
+                finish(code, started);
                 tracing::info!(code = code.as_str(), "served");
                 result
             }
@@ -365,10 +372,7 @@ where
             rpc.code = tracing::field::Empty,
             latency_ms = tracing::field::Empty,
         );
-        let context = parent.map_or_else(TraceContext::new_root, |p| p.child());
-        #[cfg(feature = "otel")]
-        let context = otel::link(&span, parent, context);
-        record_ids(&span, &context, parent.as_ref());
+        let context = open(&span, parent);
         request
             .metadata_mut()
             .insert(TRACEPARENT, context.to_traceparent());
@@ -377,9 +381,7 @@ where
         Box::pin(
             async move {
                 let (result, code) = code_of(call.await);
-                let span = tracing::Span::current();
-                span.record("rpc.code", code.as_str());
-                span.record("latency_ms", started.elapsed().as_secs_f64() * 1e3);
+                finish(code, started);
                 result
             }
             .instrument(span),

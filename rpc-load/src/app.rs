@@ -9,7 +9,7 @@ use prost_reflect::DynamicMessage;
 use rpc_core::{Channel, ClientConfig};
 
 use crate::cli::{Args, Format};
-use crate::connect::{connect, Address, ConnectSettings};
+use crate::connect::{connect, Address, ConnectSettings, RpcConnection};
 use crate::data::{self, Messages};
 use crate::grpc::{self, GrpcSettings, GrpcTarget};
 use crate::proto::{find_method, load_descriptors, Method};
@@ -209,16 +209,8 @@ async fn run_rpc(
     for _ in 0..args.connections {
         let (conn, transport) = connect(endpoint, &settings).await?;
         transports.insert(transport);
-        let (endpoint, settings) = (endpoint.clone(), settings.clone());
-        let redial = move || {
-            let (endpoint, settings) = (endpoint.clone(), settings.clone());
-            async move {
-                connect(&endpoint, &settings)
-                    .await
-                    .map(|(conn, _)| conn)
-                    .map_err(|e| rpc_core::TransportError::Other(format!("{e:#}")))
-            }
-        };
+        let (endpoint, dial) = (endpoint.clone(), dialer(&settings));
+        let redial = move || dial(&endpoint);
         // The first dial is the connection made above (its transport is reported).
         let first = parking_lot::Mutex::new(Some(conn));
         let channel = Channel::with_reconnect(config.clone(), move || {
@@ -232,22 +224,54 @@ async fn run_rpc(
             }
         })
         .await?;
-        targets.push(Arc::new(
-            RpcTarget::new(
-                channel,
-                method.descriptor,
-                method.output.clone(),
-                metadata,
-                args.call_timeout(),
-            )
-            .with_stream_options(args.stream_options()),
-        ));
+        targets.push(rpc_target(args, channel, method, metadata));
     }
     let outcome = runner::run(&targets, messages, plan, monitor).await;
     Ok((
         outcome,
         transports.into_iter().collect::<Vec<_>>().join("+"),
     ))
+}
+
+/// Dials an endpoint with [`connect`], as channels redial.
+fn dialer(
+    settings: &ConnectSettings,
+) -> impl Fn(
+    &rpc_core::Endpoint,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<RpcConnection, rpc_core::TransportError>> + Send>,
+> + Send
+       + Sync
+       + 'static {
+    let settings = settings.clone();
+    move |endpoint| {
+        let (endpoint, settings) = (endpoint.clone(), settings.clone());
+        Box::pin(async move {
+            connect(&endpoint, &settings)
+                .await
+                .map(|(conn, _)| conn)
+                .map_err(|e| rpc_core::TransportError::Other(format!("{e:#}")))
+        })
+    }
+}
+
+/// The load target of one channel: `method` with `metadata`, as `args` say.
+fn rpc_target(
+    args: &Args,
+    channel: Channel<RpcConnection>,
+    method: &Method,
+    metadata: &[(String, String)],
+) -> Arc<RpcTarget<RpcConnection>> {
+    Arc::new(
+        RpcTarget::new(
+            channel,
+            method.descriptor,
+            method.output.clone(),
+            metadata,
+            args.call_timeout(),
+        )
+        .with_stream_options(args.stream_options()),
+    )
 }
 
 /// Runs over `--connections` balanced channels, each with a connection per endpoint of
@@ -278,31 +302,13 @@ async fn run_balanced(
     let mut endpoints = 0;
     let mut schemes = BTreeSet::new();
     for _ in 0..args.connections {
-        let settings = settings.clone();
-        let channel = Channel::connect_dialing(target, config.clone(), move |endpoint| {
-            let (endpoint, settings) = (endpoint.clone(), settings.clone());
-            async move {
-                connect(&endpoint, &settings)
-                    .await
-                    .map(|(conn, _)| conn)
-                    .map_err(|e| rpc_core::TransportError::Other(format!("{e:#}")))
-            }
-        })
-        .await
-        .with_context(|| format!("cannot connect to {target}"))?;
+        let channel = Channel::connect_dialing(target, config.clone(), dialer(&settings))
+            .await
+            .with_context(|| format!("cannot connect to {target}"))?;
         let found = channel.endpoints();
         endpoints = endpoints.max(found.len());
         schemes.extend(found.iter().map(|e| e.endpoint.scheme()));
-        targets.push(Arc::new(
-            RpcTarget::new(
-                channel,
-                method.descriptor,
-                method.output.clone(),
-                metadata,
-                args.call_timeout(),
-            )
-            .with_stream_options(args.stream_options()),
-        ));
+        targets.push(rpc_target(args, channel, method, metadata));
     }
     let outcome = runner::run(&targets, messages, plan, monitor).await;
     let schemes = schemes.into_iter().collect::<Vec<_>>().join("+");

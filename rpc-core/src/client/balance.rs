@@ -19,10 +19,10 @@ use futures_util::{Stream, StreamExt};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
-use super::channel::{jitter, next_backoff, start, Dialing, Shared, REDIAL_BACKOFF};
+use super::channel::{dial_within, jitter, next_backoff, start, Dialing, Shared, REDIAL_BACKOFF};
 use super::dns::DnsTarget;
 use crate::service::{MethodDescriptor, MethodKind};
-use crate::transport::{Connection, TransportError};
+use crate::transport::Connection;
 use crate::{ClientConfig, Code, Endpoint, LbStrategy, Request, Status};
 
 /// Where a balanced channel's endpoints come from.
@@ -636,14 +636,7 @@ async fn keep_connected<C: Connection>(sub: Arc<Sub<C>>, dial: DialFn<C>, config
     let mut backoff: Option<Duration> = None;
     loop {
         state.set_phase(CONNECTING);
-        let timeout = config.connect_timeout;
-        let dialed = tokio::time::timeout(timeout, dial(&sub.endpoint))
-            .await
-            .unwrap_or_else(|_| {
-                Err(TransportError::Other(format!(
-                    "not connected within {timeout:?}"
-                )))
-            });
+        let dialed = dial_within(config.connect_timeout, dial(&sub.endpoint)).await;
         let conn = match dialed {
             Ok(conn) => conn,
             Err(e) => {

@@ -228,14 +228,7 @@ async fn dial_and_record<C: Connection>(
     let Some(redial) = &inner.redial else {
         return Err(Status::internal("a channel without a dialer dialled"));
     };
-    let timeout = inner.config.connect_timeout;
-    let dialed = tokio::time::timeout(timeout, (redial.dial)())
-        .await
-        .unwrap_or_else(|_| {
-            Err(TransportError::Other(format!(
-                "not connected within {timeout:?}"
-            )))
-        });
+    let dialed = dial_within(inner.config.connect_timeout, (redial.dial)()).await;
     match dialed {
         Ok(conn) => {
             let fresh = start(conn, &inner.config, None);
@@ -259,6 +252,20 @@ async fn dial_and_record<C: Connection>(
             Err(status)
         }
     }
+}
+
+/// `dial`, failed when it takes longer than `timeout` (a channel's connect timeout).
+pub(super) async fn dial_within<C>(
+    timeout: std::time::Duration,
+    dial: impl Future<Output = Result<C, TransportError>>,
+) -> Result<C, TransportError> {
+    tokio::time::timeout(timeout, dial)
+        .await
+        .unwrap_or_else(|_| {
+            Err(TransportError::Other(format!(
+                "not connected within {timeout:?}"
+            )))
+        })
 }
 
 /// Dials `endpoint` with the connection type's own dialer ([`Dial`]).
@@ -366,10 +373,7 @@ impl<C: Connection> Channel<C> {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
-        let timeout = config.connect_timeout;
-        let conn = tokio::time::timeout(timeout, dial())
-            .await
-            .map_err(|_| TransportError::Other(format!("not connected within {timeout:?}")))??;
+        let conn = dial_within(config.connect_timeout, dial()).await?;
         let channel = Channel::lazy(config, dial);
         *channel.inner.current.write() = Some(start(conn, &channel.inner.config, None));
         Ok(channel)
