@@ -439,94 +439,6 @@ async fn a_server_shutting_down_drains_without_failing_calls() {
     assert!(b.calls.load(Ordering::Relaxed) > 0);
 }
 
-/// dnsmasq serving `hosts` (re-read on SIGHUP) and `extra` options on a free port of
-/// 127.0.0.1; killed when dropped.
-struct Dns {
-    child: Child,
-    port: u16,
-    hosts: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Dns {
-    fn start(hosts: &str, extra: &[String]) -> Dns {
-        let dir = tempfile::tempdir().unwrap();
-        // dnsmasq started as root reads the file as `nobody` after dropping privileges.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let path = dir.path().join("hosts");
-        std::fs::write(&path, hosts).unwrap();
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut args = vec![
-            "--keep-in-foreground".to_owned(),
-            "--conf-file=/dev/null".to_owned(),
-            "--no-resolv".to_owned(),
-            "--no-hosts".to_owned(),
-            "--pid-file=".to_owned(),
-            "--bind-interfaces".to_owned(),
-            "--listen-address=127.0.0.1".to_owned(),
-            format!("--port={port}"),
-            "--local-ttl=0".to_owned(),
-            format!("--addn-hosts={}", path.display()),
-        ];
-        args.extend_from_slice(extra);
-        let child = Command::new(dnsmasq())
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("dnsmasq (Debian's dnsmasq-base; scripts/install-deps installs it)");
-        let dns = Dns {
-            child,
-            port,
-            hosts: path,
-            _dir: dir,
-        };
-        dns.wait_until_answering();
-        dns
-    }
-
-    /// Waits until dnsmasq answers on its port (a TCP connection is accepted).
-    fn wait_until_answering(&self) {
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "dnsmasq did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Replaces the records and has dnsmasq read them again (SIGHUP).
-    fn set_hosts(&self, hosts: &str) {
-        std::fs::write(&self.hosts, hosts).unwrap();
-        let status = Command::new("kill")
-            .args(["-HUP", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for Dns {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn dnsmasq() -> &'static str {
-    ["/usr/sbin/dnsmasq", "/sbin/dnsmasq"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .unwrap_or("dnsmasq")
-}
-
 /// Three servers on one port of 127.0.0.2, .3 and .4.
 async fn backends_on_one_port() -> (u16, Vec<Backend>) {
     for _ in 0..20 {
@@ -553,12 +465,12 @@ async fn backends_on_one_port() -> (u16, Vec<Backend>) {
 async fn dns_records_added_and_removed_are_followed_within_one_refresh() {
     let (port, backends) = backends_on_one_port().await;
     let all: Vec<&Backend> = backends.iter().collect();
-    let dns = Dns::start("127.0.0.2 backend.test\n127.0.0.3 backend.test\n", &[]);
+    let dns = test_dns::Dnsmasq::start("127.0.0.2 backend.test\n127.0.0.3 backend.test\n", &[]);
     let refresh = Duration::from_millis(500);
     let mut config = ClientConfig::default();
     config.balance.dns_refresh = refresh;
     config.balance.dns_scheme = "tcp".to_owned();
-    let target = format!("dns://127.0.0.1:{}/backend.test:{port}", dns.port);
+    let target = format!("dns://127.0.0.1:{}/backend.test:{port}", dns.port());
     let channel = Channel::<AnyConnection>::connect_with(&target, config)
         .await
         .unwrap();
@@ -616,14 +528,14 @@ async fn dns_srv_records_give_hosts_and_ports() {
             b.addr.port()
         )
     };
-    let dns = Dns::start(
+    let dns = test_dns::Dnsmasq::start(
         "127.0.0.1 a.backend.test\n127.0.0.1 b.backend.test\n",
         &[srv(&a, "a.backend.test"), srv(&b, "b.backend.test")],
     );
     let mut config = ClientConfig::default();
     config.balance.dns_scheme = "tcp".to_owned();
     config.lb_strategy(LbStrategy::RoundRobin);
-    let target = format!("dns://127.0.0.1:{}/_echo._tcp.backend.test", dns.port);
+    let target = format!("dns://127.0.0.1:{}/_echo._tcp.backend.test", dns.port());
     let channel = Channel::<AnyConnection>::connect_with(&target, config)
         .await
         .unwrap();

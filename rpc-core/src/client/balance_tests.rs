@@ -488,66 +488,10 @@ async fn connectors_stop_with_the_channel() {
     drop(tx);
 }
 
-struct Dnsmasq {
-    child: std::process::Child,
-    port: u16,
-    _dir: std::path::PathBuf,
-}
-impl Drop for Dnsmasq {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-fn dnsmasq(hosts: &str, extra: &[String]) -> Dnsmasq {
-    use std::os::unix::fs::PermissionsExt;
-    let dir =
-        std::env::temp_dir().join(format!("review-dns-{}-{}", std::process::id(), hosts.len()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = dir.join("hosts");
-    std::fs::write(&path, hosts).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut args = vec![
-        "--keep-in-foreground".to_owned(),
-        "--conf-file=/dev/null".to_owned(),
-        "--no-resolv".to_owned(),
-        "--no-hosts".to_owned(),
-        "--pid-file=".to_owned(),
-        "--bind-interfaces".to_owned(),
-        "--listen-address=127.0.0.1".to_owned(),
-        format!("--port={port}"),
-        "--local-ttl=0".to_owned(),
-        format!("--addn-hosts={}", path.display()),
-    ];
-    args.extend_from_slice(extra);
-    let child = std::process::Command::new("/usr/sbin/dnsmasq")
-        .args(&args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Dnsmasq {
-        child,
-        port,
-        _dir: dir,
-    }
-}
-
 /// An SRV target without an address is left out; the others are kept.
 #[tokio::test]
 async fn an_unresolvable_srv_target_loses_only_itself() {
-    let dns = dnsmasq(
+    let dns = test_dns::Dnsmasq::start(
         "127.0.0.1 a.t\n",
         &[
             "--srv-host=_s._tcp.t,a.t,1001,0,10".to_owned(),
@@ -556,7 +500,7 @@ async fn an_unresolvable_srv_target_loses_only_itself() {
         ],
     );
     let target =
-        super::super::dns::DnsTarget::parse(&format!("dns://127.0.0.1:{}/_s._tcp.t", dns.port))
+        super::super::dns::DnsTarget::parse(&format!("dns://127.0.0.1:{}/_s._tcp.t", dns.port()))
             .unwrap();
     let resolver = target.resolver().unwrap();
     let resolved = target.resolve(&resolver, "tcp").await;
@@ -577,9 +521,9 @@ async fn thousands_of_addresses_give_at_most_max_endpoints() {
             i & 255
         ));
     }
-    let dns = dnsmasq(&hosts, &[]);
+    let dns = test_dns::Dnsmasq::start(&hosts, &[]);
     let target =
-        super::super::dns::DnsTarget::parse(&format!("dns://127.0.0.1:{}/big.t:1", dns.port))
+        super::super::dns::DnsTarget::parse(&format!("dns://127.0.0.1:{}/big.t:1", dns.port()))
             .unwrap();
     let resolver = target.resolver().unwrap();
     let resolved = target.resolve(&resolver, "tcp").await.unwrap();
@@ -589,7 +533,7 @@ async fn thousands_of_addresses_give_at_most_max_endpoints() {
     config.balance.max_endpoints = 64;
     let dials = Arc::new(AtomicUsize::new(0));
     let counted = dials.clone();
-    let url = format!("dns://127.0.0.1:{}/big.t:1", dns.port);
+    let url = format!("dns://127.0.0.1:{}/big.t:1", dns.port());
     let channel = Channel::<MemoryConnection>::connect_lazy_dialing(&url, config, move |_| {
         counted.fetch_add(1, Ordering::SeqCst);
         async { Err(crate::TransportError::Other("unreachable".into())) }
