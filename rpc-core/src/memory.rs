@@ -180,4 +180,10 @@ impl Listener for MemoryListener {
     fn local_addr(&self) -> String {
         "memory://listener".into()
     }
+
+    fn stop_accepting(&mut self) -> bool {
+        // Connectors fail from now on; the connections already queued are still yielded.
+        self.incoming.close();
+        true
+    }
 }

@@ -195,6 +195,23 @@ pub trait Listener: Send + 'static {
 
     /// The local address, as a URL (`tcp://127.0.0.1:4000`).
     fn local_addr(&self) -> String;
+
+    /// Stops taking connections, at once, as a graceful shutdown begins: a socket
+    /// listener closes its listening socket, so a client that dials after the server's
+    /// GOAWAY is refused (or reaches the server that replaced this one) instead of being
+    /// left in the kernel's backlog of a socket about to close, to be reset with its
+    /// requests unread.
+    ///
+    /// Connections already established by then (queued, in the kernel's backlog, or in
+    /// their handshake) are still yielded by [`accept`](Self::accept), which then fails
+    /// with [`TransportError::Closed`]; the server serves them draining (GOAWAY at once,
+    /// every request refused as not started), so their clients retry elsewhere.
+    ///
+    /// Returns whether this listener does so. The default does nothing and returns
+    /// `false`: the server then drops the listener with whatever it holds.
+    fn stop_accepting(&mut self) -> bool {
+        false
+    }
 }
 
 /// A transport failure. Calls on the connection fail with `UNAVAILABLE` carrying its text.

@@ -35,6 +35,6 @@ mod writer;
 
 pub use config::TcpConfig;
 pub use connection::{SendReservation, TcpConnection};
-pub use listener::TcpListener;
+pub use listener::{take_backlog, TcpListener};
 pub use socket::{Socket, TlsStream};
 pub use tls::{ClientAuth, TlsAcceptor, TlsConfig, TlsConnector, TlsError, ALPN_FRAMES, ALPN_H2};

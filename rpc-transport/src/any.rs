@@ -382,9 +382,22 @@ pub async fn connect(
 
 /// Accepts connections of every kind on one TCP port: plain TCP clients, and RDMA
 /// handshakes (answered with RDMA when this server serves it, else with a TCP fallback).
+///
+/// Each accepted socket's handshake runs on a task of its own, at most `max_handshakes` at
+/// once and each within `handshake_timeout` (the permit is held until the connection is
+/// queued for the server, so connections waiting for room count too); sockets beyond that
+/// are closed at once.
 #[derive(Debug)]
 pub struct AnyListener {
     incoming: mpsc::Receiver<AnyConnection>,
+    /// `None` once it stopped accepting: the queue ends when the last handshake does.
+    tx: Option<mpsc::Sender<AnyConnection>>,
+    /// `None` once it stopped accepting.
+    listener: Option<tokio::net::TcpListener>,
+    handshakes: Arc<Semaphore>,
+    refused: u64,
+    settings: Arc<TransportSettings>,
+    tls: Option<TlsAcceptor>,
     local: String,
     serves_rdma: bool,
 }
@@ -419,10 +432,14 @@ impl AnyListener {
         let local = format!("{}://{local_addr}", endpoint.scheme());
         tracing::info!(%local, rdma = serves_rdma, tls = endpoint.tls, "listening");
         let (tx, incoming) = mpsc::channel(64);
-        let settings = Arc::new(settings.clone());
-        tokio::spawn(accept_loop(listener, tx, settings, serves_rdma, tls));
         Ok(AnyListener {
             incoming,
+            tx: Some(tx),
+            listener: Some(listener),
+            handshakes: Arc::new(Semaphore::new(settings.max_handshakes.max(1))),
+            refused: 0,
+            settings: Arc::new(settings.clone()),
+            tls,
             local,
             serves_rdma,
         })
@@ -441,75 +458,88 @@ impl AnyListener {
             .and_then(|p| p.parse().ok())
             .unwrap_or(0)
     }
+
+    /// Starts the handshake of an accepted socket on a task of its own, or closes it when
+    /// `max_handshakes` are running.
+    fn handshake(&mut self, stream: TcpStream, peer: Option<std::net::SocketAddr>) {
+        let Some(tx) = self.tx.clone() else { return };
+        let peer = peer.map_or_else(|| "?".to_owned(), |p| p.to_string());
+        let Ok(permit) = self.handshakes.clone().try_acquire_owned() else {
+            self.refused += 1;
+            if self.refused.is_power_of_two() {
+                tracing::warn!(%peer, refused = self.refused, max = self.settings.max_handshakes, "too many handshakes at once: closing new sockets");
+            }
+            return;
+        };
+        let (settings, tls, serves_rdma) =
+            (self.settings.clone(), self.tls.clone(), self.serves_rdma);
+        tokio::spawn(async move {
+            let timeout = settings.handshake_timeout;
+            let classified = tokio::time::timeout(
+                timeout,
+                classify(stream, &settings, serves_rdma, tls.as_ref()),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "not established within {timeout:?} (handshake timeout)"
+                ))
+            });
+            match classified {
+                Ok(Some(conn)) => {
+                    let _ = tx.send(conn).await;
+                }
+                Ok(None) => tracing::debug!(%peer, "connection closed before a byte"),
+                Err(e) => tracing::warn!(%peer, "dropping connection: {e}"),
+            }
+            drop(permit);
+        });
+    }
 }
 
 impl Listener for AnyListener {
     type Conn = AnyConnection;
 
     async fn accept(&mut self) -> Result<AnyConnection, TransportError> {
-        self.incoming.recv().await.ok_or(TransportError::Closed)
+        loop {
+            let accepted = tokio::select! {
+                conn = self.incoming.recv() => return conn.ok_or(TransportError::Closed),
+                accepted = accept_socket(self.listener.as_ref()) => accepted,
+            };
+            match accepted {
+                Ok((stream, peer)) => self.handshake(stream, Some(peer)),
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        }
     }
 
     fn local_addr(&self) -> String {
         self.local.clone()
     }
-}
 
-/// Accepts sockets and establishes connections, each on its own task, at most
-/// `max_handshakes` at once and each within `handshake_timeout` (the permit is held until
-/// the connection is queued for the server, so connections waiting for room count too).
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
-    tx: mpsc::Sender<AnyConnection>,
-    settings: Arc<TransportSettings>,
-    serves_rdma: bool,
-    tls: Option<TlsAcceptor>,
-) {
-    let handshakes = Arc::new(Semaphore::new(settings.max_handshakes.max(1)));
-    let mut refused = 0u64;
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = tx.closed() => return,
-        };
-        match accepted {
-            Ok((stream, peer)) => {
-                let Ok(permit) = handshakes.clone().try_acquire_owned() else {
-                    refused += 1;
-                    if refused.is_power_of_two() {
-                        tracing::warn!(%peer, refused, max = settings.max_handshakes, "too many handshakes at once: closing new sockets");
-                    }
-                    drop(stream);
-                    continue;
-                };
-                let (tx, settings, tls) = (tx.clone(), settings.clone(), tls.clone());
-                tokio::spawn(async move {
-                    let timeout = settings.handshake_timeout;
-                    let classified = tokio::time::timeout(
-                        timeout,
-                        classify(stream, &settings, serves_rdma, tls.as_ref()),
-                    )
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(format!(
-                            "not established within {timeout:?} (handshake timeout)"
-                        ))
-                    });
-                    match classified {
-                        Ok(Some(conn)) => {
-                            let _ = tx.send(conn).await;
-                        }
-                        Ok(None) => tracing::debug!(%peer, "connection closed before a byte"),
-                        Err(e) => tracing::warn!(%peer, "dropping connection: {e}"),
-                    }
-                    drop(permit);
-                });
-            }
-            Err(e) => {
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    fn stop_accepting(&mut self) -> bool {
+        if let Some(listener) = self.listener.take() {
+            for stream in rpc_transport_tcp::take_backlog(listener) {
+                let peer = stream.peer_addr().ok();
+                self.handshake(stream, peer);
             }
         }
+        // The queue closes when the last handshake running ends.
+        self.tx = None;
+        true
+    }
+}
+
+/// The next socket of `listener`; never, once it is gone.
+async fn accept_socket(
+    listener: Option<&tokio::net::TcpListener>,
+) -> std::io::Result<(TcpStream, std::net::SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
     }
 }
 

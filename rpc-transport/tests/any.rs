@@ -136,3 +136,49 @@ async fn rdma_urls_fail_clearly_where_rdma_cannot_be_had() {
         .to_string();
     assert!(err.contains(expected), "{err}");
 }
+
+/// A listener told to stop accepting closes its socket at once (a new client is refused,
+/// as it would be by a restarted server's absence, instead of waiting in a backlog about to
+/// be reset) and still yields the connections made before: here one still in the kernel's
+/// backlog, with a request sent, which is answered.
+#[tokio::test]
+async fn a_stopped_listener_refuses_new_sockets_and_yields_the_ones_it_had() {
+    let endpoint: Endpoint = "tcp://127.0.0.1:0".parse().unwrap();
+    let mut listener = AnyListener::bind(&endpoint, &TransportSettings::default())
+        .await
+        .unwrap();
+    let endpoint: Endpoint = listener.local_addr().parse().unwrap();
+    // Connected by the kernel; `accept` has not been called, so it is in the backlog.
+    let early = connect(&endpoint, &TransportSettings::default())
+        .await
+        .unwrap();
+    let mut header = Header::new(FrameKind::Request, 7);
+    header.payload_len = 3;
+    let mut out = early.alloc(header.frame_len()).await.unwrap();
+    out.put_slice(&header.encode());
+    out.put_slice(b"abc");
+    early.send(out).await.unwrap();
+
+    assert!(listener.stop_accepting());
+    let refused = connect(&endpoint, &TransportSettings::default()).await;
+    assert!(refused.is_err(), "a new socket is refused once stopped");
+
+    let conn = tokio::time::timeout(std::time::Duration::from_secs(10), listener.accept())
+        .await
+        .expect("the early connection is yielded")
+        .unwrap();
+    let frame = conn.recv().await.unwrap().expect("its request");
+    let mut out = conn.alloc(frame.len()).await.unwrap();
+    out.put_slice(&frame);
+    drop(frame);
+    conn.send(out).await.unwrap();
+    let back = early.recv().await.unwrap().expect("the answer");
+    assert_eq!(&back[rpc_core::wire::HEADER_LEN..], b"abc");
+    assert!(
+        matches!(
+            listener.accept().await,
+            Err(rpc_core::TransportError::Closed)
+        ),
+        "then the listener is done"
+    );
+}

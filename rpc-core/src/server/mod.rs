@@ -185,27 +185,43 @@ impl Server {
         let result = loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok(conn) => {
-                        let server = self.clone();
-                        let alive = alive.clone();
-                        tokio::spawn(async move {
-                            server.serve_connection(conn).await;
-                            drop(alive);
-                        });
-                    }
+                    Ok(conn) => self.spawn_connection(conn, alive.clone()),
                     Err(e) => break Err(e),
                 },
                 () = &mut signal => break Ok(()),
             }
         };
-        drop(listener);
+        // Closed before the GOAWAYs go out: a client dialling again on GOAWAY must not
+        // land in this listener's backlog.
+        let drains = listener.stop_accepting();
         self.shutdown();
-        drop(alive);
         let grace = self.inner.config.shutdown_grace;
-        if tokio::time::timeout(grace, done.recv()).await.is_err() {
+        let deadline = tokio::time::Instant::now() + grace;
+        // Connections established before the stop are served draining, not dropped with
+        // their requests unread: GOAWAY, and every request refused as not started.
+        if drains {
+            while let Ok(Ok(conn)) = tokio::time::timeout_at(deadline, listener.accept()).await {
+                self.spawn_connection(conn, alive.clone());
+            }
+        }
+        drop(listener);
+        drop(alive);
+        if tokio::time::timeout_at(deadline, done.recv())
+            .await
+            .is_err()
+        {
             tracing::warn!(?grace, "shutdown grace elapsed with calls still running");
         }
         result
+    }
+
+    /// Serves `conn` on a task of its own holding `alive` until it ends.
+    fn spawn_connection<C: Connection>(&self, conn: C, alive: tokio::sync::mpsc::Sender<()>) {
+        let server = self.clone();
+        tokio::spawn(async move {
+            server.serve_connection(conn).await;
+            drop(alive);
+        });
     }
 
     /// Starts a graceful shutdown of every connection this server serves.

@@ -213,6 +213,51 @@ async fn a_waiting_call_times_out_from_its_arrival() {
     assert_eq!((h.call_id, code(&h)), (1, Code::Ok));
 }
 
+/// A connection established but not yet taken by the server when its shutdown starts is
+/// served draining, not dropped with its request unread: its request is answered (run, or
+/// refused as not started: safe to send elsewhere). Which of the two depends on whether
+/// the server's loop takes the connection or the signal first, so each round does both.
+#[tokio::test]
+async fn a_connection_queued_at_shutdown_is_answered_not_dropped() {
+    for round in 0..20 {
+        let server = Server::builder()
+            .add_service(TestService::default())
+            .unwrap()
+            .build();
+        let (listener, connector) = memory::listener(1 << 20);
+        let conn = connector.connect().await.unwrap();
+        request(&conn, 1, SLEEP, 0, Duration::ZERO).await;
+        // The signal is already complete: the listener still holds the connection.
+        let serving = tokio::spawn(async move {
+            server
+                .serve_with_shutdown(listener, std::future::ready(()))
+                .await
+        });
+        let mut answered = None;
+        while let Some((h, _)) = next(&conn).await {
+            match h.kind {
+                FrameKind::GoAway => send_control(&conn, FrameKind::GoAway, 0).await.unwrap(),
+                FrameKind::Response => {
+                    answered = Some((code(&h), h.flags.contains(Flags::REFUSED)))
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            matches!(
+                answered,
+                Some((Code::Ok, false) | (Code::Unavailable, true))
+            ),
+            "round {round}: the request got {answered:?}"
+        );
+        serving.await.unwrap().unwrap();
+        assert!(
+            connector.connect().await.is_err(),
+            "no connection after the stop"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_draining_server_refuses_new_calls_and_finishes_running_ones() {
     let (server, conn) = serve(ServerConfig::default(), TestService::default());
