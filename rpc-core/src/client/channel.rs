@@ -703,7 +703,12 @@ impl<C: Connection> Channel<C> {
         request: Request<ClientCall>,
     ) -> Result<Response<bytes::Bytes>, Status> {
         use tower::ServiceExt;
+        let mut request = request;
         let timeout = request.timeout().or(self.inner.config.timeout);
+        if let Some(deadline) = timeout.and_then(|t| Instant::now().checked_add(t)) {
+            // The bottom of the stack tells the server the time left, not the timeout.
+            request.extensions_mut().insert(LayerDeadline(deadline));
+        }
         let call = stack.clone().oneshot(request);
         match timeout {
             Some(t) => tokio::time::timeout(t, call)
@@ -1939,6 +1944,11 @@ async fn keepalive_loop<C: Connection>(
 /// A channel is a tower service of unary calls, its message encoded: with
 /// `tower::ServiceBuilder` (or [`Channel::layer`]) any tower middleware goes around it.
 /// A channel with layers sends the call through them.
+/// The deadline of a call sent through a channel's layers (a request extension), so that
+/// the time spent in the layers is not told to the server as time it has.
+#[derive(Debug, Clone, Copy)]
+struct LayerDeadline(Instant);
+
 impl<C: Connection> tower::Service<Request<ClientCall>> for Channel<C> {
     type Response = Response<bytes::Bytes>;
     type Error = Status;
@@ -1960,7 +1970,10 @@ impl<C: Connection> tower::Service<Request<ClientCall>> for Channel<C> {
                 return channel.through_layers(stack, request).await;
             }
             let method = *request.get_ref().method();
-            let request = request.map(|call| Encoded(call.message().clone()));
+            let mut request = request.map(|call| Encoded(call.message().clone()));
+            if let Some(LayerDeadline(deadline)) = request.extensions_mut().remove() {
+                request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+            }
             channel
                 .unary_with(request, &method, |payload| {
                     Ok(match payload {

@@ -237,3 +237,57 @@ async fn a_lazy_channel_dials_once_on_first_use_even_when_calls_time_out_first()
         "one dial for every first call"
     );
 }
+
+static TOLD: MethodDescriptor = MethodDescriptor::new("/t.T/Told");
+
+/// Answers with the timeout the server was told, in ms (0 for none).
+struct Told;
+
+impl Service for Told {
+    fn name(&self) -> &'static str {
+        "t.T"
+    }
+    fn methods(&self) -> &'static [MethodDescriptor] {
+        std::slice::from_ref(&TOLD)
+    }
+    fn call(&self, _: usize, request: Request<crate::Payload<'_>>) -> ServiceFuture {
+        let told = request.timeout().map_or(0, |t| t.as_millis() as u32);
+        Box::pin(async move { Ok(Response::new(Box::new(told) as BoxMessage)) })
+    }
+}
+
+/// A call that waited in a client layer tells the server the time it has left, not its
+/// whole timeout: behind a layer that holds each call 300 ms, a call of 1 s tells at most
+/// 700 ms (without a layer, the whole second, less the memory transport's microseconds).
+#[tokio::test]
+async fn the_server_is_told_the_time_left_after_the_client_layers() {
+    use tower::ServiceExt;
+    let server = Server::builder().add_service(Told).unwrap().build();
+    let (client, served) = memory::pair(1 << 20);
+    tokio::spawn(async move { server.serve_connection(served).await });
+    let channel = Channel::new(client);
+    let told = |channel: Channel<MemoryConnection>| async move {
+        let mut request = Request::new(0u32);
+        request.set_timeout(Duration::from_secs(1));
+        channel
+            .unary::<u32, u32>(request, &TOLD)
+            .await
+            .unwrap()
+            .into_inner()
+    };
+    let plain = told(channel.clone()).await;
+    assert!((500..=1000).contains(&plain), "told {plain} ms");
+    let slow = channel.layer(tower::layer::layer_fn(
+        |inner: crate::layer::ClientStack| {
+            tower::service_fn(move |request| {
+                let inner = inner.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    inner.oneshot(request).await
+                }
+            })
+        },
+    ));
+    let layered = told(slow).await;
+    assert!((1..=700).contains(&layered), "told {layered} ms");
+}
