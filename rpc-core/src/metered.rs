@@ -8,6 +8,10 @@
 //!   streamed response when its stream ended (`CANCELLED` when it was dropped first);
 //! - `rpc_server_handling_seconds`: a histogram of the time from the call reaching the
 //!   service to its end.
+//!
+//! [`ServerMetricsLayer`] records the same as a server's outermost tower layer, so that
+//! calls refused by the layers inside it are counted too; [`ClientMetricsLayer`] records
+//! `rpc_client_*` for a channel's unary calls.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -157,6 +161,74 @@ impl Drop for Meter {
 
 fn code<T>(result: &Result<T, Status>) -> Code {
     result.as_ref().map_or_else(Status::code, |_| Code::Ok)
+}
+
+/// Counts and times a server's calls as a tower layer
+/// ([`ServerBuilder::layer`](crate::ServerBuilder::layer)), under the same names and
+/// labels as [`MeteredService`]: added first, it is outside the other layers, so calls
+/// they refuse (a load-shedding layer's `UNAVAILABLE`, a timeout layer's
+/// `DEADLINE_EXCEEDED`, an authentication layer's `UNAUTHENTICATED`) are counted too, which
+/// a `MeteredService` inside the layers never sees. Use one or the other, not both.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerMetricsLayer;
+
+impl<S> tower::Layer<S> for ServerMetricsLayer {
+    type Service = ServerMetrics<S>;
+    fn layer(&self, inner: S) -> ServerMetrics<S> {
+        ServerMetrics { inner }
+    }
+}
+
+/// The service of [`ServerMetricsLayer`].
+#[derive(Debug, Clone)]
+pub struct ServerMetrics<S> {
+    inner: S,
+}
+
+type ServerResult = Result<crate::Response<crate::layer::ServerAnswer>, crate::layer::BoxError>;
+
+impl<S> tower::Service<Request<crate::layer::ServerCall>> for ServerMetrics<S>
+where
+    S: tower::Service<
+        Request<crate::layer::ServerCall>,
+        Response = crate::Response<crate::layer::ServerAnswer>,
+    >,
+    S::Error: Into<crate::layer::BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = crate::Response<crate::layer::ServerAnswer>;
+    type Error = crate::layer::BoxError;
+    type Future = Pin<Box<dyn std::future::Future<Output = ServerResult> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<crate::layer::ServerCall>) -> Self::Future {
+        use crate::layer::ServerAnswer;
+        let mut meter = Meter::start(request.get_ref().method().path);
+        let call = self.inner.call(request);
+        Box::pin(async move {
+            match call.await.map_err(Into::into) {
+                Ok(response) => Ok(response.map(|answer| match answer {
+                    ServerAnswer::Streaming(StreamResponse::Stream(stream)) => {
+                        ServerAnswer::Streaming(StreamResponse::Stream(Box::pin(MeteredStream {
+                            inner: stream,
+                            meter,
+                        })))
+                    }
+                    answer => {
+                        meter.end(Code::Ok);
+                        answer
+                    }
+                })),
+                Err(e) => {
+                    meter.end(crate::layer::to_status_ref(&*e).code());
+                    Err(e)
+                }
+            }
+        })
+    }
 }
 
 /// A response stream that records its call's end when it ends.
@@ -356,6 +428,63 @@ mod tests {
             (
                 "rpc_server_handling_seconds{service=t.Metered,method=Fail}",
                 1,
+            ),
+        ];
+        let expected: std::collections::BTreeMap<String, u64> =
+            expected.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        assert_eq!(seen, expected);
+    }
+
+    /// As the outermost server layer, the metrics count the calls a load-shedding layer
+    /// inside refuses: two concurrent calls behind a concurrency limit of one, the
+    /// second shed (`UNAVAILABLE`) and counted.
+    #[test]
+    fn the_server_layer_counts_calls_refused_by_inner_layers() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let mut seen = std::collections::BTreeMap::new();
+        metrics::with_local_recorder(&recorder, || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let server = Server::builder()
+                    .layer(ServerMetricsLayer)
+                    .layer(tower::load_shed::LoadShedLayer::new())
+                    .layer(tower::limit::ConcurrencyLimitLayer::new(1))
+                    .add_service(Test)
+                    .unwrap()
+                    .build();
+                let (listener, connector) = memory::listener(1 << 20);
+                tokio::spawn(async move { server.serve(listener).await });
+                let channel = Channel::new(connector.connect().await.unwrap());
+                let holder = channel.clone();
+                let holder = tokio::spawn(async move {
+                    holder
+                        .unary::<u32, u32>(Request::new(300), &METHODS[0])
+                        .await
+                });
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let shed = channel.unary::<u32, u32>(Request::new(0), &METHODS[0]);
+                assert_eq!(shed.await.unwrap_err().code(), Code::Unavailable);
+                assert_eq!(holder.await.unwrap().unwrap().into_inner(), 300);
+            });
+        });
+        absorb(&snapshotter, &mut seen);
+        let expected = [
+            ("rpc_server_started_total{service=t.Metered,method=Echo}", 2),
+            (
+                "rpc_server_handled_total{service=t.Metered,method=Echo,code=OK}",
+                1,
+            ),
+            (
+                "rpc_server_handled_total{service=t.Metered,method=Echo,code=UNAVAILABLE}",
+                1,
+            ),
+            (
+                "rpc_server_handling_seconds{service=t.Metered,method=Echo}",
+                2,
             ),
         ];
         let expected: std::collections::BTreeMap<String, u64> =
