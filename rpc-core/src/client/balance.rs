@@ -90,6 +90,14 @@ struct Sub<C: Connection> {
 }
 
 impl<C: Connection> Sub<C> {
+    /// Whether `shared` is this endpoint's connection.
+    fn holds(&self, shared: &Shared<C>) -> bool {
+        self.current
+            .read()
+            .as_ref()
+            .is_some_and(|current| std::ptr::eq(Arc::as_ptr(current), shared))
+    }
+
     fn stop(&self) {
         if let Some(task) = self.connector.lock().take() {
             task.abort();
@@ -343,13 +351,19 @@ impl<C: Connection> Balancer<C> {
     /// A connection for the next call: waits while endpoints are being found or dialled
     /// (the caller's deadline bounds it), fails with `UNAVAILABLE` when none can be used
     /// (or, with [`ClientConfig::wait_for_ready`], waits for one).
-    pub(super) async fn pick(self: &Arc<Self>) -> Result<Arc<Shared<C>>, Status> {
+    ///
+    /// A retry passes the connection that failed the attempt before as `avoid`: another
+    /// endpoint is picked if one is usable, that one only if none is.
+    pub(super) async fn pick(
+        self: &Arc<Self>,
+        avoid: Option<&Shared<C>>,
+    ) -> Result<Arc<Shared<C>>, Status> {
         self.start();
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            match self.try_pick() {
+            match self.try_pick(avoid) {
                 Pick::Ready(shared) => return Ok(shared),
                 Pick::Fail(status) if !self.config.wait_for_ready => return Err(status),
                 Pick::Fail(_) | Pick::Wait => {}
@@ -371,16 +385,23 @@ impl<C: Connection> Balancer<C> {
         z ^ (z >> 31)
     }
 
-    fn try_pick(&self) -> Pick<C> {
+    fn try_pick(&self, avoid: Option<&Shared<C>>) -> Pick<C> {
         let subs = self.endpoints.read().clone();
         let n = subs.len();
         let now = Instant::now();
         let mut ejected = None;
         if n > 0 {
-            let picked = match self.config.balance.strategy {
-                LbStrategy::PowerOfTwoChoices => self.two_choices(&subs, now, &mut ejected),
-                LbStrategy::RoundRobin => self.round_robin(&subs, now, &mut ejected),
-            };
+            // The others first, when one is to be avoided; then all.
+            let others: Option<Vec<Arc<Sub<C>>>> = avoid.filter(|_| n > 1).map(|avoid| {
+                subs.iter()
+                    .filter(|sub| !sub.holds(avoid))
+                    .cloned()
+                    .collect()
+            });
+            let picked = others
+                .filter(|others| !others.is_empty())
+                .and_then(|others| self.choose(&others, now, &mut ejected))
+                .or_else(|| self.choose(&subs, now, &mut ejected));
             if let Some(shared) = picked {
                 return Pick::Ready(shared);
             }
@@ -440,6 +461,19 @@ impl<C: Connection> Balancer<C> {
                 "no endpoint of {n} is usable ({not_serving} not serving)"
             )),
         })
+    }
+
+    /// A usable endpoint of `subs` by the configured strategy.
+    fn choose(
+        &self,
+        subs: &[Arc<Sub<C>>],
+        now: Instant,
+        ejected: &mut Option<(Arc<Shared<C>>, usize)>,
+    ) -> Option<Arc<Shared<C>>> {
+        match self.config.balance.strategy {
+            LbStrategy::PowerOfTwoChoices => self.two_choices(subs, now, ejected),
+            LbStrategy::RoundRobin => self.round_robin(subs, now, ejected),
+        }
     }
 
     /// Power of two choices: two endpoints drawn at random, the one with fewer calls in

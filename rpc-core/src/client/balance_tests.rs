@@ -610,3 +610,40 @@ async fn an_endpoint_that_accepts_and_hangs_up_is_redialled_with_back_off() {
     assert!(failed <= 3, "{failed} calls failed");
     assert!(w.calls["good"].load(Ordering::SeqCst) > 100);
 }
+
+/// A retry goes to another endpoint than the one whose failure it retries, when another
+/// is usable: beside an endpoint failing every call (not ejected here, so that only the
+/// retry's choice can help), every call with two attempts succeeds. Picking afresh,
+/// a retry went back to the failing endpoint about half the time (P2C over two idle
+/// endpoints is a coin toss), failing about a quarter of the calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_goes_to_another_endpoint_than_the_one_that_failed() {
+    let w = world(&[
+        ("bad", Dial::Ok, true, None),
+        ("good", Dial::Ok, false, None),
+    ]);
+    for strategy in [LbStrategy::PowerOfTwoChoices, LbStrategy::RoundRobin] {
+        let mut config = ClientConfig::default();
+        config.balance.strategy = strategy;
+        config.balance.eject_after_failures = 0;
+        let mut policy = crate::RetryPolicy::default();
+        policy.methods(["*"]);
+        policy.max_attempts = 2;
+        policy.max_tokens = 0;
+        policy.initial_backoff = Duration::from_millis(1);
+        config.retry(policy);
+        let (channel, tx) = channel_over(&w, config);
+        tx.send(vec![ep("bad"), ep("good")]).unwrap();
+        let mut failed = 0;
+        for _ in 0..100 {
+            if sleep_call(&channel, 0, None).await.is_err() {
+                failed += 1;
+            }
+        }
+        assert_eq!(failed, 0, "{strategy:?}");
+        assert!(
+            w.calls["bad"].load(Ordering::SeqCst) > 0,
+            "both were picked"
+        );
+    }
+}

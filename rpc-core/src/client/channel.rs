@@ -469,7 +469,7 @@ impl<C: Connection> Channel<C> {
                 let timeout = config.connect_timeout;
                 let channel = Channel::from_target(config, target, dial);
                 let balancer = channel.inner.balancer.as_ref().expect("balanced");
-                match tokio::time::timeout(timeout, balancer.pick()).await {
+                match tokio::time::timeout(timeout, balancer.pick(None)).await {
                     Ok(Ok(_)) => Ok(channel),
                     Ok(Err(status)) => Err(TransportError::Other(status.message().to_owned())),
                     Err(_) => Err(TransportError::Other(format!(
@@ -737,14 +737,15 @@ impl<C: Connection> Channel<C> {
     }
 
     /// The connection calls go to, replacing a failed or draining one first if this
-    /// channel reconnects. Calls in flight on a draining connection finish there.
-    async fn ready(&self) -> Result<Arc<Shared<C>>, Status> {
+    /// channel reconnects. Calls in flight on a draining connection finish there. A
+    /// balanced channel picks another connection than `avoid` if it has one usable.
+    async fn ready(&self, avoid: Option<&Shared<C>>) -> Result<Arc<Shared<C>>, Status> {
         let usable = |shared: &Shared<C>| {
             let calls = shared.calls.lock();
             !calls.is_closed() && !calls.is_draining()
         };
         if let Some(balancer) = &self.inner.balancer {
-            return balancer.pick().await;
+            return balancer.pick(avoid).await;
         }
         let current = self.current();
         let Some(redial) = &self.inner.redial else {
@@ -1073,7 +1074,7 @@ impl<C: Connection> Channel<C> {
             let mut response = None;
             let mut picks = 0;
             let (shared, call_id) = loop {
-                let shared = self.ready().await?;
+                let shared = self.ready(None).await?;
                 let inserted = shared.calls.lock().insert_with(|call_id| {
                     // The server grants the request stream's window when the call starts.
                     let outgoing = kind
@@ -1205,11 +1206,22 @@ impl<C: Connection> Channel<C> {
         let exchange = async {
             let mut retries = 0;
             let mut attempts = 1;
+            // The connection of the attempt before: a retry goes elsewhere if it can.
+            let mut last = None;
             loop {
                 // A retry tells the server the time that is left, not the original timeout.
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                 let result = self
-                    .attempt(&metadata, &message, split, method, payload_len, left, span)
+                    .attempt(
+                        &metadata,
+                        &message,
+                        split,
+                        method,
+                        payload_len,
+                        left,
+                        span,
+                        &mut last,
+                    )
                     .await;
                 // A call the server refused without starting it (it was draining) goes
                 // once more on a fresh connection, if this channel makes them.
@@ -1262,7 +1274,8 @@ impl<C: Connection> Channel<C> {
         }
     }
 
-    /// Sends the request once, on the current connection, and waits for its response.
+    /// Sends the request once, on the current connection (on a balanced channel, one
+    /// other than `last`'s if it can, then kept in `last`), and waits for its response.
     #[allow(clippy::too_many_arguments)]
     async fn attempt<Req: prost::Message>(
         &self,
@@ -1273,13 +1286,51 @@ impl<C: Connection> Channel<C> {
         payload_len: usize,
         timeout: Option<std::time::Duration>,
         span: &tracing::Span,
+        last: &mut Option<Arc<Shared<C>>>,
     ) -> Result<Inbound<C::RecvBuf>, Status> {
+        let mut unsent = 0;
+        loop {
+            let (shared, call_id, response) = self.admitted(last).await?;
+            let sent = self
+                .send_and_wait(
+                    &shared,
+                    call_id,
+                    response,
+                    metadata,
+                    message,
+                    split,
+                    method,
+                    payload_len,
+                    timeout,
+                    span,
+                )
+                .await;
+            match sent {
+                Sent::Answered(result) => return result,
+                // The transport did not take the request: it never left, so a channel
+                // that has other connections (or makes new ones) sends it on another.
+                Sent::NotTaken(e) if self.reconnects() && unsent < MAX_UNSENT => {
+                    tracing::debug!("request not taken by the transport ({e}); picking again");
+                    unsent += 1;
+                }
+                Sent::NotTaken(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// A connection (on a balanced channel, one other than `last`'s if it can, then kept
+    /// in `last`) and the call's place in its table.
+    async fn admitted(
+        &self,
+        last: &mut Option<Arc<Shared<C>>>,
+    ) -> Result<(Arc<Shared<C>>, u64, CallResponse<C>), Status> {
         let mut draining_seen = 0;
-        let (shared, call_id, response) = loop {
-            let shared = self.ready().await?;
+        loop {
+            let shared = self.ready(last.as_deref()).await?;
+            *last = Some(shared.clone());
             let inserted = shared.calls.lock().insert();
             match inserted {
-                Ok((call_id, response)) => break (shared, call_id, response),
+                Ok((call_id, response)) => return Ok((shared, call_id, response)),
                 // The connection closed between the pick and now: nothing was sent, so a
                 // channel that has others (or makes new ones) picks again.
                 Err(NotAdmitted::Closed(status)) if !self.reconnects() || draining_seen > 2 => {
@@ -1293,10 +1344,27 @@ impl<C: Connection> Channel<C> {
                 }
                 Err(NotAdmitted::Draining) => draining_seen += 1,
             }
-        };
+        }
+    }
+
+    /// Sends the request of call `call_id` on `shared` and waits for its `response`.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_and_wait<Req: prost::Message>(
+        &self,
+        shared: &Shared<C>,
+        call_id: u64,
+        response: CallResponse<C>,
+        metadata: &Metadata,
+        message: &Req,
+        split: Option<SplitFn<Req>>,
+        method: &MethodDescriptor,
+        payload_len: usize,
+        timeout: Option<std::time::Duration>,
+        span: &tracing::Span,
+    ) -> Sent<C> {
         span.record("call_id", call_id);
         let mut guard = CallGuard {
-            shared: &shared,
+            shared,
             call_id,
             sent: false,
         };
@@ -1324,7 +1392,11 @@ impl<C: Connection> Channel<C> {
             }
         };
         guard.mark_sent();
-        sent?;
+        match sent {
+            Ok(()) => {}
+            Err(e @ (TransportError::Closed | TransportError::Io(_))) => return Sent::NotTaken(e),
+            Err(e) => return Sent::Answered(Err(e.into())),
+        }
         let frame = match response.await {
             Ok(outcome) => outcome,
             Err(_) => Err(Status::unavailable("connection closed")),
@@ -1340,18 +1412,34 @@ impl<C: Connection> Channel<C> {
         // Answered calls left the table when their response arrived; a call that is still
         // there (deadline, failed send) is cancelled on the server by the guard.
         drop(guard);
-        let frame = frame?;
-        // A successful response with a payload is offered to the caller: kept, its
-        // `bytes` fields are slices of the frame (the transport decides).
-        let keep = Frame::parse(&frame[..]).is_ok_and(|f| {
-            f.header.status == Code::Ok as u8 && f.header.payload_len > 0 && !f.is_discarded()
-        });
-        Ok(if keep {
-            payload::keep(&*shared.conn, frame)
-        } else {
-            Inbound::Held(frame)
-        })
+        Sent::Answered(frame.map(|frame| {
+            // A successful response with a payload is offered to the caller: kept, its
+            // `bytes` fields are slices of the frame (the transport decides).
+            let keep = Frame::parse(&frame[..]).is_ok_and(|f| {
+                f.header.status == Code::Ok as u8 && f.header.payload_len > 0 && !f.is_discarded()
+            });
+            if keep {
+                payload::keep(&*shared.conn, frame)
+            } else {
+                Inbound::Held(frame)
+            }
+        }))
     }
+}
+
+/// Times a request the transport did not take is sent again on another connection.
+const MAX_UNSENT: u32 = 2;
+
+/// Where a call's response comes from.
+type CallResponse<C> =
+    tokio::sync::oneshot::Receiver<super::calls::Outcome<<C as Connection>::RecvBuf>>;
+
+/// How sending a request on a connection ended.
+enum Sent<C: Connection> {
+    /// The transport took it; the call's outcome.
+    Answered(Result<Inbound<C::RecvBuf>, Status>),
+    /// The transport did not take it (its connection is gone): it never left.
+    NotTaken(TransportError),
 }
 
 /// A streaming call whose opening request was sent.
