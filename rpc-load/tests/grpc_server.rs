@@ -28,6 +28,15 @@ async fn start_server(
     tune: impl FnOnce(&mut TransportSettings),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> (u16, tokio::task::JoinHandle<()>) {
+    start_server_telling(tune, stop, None).await
+}
+
+/// [`start_server`], notifying `started` (when given) as each call reaches the services.
+async fn start_server_telling(
+    tune: impl FnOnce(&mut TransportSettings),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    started: Option<std::sync::Arc<tokio::sync::Notify>>,
+) -> (u16, tokio::task::JoinHandle<()>) {
     let mut settings = TransportSettings::default();
     settings.max_message_size(SERVER_MAX);
     tune(&mut settings);
@@ -36,7 +45,16 @@ async fn start_server(
     let port = listener.port();
     let mut config = ServerConfig::default();
     config.max_message_size(SERVER_MAX);
-    let server = Server::builder()
+    let mut builder = Server::builder();
+    if let Some(started) = started {
+        builder = builder.layer(tower::util::MapRequestLayer::new(
+            move |request: rpc_core::Request<rpc_core::layer::ServerCall>| {
+                started.notify_one();
+                request
+            },
+        ));
+    }
+    let server = builder
         .add_service(EchoServer::new(EchoService))
         .unwrap()
         .add_service(TestServiceServer::new(InteropService::default()))
@@ -215,10 +233,15 @@ async fn deadlines_and_unknown_methods_over_grpc() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_stream_messages_and_a_graceful_shutdown_over_grpc() {
     let (stop, stopped) = tokio::sync::oneshot::channel();
+    let started = std::sync::Arc::new(tokio::sync::Notify::new());
     // HTTP/2 windows of 64 KiB for requests.
-    let (port, task) = start_server(|settings| settings.grpc.stream_window = 64 * 1024, async {
-        let _ = stopped.await;
-    })
+    let (port, task) = start_server_telling(
+        |settings| settings.grpc.stream_window = 64 * 1024,
+        async {
+            let _ = stopped.await;
+        },
+        Some(started.clone()),
+    )
     .await;
     let url = format!("grpc://127.0.0.1:{port}");
     // 600 KB messages (800,000 base64 characters) on a stream with a 64 KiB window.
@@ -255,7 +278,12 @@ async fn large_stream_messages_and_a_graceful_shutdown_over_grpc() {
             &url,
         ],
     );
+    // The permit left by the three calls above is taken first: wait for the stream's own.
+    started.notified().await;
     let run = tokio::spawn(async move { app::run(&load).await });
+    // Shut down once the stream runs (100 ms into it), not at a fixed time after the
+    // client starts: a loaded host may take longer than that to connect.
+    started.notified().await;
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     stop.send(()).unwrap();
     let report = run.await.unwrap().unwrap();
