@@ -360,6 +360,13 @@ mod tests {
         }
     }
 
+    /// `seen` is exactly `expected`.
+    fn assert_recorded(seen: &std::collections::BTreeMap<String, u64>, expected: &[(&str, u64)]) {
+        let expected: std::collections::BTreeMap<String, u64> =
+            expected.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        assert_eq!(*seen, expected);
+    }
+
     #[test]
     fn calls_are_counted_and_timed_per_method_and_code() {
         let recorder = DebuggingRecorder::new();
@@ -430,9 +437,7 @@ mod tests {
                 1,
             ),
         ];
-        let expected: std::collections::BTreeMap<String, u64> =
-            expected.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        assert_eq!(seen, expected);
+        assert_recorded(&seen, &expected);
     }
 
     /// As the outermost server layer, the metrics count the calls a load-shedding layer
@@ -487,8 +492,6 @@ mod tests {
                 2,
             ),
         ];
-        let expected: std::collections::BTreeMap<String, u64> =
-            expected.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        assert_eq!(seen, expected);
+        assert_recorded(&seen, &expected);
     }
 }

@@ -182,3 +182,41 @@ async fn a_stopped_listener_refuses_new_sockets_and_yields_the_ones_it_had() {
         "then the listener is done"
     );
 }
+
+/// Hostile: a backlog of sockets that never send a byte, when a shutdown stops the
+/// listener, costs at most `max_handshakes` handshakes (the others are closed at once),
+/// each ended by `handshake_timeout`: the listener is done within that timeout instead of
+/// holding the shutdown for as long as the peers keep their sockets open.
+#[tokio::test]
+async fn a_silent_backlog_at_the_stop_is_bounded_by_the_handshake_limits() {
+    let endpoint: Endpoint = "tcp://127.0.0.1:0".parse().unwrap();
+    let mut settings = TransportSettings::default();
+    settings.max_handshakes = 4;
+    settings.handshake_timeout = std::time::Duration::from_millis(300);
+    let mut listener = AnyListener::bind(&endpoint, &settings).await.unwrap();
+    let addr = listener.local_addr().replace("tcp://", "");
+    let mut silent = Vec::new();
+    for _ in 0..32 {
+        silent.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    assert!(listener.stop_accepting());
+    let start = std::time::Instant::now();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), listener.accept())
+        .await
+        .expect("the listener is done once the handshakes time out");
+    assert!(matches!(ended, Err(rpc_core::TransportError::Closed)));
+    let waited = start.elapsed();
+    // Closed at once (28) or by the handshake timeout (4): every socket sees its end.
+    let mut closed = 0;
+    for mut socket in silent {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(std::time::Duration::from_secs(5), socket.read(&mut byte))
+            .await
+            .expect("every silent socket is closed");
+        if matches!(read, Ok(0) | Err(_)) {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 32);
+    eprintln!("listener done {waited:?} after the stop");
+}
