@@ -354,6 +354,29 @@ pub struct ServerConfig {
     /// connection meanwhile. What the request streams buffer is then at most this plus
     /// one message per stream granted a window. Default 32 MiB.
     pub max_stream_bytes_per_connection: usize,
+    /// Most streaming calls open at once server-wide. An open stream holds a stream
+    /// slot, not a call permit, however long it stays open (a `Watch` that waits for
+    /// changes, a chat that waits for messages), so long-lived streams cannot starve
+    /// unary work; a stream opened beyond a slot limit waits in its connection's queue
+    /// as a call waits for a permit. Default 8192.
+    pub max_open_streams: usize,
+    /// Most streaming calls open at once from one peer (an IPv4 address or an IPv6 /64)
+    /// over all its connections. Default 1024.
+    pub max_open_streams_per_peer: usize,
+    /// Most streaming calls open at once on one connection. Default 256.
+    pub max_open_streams_per_connection: usize,
+    /// Most bytes of requests the server holds at once (at their in-memory size:
+    /// decompressed, decoded), from their arrival until their call's response is handed
+    /// to the transport, and what the HTTP/2 bridge holds of requests not yet handed
+    /// over. A request beyond it is answered `RESOURCE_EXHAUSTED` (over HTTP/2, a body
+    /// beyond it is not read: flow control holds the client). Default 128 MiB.
+    pub max_held_bytes: usize,
+    /// The same per peer, over all its connections: what one address can make the
+    /// server hold. Default 32 MiB.
+    pub max_held_bytes_per_peer: usize,
+    /// The same per connection (one request larger than it is accepted into a
+    /// connection that holds nothing else). Default 32 MiB.
+    pub max_held_bytes_per_connection: usize,
 }
 
 impl Default for ServerConfig {
@@ -370,11 +393,39 @@ impl Default for ServerConfig {
             drain_timeout: Duration::from_secs(2),
             stream_window: DEFAULT_STREAM_WINDOW,
             max_stream_bytes_per_connection: 32 << 20,
+            max_open_streams: 8192,
+            max_open_streams_per_peer: 1024,
+            max_open_streams_per_connection: 256,
+            max_held_bytes: 128 << 20,
+            max_held_bytes_per_peer: 32 << 20,
+            max_held_bytes_per_connection: 32 << 20,
         }
     }
 }
 
 impl ServerConfig {
+    /// The limits of the server's accounts ([`crate::account`]), from these settings.
+    pub fn limits(&self) -> crate::account::Limits {
+        use crate::account::Limit;
+        crate::account::Limits {
+            calls: Limit {
+                connection: self.max_concurrent_calls_per_connection,
+                peer: self.max_concurrent_calls_per_peer,
+                server: self.max_concurrent_calls,
+            },
+            streams: Limit {
+                connection: self.max_open_streams_per_connection,
+                peer: self.max_open_streams_per_peer,
+                server: self.max_open_streams,
+            },
+            bytes: Limit {
+                connection: self.max_held_bytes_per_connection,
+                peer: self.max_held_bytes_per_peer,
+                server: self.max_held_bytes,
+            },
+        }
+    }
+
     /// Sets [`ServerConfig::max_message_size`].
     ///
     /// ```
@@ -401,6 +452,42 @@ impl ServerConfig {
     /// Sets [`ServerConfig::max_concurrent_calls_per_peer`].
     pub fn max_concurrent_calls_per_peer(&mut self, calls: usize) -> &mut Self {
         self.max_concurrent_calls_per_peer = calls;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_open_streams`].
+    pub fn max_open_streams(&mut self, streams: usize) -> &mut Self {
+        self.max_open_streams = streams;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_open_streams_per_peer`].
+    pub fn max_open_streams_per_peer(&mut self, streams: usize) -> &mut Self {
+        self.max_open_streams_per_peer = streams;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_open_streams_per_connection`].
+    pub fn max_open_streams_per_connection(&mut self, streams: usize) -> &mut Self {
+        self.max_open_streams_per_connection = streams;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_held_bytes`].
+    pub fn max_held_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.max_held_bytes = bytes;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_held_bytes_per_peer`].
+    pub fn max_held_bytes_per_peer(&mut self, bytes: usize) -> &mut Self {
+        self.max_held_bytes_per_peer = bytes;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_held_bytes_per_connection`].
+    pub fn max_held_bytes_per_connection(&mut self, bytes: usize) -> &mut Self {
+        self.max_held_bytes_per_connection = bytes;
         self
     }
 

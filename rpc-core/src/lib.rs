@@ -16,6 +16,7 @@
 //! - [`Streaming`]: the received side of a streaming call, flow-controlled (`stream.rs`).
 //! - [`memory`]: an in-memory transport for tests.
 //! - [`codegen`]: what generated code uses.
+//! - [`account`]: the resource model every surface charges (connection -> peer -> server).
 //! - [`layer`]: tower layers around a server's calls and a channel's unary calls.
 //! - [`trace`]: a span per call and W3C trace context in metadata.
 //!
@@ -23,6 +24,7 @@
 //! None.
 #![forbid(unsafe_code)]
 
+pub mod account;
 mod client;
 pub mod codegen;
 mod config;

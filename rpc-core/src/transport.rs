@@ -122,12 +122,13 @@ pub trait Connection: Send + Sync + 'static {
         false
     }
 
-    /// Called by a server before it reads the connection, with the kinds of the methods
-    /// it serves: a transport that translates another protocol's calls into frames (gRPC
-    /// over HTTP/2) needs them to know how a call's request is framed. The default
-    /// ignores them.
-    fn serving(&self, methods: Arc<dyn MethodKinds>) {
-        let _ = methods;
+    /// Called by a server before it reads the connection, with the methods it serves
+    /// and the connection's account: a transport that translates another protocol's
+    /// calls into frames (gRPC over HTTP/2) needs the methods to know how a call's
+    /// request is framed, and charges what it holds for the server to the account
+    /// ([`crate::account`]) before it allocates. The default ignores both.
+    fn serving(&self, methods: Arc<dyn MethodKinds>, account: &crate::account::Account) {
+        let _ = (methods, account);
     }
 
     /// Called by a client before it sends the request that opens a call of `method`: a
@@ -161,6 +162,11 @@ pub trait Connection: Send + Sync + 'static {
 pub trait MethodKinds: Send + Sync + 'static {
     /// The kind of method `method_id`, or `None` if the server does not serve it.
     fn kind(&self, method_id: u32) -> Option<crate::codegen::MethodKind>;
+
+    /// The id and kind of the method at `path` (`/package.Service/Method`), or `None`
+    /// if the server serves no method of that name (a path whose id collides with a
+    /// served method's is not that method).
+    fn method(&self, path: &str) -> Option<(u32, crate::codegen::MethodKind)>;
 }
 
 /// Where a transport that runs to completion hands received frames (see

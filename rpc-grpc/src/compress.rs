@@ -76,37 +76,58 @@ impl Encoding {
         }
     }
 
-    /// `compressed` inflated, at most `max` bytes of it.
+    /// `compressed` inflated, at most `max` bytes of it; `charge` is asked for the room
+    /// of each step of output before it is allocated (so that what a message inflates to
+    /// is counted at that size, not at its compressed size).
     ///
     /// # Errors
-    /// `RESOURCE_EXHAUSTED` past `max`; `INTERNAL` for bytes that do not inflate.
-    pub(crate) fn decompress(self, compressed: &[u8], max: usize) -> Result<Bytes, Status> {
-        let mut out = Vec::new();
-        let limit = max as u64 + 1;
-        let read = match self {
-            Encoding::Gzip => flate2::read::GzDecoder::new(compressed)
-                .take(limit)
-                .read_to_end(&mut out),
+    /// `RESOURCE_EXHAUSTED` past `max`; `INTERNAL` for bytes that do not inflate;
+    /// `charge`'s error.
+    pub(crate) fn decompress(
+        self,
+        compressed: &[u8],
+        max: usize,
+        charge: &mut dyn FnMut(usize) -> Result<(), Status>,
+    ) -> Result<Bytes, Status> {
+        let mut reader: Box<dyn Read + '_> = match self {
+            Encoding::Gzip => Box::new(flate2::read::GzDecoder::new(compressed)),
             Encoding::Zstd => match zstd::stream::read::Decoder::new(compressed) {
-                Ok(decoder) => decoder.take(limit).read_to_end(&mut out),
-                Err(e) => Err(e),
+                Ok(decoder) => Box::new(decoder),
+                Err(e) => return Err(self.corrupt(e)),
             },
         };
-        if let Err(e) = read {
-            return Err(Status::internal(format!(
-                "a {} message that does not decompress: {e}",
-                self.name()
-            )));
+        let mut out = Vec::new();
+        loop {
+            // One byte past the maximum tells that it is exceeded.
+            let step = INFLATE_STEP.min(max + 1 - out.len());
+            charge(step)?;
+            out.reserve_exact(step);
+            let read = (&mut reader)
+                .take(step as u64)
+                .read_to_end(&mut out)
+                .map_err(|e| self.corrupt(e))?;
+            if out.len() > max {
+                return Err(Status::resource_exhausted(format!(
+                    "a {} message decompresses past the maximum of {max} bytes",
+                    self.name()
+                )));
+            }
+            if read < step {
+                return Ok(out.into());
+            }
         }
-        if out.len() > max {
-            return Err(Status::resource_exhausted(format!(
-                "a {} message decompresses past the maximum of {max} bytes",
-                self.name()
-            )));
-        }
-        Ok(out.into())
+    }
+
+    fn corrupt(self, e: std::io::Error) -> Status {
+        Status::internal(format!(
+            "a {} message that does not decompress: {e}",
+            self.name()
+        ))
     }
 }
+
+/// How much output a compressed message may inflate to before more is charged.
+const INFLATE_STEP: usize = 64 * 1024;
 
 impl FromStr for Encoding {
     type Err = String;
@@ -132,15 +153,42 @@ mod tests {
             let message: Vec<u8> = (0..100_000u32).map(|i| (i % 7) as u8).collect();
             let compressed = encoding.compress(&message);
             assert!(compressed.len() < message.len() / 10, "{encoding:?}");
-            assert_eq!(encoding.decompress(&compressed, 1 << 20).unwrap(), message);
+            let mut charged = 0;
+            let mut count = |n: usize| {
+                charged += n;
+                Ok(())
+            };
+            let inflated = encoding
+                .decompress(&compressed, 1 << 20, &mut count)
+                .unwrap();
+            assert_eq!(inflated, message);
+            // Charged a step at a time: never more than a step beyond what came out.
+            assert!(charged >= message.len() && charged < message.len() + INFLATE_STEP);
             // 64 MiB of zeros in well under 1 MiB (gzip at its fast level: ~300 KB; zstd:
             // a few KiB): refused at 1 MiB.
             let bomb = encoding.compress(&vec![0u8; 64 << 20]);
             assert!(bomb.len() < 1 << 20, "{encoding:?} {}", bomb.len());
-            let err = encoding.decompress(&bomb, 1 << 20).unwrap_err();
+            let err = encoding
+                .decompress(&bomb, 1 << 20, &mut |_| Ok(()))
+                .unwrap_err();
             assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
-            let err = encoding.decompress(b"not compressed", 1 << 20).unwrap_err();
+            let err = encoding
+                .decompress(b"not compressed", 1 << 20, &mut |_| Ok(()))
+                .unwrap_err();
             assert_eq!(err.code(), Code::Internal, "{err}");
+            // A refused charge stops the inflation before its output is allocated.
+            let mut room = 3 * INFLATE_STEP;
+            let mut limited = |n: usize| {
+                if n > room {
+                    return Err(Status::resource_exhausted("no room"));
+                }
+                room -= n;
+                Ok(())
+            };
+            let err = encoding
+                .decompress(&bomb, 64 << 20, &mut limited)
+                .unwrap_err();
+            assert_eq!(err.message(), "no room");
         }
     }
 

@@ -17,6 +17,9 @@ pub(crate) struct Deframer {
     responses: bool,
     /// How the peer compresses the messages whose flag says so (`grpc-encoding`).
     encoding: Option<Encoding>,
+    /// Bytes of the body (prefixes included) cut into messages since
+    /// [`Deframer::take_consumed`] last asked.
+    consumed: usize,
 }
 
 impl Deframer {
@@ -26,6 +29,7 @@ impl Deframer {
             buf: BytesMut::new(),
             responses: true,
             encoding: None,
+            consumed: 0,
         }
     }
 
@@ -44,12 +48,31 @@ impl Deframer {
         self.buf.len()
     }
 
+    /// Bytes of the body cut into messages since the last call: what the messages
+    /// yielded since then took of what was pushed.
+    pub(crate) fn take_consumed(&mut self) -> usize {
+        std::mem::take(&mut self.consumed)
+    }
+
     /// The next complete message, if one is here.
     ///
     /// # Errors
     /// A compressed message (no encoding was negotiated), or one longer than `max` (told
     /// as soon as its prefix is here, before its body is buffered).
     pub(crate) fn next(&mut self, max: usize) -> Result<Option<Bytes>, Status> {
+        self.next_charged(max, &mut |_| Ok(()))
+    }
+
+    /// [`Deframer::next`], with `charge` asked for the room of a compressed message's
+    /// output before it inflates, a step at a time (its error fails the message).
+    ///
+    /// # Errors
+    /// As [`Deframer::next`], and `charge`'s.
+    pub(crate) fn next_charged(
+        &mut self,
+        max: usize,
+        charge: &mut dyn FnMut(usize) -> Result<(), Status>,
+    ) -> Result<Option<Bytes>, Status> {
         if self.buf.len() < PREFIX_LEN {
             return Ok(None);
         }
@@ -75,8 +98,9 @@ impl Deframer {
         }
         self.buf.advance(PREFIX_LEN);
         let message = self.buf.split_to(len).freeze();
+        self.consumed += PREFIX_LEN + len;
         match (flags & 1, self.encoding) {
-            (1, Some(encoding)) => encoding.decompress(&message, max).map(Some),
+            (1, Some(encoding)) => encoding.decompress(&message, max, charge).map(Some),
             _ => Ok(Some(message)),
         }
     }

@@ -187,9 +187,9 @@ impl Connection for GrpcConnection {
         }
     }
 
-    fn serving(&self, methods: Arc<dyn MethodKinds>) {
+    fn serving(&self, methods: Arc<dyn MethodKinds>, account: &rpc_core::account::Account) {
         if let Side::Server(c) = &self.side {
-            c.serving(methods);
+            c.serving(methods, account);
         }
     }
 

@@ -23,7 +23,8 @@ use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use parking_lot::Mutex;
-use rpc_core::codegen::{method_id, MethodKind};
+use rpc_core::account::{Account, Charge, Resource};
+use rpc_core::codegen::MethodKind;
 use rpc_core::wire::{encode_head, Flags, Frame, FrameKind, Header, HEADER_LEN};
 use rpc_core::{Code, Connection, Metadata, MethodKinds, Status, TransportError, MAX_METADATA_LEN};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -48,11 +49,6 @@ pub struct GrpcConfig {
     pub stream_window: u32,
     /// HTTP/2 window of the whole connection. Default 16 MiB.
     pub connection_window: u32,
-    /// Most request bytes of one connection read from HTTP/2 and not yet handed to the
-    /// server (messages in progress, and stream messages waiting for the server's
-    /// window): past it, bodies are not read (HTTP/2 flow control holds the client).
-    /// Default 32 MiB.
-    pub max_buffered_request_bytes: usize,
     /// Most response bytes of one connection handed over by the server and not yet
     /// taken by HTTP/2 flow control (messages waiting for a client that reads slowly):
     /// past it the server's sends on this connection wait (backpressure on this client).
@@ -75,7 +71,6 @@ impl Default for GrpcConfig {
             max_concurrent_streams: 256,
             stream_window: rpc_core::DEFAULT_STREAM_WINDOW,
             connection_window: 16 << 20,
-            max_buffered_request_bytes: 32 << 20,
             max_buffered_response_bytes: 16 << 20,
             body_timeout: Duration::from_secs(30),
             send_compression: None,
@@ -95,7 +90,7 @@ impl GrpcConfig {
 #[derive(Debug)]
 pub(crate) struct ServerConnection {
     shared: Arc<Shared>,
-    incoming: tokio::sync::Mutex<mpsc::Receiver<Bytes>>,
+    incoming: tokio::sync::Mutex<mpsc::Receiver<ToServer>>,
     pub(crate) peer: String,
     pub(crate) peer_addr: Option<SocketAddr>,
 }
@@ -105,6 +100,10 @@ struct Shared {
     /// The server's frames for each open call, by call id.
     calls: Mutex<HashMap<u64, mpsc::UnboundedSender<ToCall>>>,
     methods: OnceLock<Arc<dyn MethodKinds>>,
+    /// The connection's account on the server: what the calls hold of requests not yet
+    /// taken by the server (bodies in progress, decompressed messages, stream messages
+    /// waiting for the server's window) is charged to it before it is read or inflated.
+    account: OnceLock<Account>,
     /// Set once the server told its methods (the driver waits for it).
     ready: watch::Sender<bool>,
     /// Set when the server sent GOAWAY: HTTP/2's graceful shutdown.
@@ -114,8 +113,6 @@ struct Shared {
     /// Set by the driver when the HTTP/2 connection is done.
     ended: watch::Sender<bool>,
     next_call: AtomicU64,
-    /// [`GrpcConfig::max_buffered_request_bytes`], as permits.
-    request_bytes: Arc<Semaphore>,
     /// [`GrpcConfig::max_buffered_response_bytes`], as permits.
     response_bytes: Arc<Semaphore>,
 }
@@ -131,6 +128,10 @@ impl std::fmt::Debug for Shared {
 /// A frame from the server for one call, with the connection's response buffer permits
 /// its payload holds until HTTP/2 takes it.
 type ToCall = (Bytes, Option<OwnedSemaphorePermit>);
+
+/// A frame for the server, with the bytes it holds on the connection's account, given
+/// back when the server takes it (the server charges the request from there on).
+type ToServer = (Bytes, Charge);
 
 /// Frames queued for the server (`recv`) across all calls: a server that stops reading
 /// stops the calls' tasks, which stop reading their bodies (HTTP/2 flow control).
@@ -168,12 +169,12 @@ impl ServerConnection {
             config: config.clone(),
             calls: Mutex::default(),
             methods: OnceLock::new(),
+            account: OnceLock::new(),
             ready: watch::channel(false).0,
             goaway: watch::channel(false).0,
             closed: watch::channel(false).0,
             ended: watch::channel(false).0,
             next_call: AtomicU64::new(1),
-            request_bytes: Arc::new(Semaphore::new(config.max_buffered_request_bytes.max(1))),
             response_bytes: Arc::new(Semaphore::new(config.max_buffered_response_bytes.max(1))),
         });
         tokio::spawn(drive(connection, shared.clone(), tx));
@@ -244,14 +245,20 @@ impl Connection for ServerConnection {
     }
 
     async fn recv(&self) -> Result<Option<Bytes>, TransportError> {
-        Ok(self.incoming.lock().await.recv().await)
+        Ok(self
+            .incoming
+            .lock()
+            .await
+            .recv()
+            .await
+            .map(|(frame, _)| frame))
     }
 
     fn recv_ready(&self, out: &mut Vec<Bytes>, max: usize) {
         if let Ok(mut incoming) = self.incoming.try_lock() {
             while out.len() < max {
                 match incoming.try_recv() {
-                    Ok(frame) => out.push(frame),
+                    Ok((frame, _)) => out.push(frame),
                     Err(_) => return,
                 }
             }
@@ -277,8 +284,9 @@ impl Connection for ServerConnection {
         set(&mut ended).await;
     }
 
-    fn serving(&self, methods: Arc<dyn MethodKinds>) {
+    fn serving(&self, methods: Arc<dyn MethodKinds>, account: &Account) {
         let _ = self.shared.methods.set(methods);
+        let _ = self.shared.account.set(account.clone());
         self.shared.ready.send_replace(true);
     }
 
@@ -302,7 +310,7 @@ impl Drop for ServerConnection {
 async fn drive<T>(
     mut connection: h2::server::Connection<Rewind<T>, Bytes>,
     shared: Arc<Shared>,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<ToServer>,
 ) where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -337,7 +345,7 @@ async fn drive<T>(
                 connection.graceful_shutdown();
                 // The server waits for the client's acknowledgement of its GOAWAY: the
                 // refusal of new streams is what it would acknowledge. Never waits here.
-                let _ = tx.try_send(control(FrameKind::GoAway, 0));
+                let _ = tx.try_send((control(FrameKind::GoAway, 0), Charge::none()));
             }
             () = set(&mut closed) => {
                 connection.abrupt_shutdown(h2::Reason::NO_ERROR);
@@ -396,7 +404,7 @@ fn status_headers(headers: &mut HeaderMap, code: Code, message: &str) {
 /// One gRPC call: see the module docs.
 async fn call(
     shared: Arc<Shared>,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<ToServer>,
     call_id: u64,
     request: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
@@ -451,8 +459,8 @@ async fn call(
         );
     }
     let path = parts.uri.path();
-    let id = method_id(path);
-    let Some(kind) = shared.methods.get().and_then(|m| m.kind(id)) else {
+    // By the full path: a path whose hash collides with a method's id is not that method.
+    let Some((id, kind)) = shared.methods.get().and_then(|m| m.method(path)) else {
         let status = Status::unimplemented(format!("unknown method {path}"));
         return refuse(&mut respond, &status);
     };
@@ -473,6 +481,7 @@ async fn call(
         done: false,
         request_encoding,
         response_encoding,
+        deadline: timeout.and_then(|t| tokio::time::Instant::now().checked_add(t)),
     };
     let mut header = Header::new(FrameKind::Request, call_id);
     header.method_id = id;
@@ -487,7 +496,7 @@ type Outgoing = (Bytes, usize, Option<OwnedSemaphorePermit>);
 
 struct Call {
     shared: Arc<Shared>,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<ToServer>,
     call_id: u64,
     kind: MethodKind,
     body: RecvStream,
@@ -509,6 +518,8 @@ struct Call {
     request_encoding: Option<Encoding>,
     /// How the responses' messages are compressed, if they are.
     response_encoding: Option<Encoding>,
+    /// The call's deadline (`grpc-timeout`), from the arrival of its headers.
+    deadline: Option<tokio::time::Instant>,
 }
 
 /// What a call's HTTP/2 stream did.
@@ -546,10 +557,15 @@ impl Call {
             match self.one_request(max).await {
                 Ok((message, held)) => {
                     header.flags = Flags::END_STREAM;
-                    let sent = self.to_server(frame(header, metadata, &message)).await;
-                    // The server's own bounds count it from here.
-                    drop(held);
-                    sent
+                    // The deadline ran from the request's headers: the server gets what
+                    // is left of it.
+                    if let Some(deadline) = self.deadline {
+                        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                        header.timeout_us = left.as_micros().clamp(1, u64::MAX.into()) as u64;
+                    }
+                    // The server's own bounds count it once it takes the frame.
+                    self.to_server(frame(header, metadata, &message), held)
+                        .await
                 }
                 Err(Some(status)) => {
                     refuse(&mut self.respond, &status);
@@ -563,35 +579,76 @@ impl Call {
             Err(stop) => Err(stop),
         };
         if let Err(Stop::Cancelled) = result {
-            let _ = self.tx.send(control(FrameKind::Cancel, self.call_id)).await;
+            self.cancel_server().await;
         }
     }
 
+    /// Tells the server the call is over (CANCEL).
+    async fn cancel_server(&self) {
+        let cancel = control(FrameKind::Cancel, self.call_id);
+        let _ = self.tx.send((cancel, Charge::none())).await;
+    }
+
+    /// The connection's account (set before any call starts: the driver waits for it).
+    fn account(&self) -> &Account {
+        self.shared
+            .account
+            .get()
+            .expect("set before calls are accepted")
+    }
+
     /// The one message of a unary or server-streaming request, read to the end of the
-    /// body, with the connection's buffer permits it holds. `Err(None)`: the client went.
-    async fn one_request(
-        &mut self,
-        max: usize,
-    ) -> Result<(Bytes, Option<OwnedSemaphorePermit>), Option<Status>> {
+    /// body, with what it holds on the connection's account (what arrived, and what a
+    /// compressed message inflated to). `Err(None)`: the client went.
+    ///
+    /// The whole body must arrive within the body timeout and the call's deadline, both
+    /// counted from the request's headers: a body trickled a byte at a time does not
+    /// hold the call open past them.
+    async fn one_request(&mut self, max: usize) -> Result<(Bytes, Charge), Option<Status>> {
         let mut deframer = Deframer::default();
         deframer.set_encoding(self.request_encoding);
         let mut message = None;
-        let mut held: Option<OwnedSemaphorePermit> = None;
-        let timeout = self.shared.config.body_timeout;
+        let mut held = Charge::none();
+        let body_deadline = tokio::time::Instant::now() + self.shared.config.body_timeout;
+        let (until, why) = match self.deadline {
+            Some(deadline) if deadline < body_deadline => (deadline, Code::DeadlineExceeded),
+            _ => (body_deadline, Code::Cancelled),
+        };
+        let late = || match why {
+            Code::DeadlineExceeded => {
+                Status::deadline_exceeded("the deadline passed while the request body arrived")
+            }
+            _ => stalled(),
+        };
         loop {
-            let chunk = match tokio::time::timeout(timeout, self.body.data()).await {
-                Err(_) => return Err(Some(stalled())),
+            let chunk = match tokio::time::timeout_at(until, self.body.data()).await {
+                Err(_) => return Err(Some(late())),
                 Ok(None) => break,
                 Ok(Some(chunk)) => chunk.map_err(|_| None)?,
             };
-            self.hold(&mut held, chunk.len()).await?;
+            if tokio::time::timeout_at(until, self.hold(&mut held, chunk.len()))
+                .await
+                .is_err()
+            {
+                return Err(Some(late()));
+            }
             let _ = self.body.flow_control().release_capacity(chunk.len());
             deframer.push(&chunk);
-            while let Some(next) = deframer.next(max).map_err(Some)? {
-                if message.replace(next).is_some() {
-                    return Err(Some(Status::unimplemented(
-                        "more than one request message for a method that takes one",
-                    )));
+            loop {
+                let account = self.account();
+                let next = deframer.next_charged(max, &mut |n| {
+                    held.merge(account.try_charge(Resource::Bytes, n)?);
+                    Ok(())
+                });
+                match next.map_err(Some)? {
+                    Some(next) => {
+                        if message.replace(next).is_some() {
+                            return Err(Some(Status::unimplemented(
+                                "more than one request message for a method that takes one",
+                            )));
+                        }
+                    }
+                    None => break,
                 }
             }
         }
@@ -604,31 +661,11 @@ impl Call {
         }
     }
 
-    /// Takes `bytes` more of the connection's request buffer into `held`, waiting (the
-    /// body unread) while it is spent.
-    async fn hold(
-        &self,
-        held: &mut Option<OwnedSemaphorePermit>,
-        bytes: usize,
-    ) -> Result<(), Option<Status>> {
-        let max = self.shared.config.max_buffered_request_bytes.max(1);
-        let bytes = bytes.min(max).min(u32::MAX as usize) as u32;
-        // A wait on the server's side (other calls' messages waiting for its windows),
-        // not on this client: no timeout here.
-        let Ok(permit) = self
-            .shared
-            .request_bytes
-            .clone()
-            .acquire_many_owned(bytes)
-            .await
-        else {
-            return Err(None);
-        };
-        match held {
-            Some(held) => held.merge(permit),
-            None => *held = Some(permit),
-        }
-        Ok(())
+    /// Charges `bytes` more (a chunk of the body, read) to the connection's account into
+    /// `held`, waiting (the body unread) while the connection, its peer or the server
+    /// holds its maximum of requests.
+    async fn hold(&self, held: &mut Charge, bytes: usize) {
+        held.merge(self.account().charge(Resource::Bytes, bytes).await);
     }
 
     /// A client-streaming or bidirectional call: the opening request, then the body's
@@ -643,13 +680,16 @@ impl Call {
         if self.kind.server_streams() {
             header.credits = self.shared.config.stream_window;
         }
-        self.to_server(frame(header, metadata, &[])).await?;
+        self.to_server(frame(header, metadata, &[]), Charge::none())
+            .await?;
         let mut deframer = Deframer::default();
         deframer.set_encoding(self.request_encoding);
-        let mut queued: VecDeque<Bytes> = VecDeque::new();
+        // Messages waiting for the server's window, each with what it holds on the
+        // connection's account (its bytes as received, or as inflated).
+        let mut queued: VecDeque<(Bytes, Charge)> = VecDeque::new();
         let mut queued_bytes = 0usize;
-        // The connection's buffer permits for what `deframer` and `queued` hold.
-        let mut held: Option<OwnedSemaphorePermit> = None;
+        // What the deframer holds (a message in progress) on the account.
+        let mut held = Charge::none();
         // When the last chunk came: a message in progress may stall only so long.
         let mut last_chunk = tokio::time::Instant::now();
         let mut was_reading = true;
@@ -660,22 +700,20 @@ impl Call {
         loop {
             // Messages within the server's window go up.
             while window > 0 {
-                let Some(message) = queued.pop_front() else {
+                let Some((message, charge)) = queued.pop_front() else {
                     break;
                 };
                 queued_bytes -= HEADER_LEN + message.len();
-                if let Some(permits) = held.as_mut() {
-                    let taken = deframe::PREFIX_LEN + message.len();
-                    drop(permits.split(taken.min(permits.num_permits())));
-                }
                 window -= (HEADER_LEN + message.len()) as i64;
                 let m = Header::new(FrameKind::Message, self.call_id);
-                self.to_server(frame(m, &Metadata::new(), &message)).await?;
+                self.to_server(frame(m, &Metadata::new(), &message), charge)
+                    .await?;
             }
             if body_done && queued.is_empty() {
                 let mut end = Header::new(FrameKind::Message, self.call_id);
                 end.flags = Flags::END_STREAM;
-                self.to_server(frame(end, &Metadata::new(), &[])).await?;
+                self.to_server(frame(end, &Metadata::new(), &[]), Charge::none())
+                    .await?;
                 return Ok(());
             }
             if self.out.is_empty() && (self.finished.is_some() || self.trailers.is_some()) {
@@ -699,25 +737,33 @@ impl Call {
                     match chunk {
                         Some(Ok(chunk)) => {
                             last_chunk = tokio::time::Instant::now();
-                            if let Err(status) = self.hold(&mut held, chunk.len()).await {
-                                let _ = self.tx.send(control(FrameKind::Cancel, self.call_id)).await;
-                                if let Some(status) = status {
-                                    self.fail(&status);
-                                }
-                                return Err(Stop::ServerGone);
-                            }
+                            self.hold(&mut held, chunk.len()).await;
                             let _ = self.body.flow_control().release_capacity(chunk.len());
                             deframer.push(&chunk);
                             loop {
-                                match deframer.next(max) {
+                                let account = self.account();
+                                let mut inflated = Charge::none();
+                                let next = deframer.next_charged(max, &mut |n| {
+                                    inflated.merge(account.try_charge(Resource::Bytes, n)?);
+                                    Ok(())
+                                });
+                                match next {
                                     Ok(Some(message)) => {
+                                        // As received, or as inflated (the compressed
+                                        // bytes are gone then).
+                                        let received = held.split(deframer.take_consumed());
+                                        let charge = if inflated.amount() > 0 {
+                                            inflated
+                                        } else {
+                                            received
+                                        };
                                         queued_bytes += HEADER_LEN + message.len();
-                                        queued.push_back(message);
+                                        queued.push_back((message, charge));
                                     }
                                     Ok(None) => break,
                                     Err(status) => {
                                         // The server's call is told to stop; the client gets the reason.
-                                        let _ = self.tx.send(control(FrameKind::Cancel, self.call_id)).await;
+                                        self.cancel_server().await;
                                         self.fail(&status);
                                         return Err(Stop::ServerGone);
                                     }
@@ -742,7 +788,7 @@ impl Call {
                     self.sent(wait).await?;
                 }
                 () = tokio::time::sleep_until(last_chunk + body_timeout), if reading && deframer.held() > 0 => {
-                    let _ = self.tx.send(control(FrameKind::Cancel, self.call_id)).await;
+                    self.cancel_server().await;
                     self.fail(&stalled());
                     return Err(Stop::ServerGone);
                 }
@@ -847,7 +893,7 @@ impl Call {
         if granted > 0 {
             let mut grant = Header::new(FrameKind::WindowUpdate, self.call_id);
             grant.credits = granted.min(u32::MAX as usize) as u32;
-            self.to_server(Bytes::copy_from_slice(&grant.encode()))
+            self.to_server(Bytes::copy_from_slice(&grant.encode()), Charge::none())
                 .await?;
         }
         Ok(())
@@ -974,8 +1020,13 @@ impl Call {
         }
     }
 
-    async fn to_server(&self, frame: Bytes) -> Result<(), Stop> {
-        self.tx.send(frame).await.map_err(|_| Stop::ServerGone)
+    /// Queues `frame` for the server, with what it holds on the connection's account
+    /// (given back when the server takes it).
+    async fn to_server(&self, frame: Bytes, held: Charge) -> Result<(), Stop> {
+        self.tx
+            .send((frame, held))
+            .await
+            .map_err(|_| Stop::ServerGone)
     }
 }
 

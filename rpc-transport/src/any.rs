@@ -280,9 +280,13 @@ impl Connection for AnyConnection {
         }
     }
 
-    fn serving(&self, methods: std::sync::Arc<dyn rpc_core::MethodKinds>) {
+    fn serving(
+        &self,
+        methods: std::sync::Arc<dyn rpc_core::MethodKinds>,
+        account: &rpc_core::account::Account,
+    ) {
         if let AnyConnection::Grpc(c) = self {
-            c.serving(methods);
+            c.serving(methods, account);
         }
     }
 

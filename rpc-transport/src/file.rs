@@ -36,6 +36,12 @@
 //! max_queued_calls_per_connection = 1024
 //! max_queued_bytes_per_connection = 33554432
 //! max_queued_replies = 64
+//! max_open_streams = 8192     # streaming calls open at once (they hold no call permit)
+//! max_open_streams_per_peer = 1024
+//! max_open_streams_per_connection = 256
+//! max_held_bytes = 134217728  # request bytes held at their decoded size
+//! max_held_bytes_per_peer = 33554432
+//! max_held_bytes_per_connection = 33554432
 //! shutdown_grace_ms = 30000
 //! drain_timeout_ms = 2000
 //!
@@ -195,6 +201,18 @@ section! {
         drain_timeout_ms: u64 => |c, v| c.drain_timeout = Duration::from_millis(v),
         /// See [`ServerConfig::stream_window`](rpc_core::ServerConfig::stream_window).
         stream_window: u32 => |c, v| c.stream_window = v,
+        /// See [`ServerConfig::max_open_streams`](rpc_core::ServerConfig::max_open_streams).
+        max_open_streams: usize => |c, v| c.max_open_streams = v,
+        /// See [`ServerConfig::max_open_streams_per_peer`](rpc_core::ServerConfig::max_open_streams_per_peer).
+        max_open_streams_per_peer: usize => |c, v| c.max_open_streams_per_peer = v,
+        /// See [`ServerConfig::max_open_streams_per_connection`](rpc_core::ServerConfig::max_open_streams_per_connection).
+        max_open_streams_per_connection: usize => |c, v| c.max_open_streams_per_connection = v,
+        /// See [`ServerConfig::max_held_bytes`](rpc_core::ServerConfig::max_held_bytes).
+        max_held_bytes: usize => |c, v| c.max_held_bytes = v,
+        /// See [`ServerConfig::max_held_bytes_per_peer`](rpc_core::ServerConfig::max_held_bytes_per_peer).
+        max_held_bytes_per_peer: usize => |c, v| c.max_held_bytes_per_peer = v,
+        /// See [`ServerConfig::max_held_bytes_per_connection`](rpc_core::ServerConfig::max_held_bytes_per_connection).
+        max_held_bytes_per_connection: usize => |c, v| c.max_held_bytes_per_connection = v,
     }
 }
 
@@ -276,8 +294,6 @@ section! {
         stream_window: u32 => |c, v| c.stream_window = v,
         /// See [`GrpcConfig::connection_window`](rpc_grpc::GrpcConfig::connection_window).
         connection_window: u32 => |c, v| c.connection_window = v,
-        /// See [`GrpcConfig::max_buffered_request_bytes`](rpc_grpc::GrpcConfig::max_buffered_request_bytes).
-        max_buffered_request_bytes: usize => |c, v| c.max_buffered_request_bytes = v,
         /// [`GrpcConfig::body_timeout`](rpc_grpc::GrpcConfig::body_timeout) in ms.
         body_timeout_ms: u64 => |c, v| c.body_timeout = Duration::from_millis(v),
         /// See [`GrpcConfig::send_compression`](rpc_grpc::GrpcConfig::send_compression): `gzip` or `zstd`.
@@ -593,7 +609,7 @@ mod tests {
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
         names.extend(GrpcSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 10 + 15 + 6);
+        assert_eq!(names.len(), 16 + 4 + 16 + 15 + 5);
         // Every variable set: numbers to 7, the names to one they take.
         let file = FileConfig::from_vars(|n| {
             names.iter().any(|v| v == n).then(|| match n {

@@ -1,7 +1,9 @@
 //! Serving one connection: read frames, admit calls, run handlers, send responses.
 //!
-//! Bounds (see `docs/limits.md`): running calls per connection and server-wide
-//! (permits), decoded requests waiting for a permit (calls and bytes), queued replies.
+//! Bounds (see `docs/limits.md`), from the connection's [`Account`]: unary calls running
+//! (call permits) and streaming calls open (stream slots) per connection, per peer and
+//! server-wide; the bytes of requests held, likewise; and per connection, decoded
+//! requests waiting for a permit or slot (calls and bytes) and queued replies.
 //! The reader never waits for a permit: it keeps reading CANCEL, PING, GOAWAY and EOF
 //! while calls wait. It waits only for the transport (sending an inline response) or for
 //! room in the bounded reply queue, which is backpressure on the peer that causes it.
@@ -17,12 +19,13 @@ use std::time::{Duration, Instant};
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::admission::{Admission, Admitted, Refused};
 use super::respond::{respond, responder, Reply};
 use super::Inner;
+use crate::account::{Account, Charge, Resource};
 use crate::control::ControlQueue;
 use crate::outbound::{send_frame, send_message};
 use crate::payload::{self, Inbound};
@@ -68,7 +71,7 @@ impl StreamEnds {
     }
 }
 
-/// A decoded call waiting for its permits.
+/// A decoded call waiting for its permit (unary) or slot (streaming).
 struct Pending {
     call: ServiceFuture,
     span: tracing::Span,
@@ -76,60 +79,76 @@ struct Pending {
     inbox: Option<Arc<Inbox>>,
     /// For a streaming call, the serial of its [`StreamEnds`].
     stream: Option<u64>,
+    /// The request's bytes, charged at its arrival, held until the call's response is
+    /// handed to the transport.
+    bytes: Charge,
 }
 
-/// The connection's, its peer's and the server's permit, held while a call runs and
-/// until its response is handed to the transport.
-struct Permits {
-    _connection: OwnedSemaphorePermit,
-    _peer: OwnedSemaphorePermit,
-    _server: OwnedSemaphorePermit,
+/// A call permit or a stream slot of the connection's account (narrowest first, in
+/// arrival order at each level: tokio's semaphores are fair).
+type Acquire = Pin<Box<dyn Future<Output = Charge> + Send>>;
+
+fn acquire(account: &Account, resource: Resource) -> Acquire {
+    let account = account.clone();
+    Box::pin(async move { account.charge(resource, 1).await })
 }
 
-type Acquire = Pin<Box<dyn Future<Output = Option<Permits>> + Send>>;
-
-/// The semaphores a call's permits come from, narrowest first.
-#[derive(Clone)]
-struct Limits {
-    connection: Arc<Semaphore>,
-    peer: Arc<Semaphore>,
-    server: Arc<Semaphore>,
+/// What a call of `kind` holds while it runs: a unary call a call permit, a streaming
+/// call a stream slot for as long as it is open.
+fn slot_of(kind: MethodKind) -> Resource {
+    match kind {
+        MethodKind::Unary => Resource::Calls,
+        _ => Resource::Streams,
+    }
 }
 
-impl Limits {
-    /// Waits for a connection permit, then the peer's, then a server-wide one (tokio's
-    /// semaphore is fair, so connections waiting for server permits are served in
-    /// arrival order).
-    fn acquire(&self) -> Acquire {
-        let limits = self.clone();
-        Box::pin(async move {
-            let connection = limits.connection.acquire_owned().await.ok()?;
-            let peer = limits.peer.acquire_owned().await.ok()?;
-            let server = limits.server.acquire_owned().await.ok()?;
-            Some(Permits {
-                _connection: connection,
-                _peer: peer,
-                _server: server,
-            })
-        })
+/// The calls waiting for a permit and the streams waiting for a slot, in two queues so
+/// that neither waits behind the other.
+struct Waiting {
+    calls: Admission<Pending>,
+    streams: Admission<Pending>,
+}
+
+impl Waiting {
+    fn queue(&mut self, resource: Resource) -> &mut Admission<Pending> {
+        match resource {
+            Resource::Calls => &mut self.calls,
+            _ => &mut self.streams,
+        }
     }
 
-    /// All three permits, if all are free now.
-    fn try_acquire(&self) -> Option<Permits> {
-        let connection = self.connection.clone().try_acquire_owned().ok()?;
-        let peer = self.peer.clone().try_acquire_owned().ok()?;
-        let server = self.server.clone().try_acquire_owned().ok()?;
-        Some(Permits {
-            _connection: connection,
-            _peer: peer,
-            _server: server,
-        })
+    fn contains(&self, call_id: u64) -> bool {
+        self.calls.contains(call_id) || self.streams.contains(call_id)
+    }
+
+    fn cancel(&mut self, call_id: u64) -> bool {
+        self.calls.cancel(call_id) || self.streams.cancel(call_id)
+    }
+
+    fn expire(&mut self, now: Instant) -> Vec<Admitted<Pending>> {
+        let mut expired = self.calls.expire(now);
+        expired.extend(self.streams.expire(now));
+        expired
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        match (self.calls.next_deadline(), self.streams.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn drain(&mut self) -> Vec<Admitted<Pending>> {
+        let mut all = self.calls.drain();
+        all.extend(self.streams.drain());
+        all
     }
 }
 
 /// Serves `conn` until the peer closes it, it fails, or a graceful shutdown completes.
 pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
-    conn.serving(inner.clone());
+    let account = inner.ledger.account(conn.peer_addr());
+    conn.serving(inner.clone(), &account);
     let conn = Arc::new(conn);
     let span = tracing::info_span!("connection", peer = %conn.peer());
     async move {
@@ -142,20 +161,17 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
         // Every handler task holds a clone of `alive`; `done` yields None once all are gone.
         let (alive, done) = mpsc::channel::<()>(1);
         let mut state = State {
-            limits: Limits {
-                connection: Arc::new(Semaphore::new(
-                    config.max_concurrent_calls_per_connection.max(1),
-                )),
-                peer: inner.peers.share(
-                    conn.peer_addr(),
-                    config.max_concurrent_calls_per_peer.max(1),
+            account,
+            waiting: Waiting {
+                calls: Admission::new(
+                    config.max_queued_calls_per_connection,
+                    config.max_queued_bytes_per_connection,
                 ),
-                server: inner.limit.clone(),
+                streams: Admission::new(
+                    config.max_queued_calls_per_connection,
+                    config.max_queued_bytes_per_connection,
+                ),
             },
-            admission: Admission::new(
-                config.max_queued_calls_per_connection,
-                config.max_queued_bytes_per_connection,
-            ),
             running: Arc::default(),
             streams: Arc::default(),
             control,
@@ -210,10 +226,10 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
 struct State<C: Connection> {
     inner: Arc<Inner>,
     conn: Arc<C>,
-    /// Where running calls' permits come from.
-    limits: Limits,
-    /// Decoded requests waiting for permits.
-    admission: Admission<Pending>,
+    /// Where running calls' permits, open streams' slots and held bytes come from.
+    account: Account,
+    /// Decoded requests waiting for a permit or a slot.
+    waiting: Waiting,
     running: Running,
     streams: Streams,
     /// Window updates for the client's request streams (sent by the responder).
@@ -234,7 +250,7 @@ struct State<C: Connection> {
 /// What the loop learned from one wake-up.
 enum Event<B> {
     Received(Result<Option<B>, crate::TransportError>),
-    Admitted(Option<Permits>),
+    Admitted(Resource, Charge),
     Expiry,
     Shutdown(bool),
     HandlersDone,
@@ -245,7 +261,10 @@ impl<C: Connection> State<C> {
     /// The reader loop. Returns whether the connection ended gracefully (drained).
     async fn run(&mut self, mut done: mpsc::Receiver<()>) -> bool {
         let mut shutdown = self.inner.shutdown.subscribe();
-        let mut acquiring: Option<Acquire> = None;
+        // A call permit for the first unary call waiting, a stream slot for the first
+        // stream.
+        let mut acquiring_call: Option<Acquire> = None;
+        let mut acquiring_stream: Option<Acquire> = None;
         // Draining: when it started; whether the handlers are done; whether the client
         // acknowledged (its GOAWAY).
         let mut drain: Option<Instant> = None;
@@ -263,16 +282,23 @@ impl<C: Connection> State<C> {
                     return true;
                 }
             }
-            if self.admission.len() > 0 && acquiring.is_none() {
-                acquiring = Some(self.limits.acquire());
+            if self.waiting.calls.len() > 0 && acquiring_call.is_none() {
+                acquiring_call = Some(acquire(&self.account, Resource::Calls));
             }
-            let expiry = self.admission.next_deadline();
+            if self.waiting.streams.len() > 0 && acquiring_stream.is_none() {
+                acquiring_stream = Some(acquire(&self.account, Resource::Streams));
+            }
+            let expiry = self.waiting.next_deadline();
             let drain_end = drain.map(|s| s + self.inner.config.drain_timeout);
             let event = tokio::select! {
                 received = self.conn.recv() => Event::Received(received),
-                permits = async { acquiring.as_mut().expect("guarded").await }, if acquiring.is_some() => {
-                    acquiring = None;
-                    Event::Admitted(permits)
+                permit = async { acquiring_call.as_mut().expect("guarded").await }, if acquiring_call.is_some() => {
+                    acquiring_call = None;
+                    Event::Admitted(Resource::Calls, permit)
+                }
+                slot = async { acquiring_stream.as_mut().expect("guarded").await }, if acquiring_stream.is_some() => {
+                    acquiring_stream = None;
+                    Event::Admitted(Resource::Streams, slot)
                 }
                 () = sleep_until(expiry), if expiry.is_some() => Event::Expiry,
                 changed = shutdown.changed(), if drain.is_none() => Event::Shutdown(changed.is_ok()),
@@ -296,14 +322,13 @@ impl<C: Connection> State<C> {
                     tracing::warn!("closing connection: {e}");
                     return false;
                 }
-                Event::Admitted(Some(permits)) => {
-                    if let Some(admitted) = self.admission.pop() {
-                        self.start(admitted, permits).await;
+                Event::Admitted(resource, slot) => {
+                    if let Some(admitted) = self.waiting.queue(resource).pop() {
+                        self.start(admitted, slot).await;
                     }
                 }
-                Event::Admitted(None) => return false, // semaphores closed: never happens
                 Event::Expiry => {
-                    for expired in self.admission.expire(Instant::now()) {
+                    for expired in self.waiting.expire(Instant::now()) {
                         self.end_stream(expired.call_id, "deadline exceeded");
                         let status = Status::deadline_exceeded(
                             "deadline exceeded while waiting for a concurrency permit",
@@ -326,7 +351,7 @@ impl<C: Connection> State<C> {
         tracing::debug!("draining");
         self.alive = None;
         self.reply(Reply::Control(FrameKind::GoAway, 0)).await;
-        for waiting in self.admission.drain() {
+        for waiting in self.waiting.drain() {
             self.end_stream(waiting.call_id, "server is shutting down");
             self.refuse(
                 waiting.call_id,
@@ -385,7 +410,7 @@ impl<C: Connection> State<C> {
                 if let Some((_, handle)) = self.running.lock().remove(&call_id) {
                     tracing::debug!(call_id, "call cancelled by the client");
                     handle.abort();
-                } else if self.admission.cancel(call_id) {
+                } else if self.waiting.cancel(call_id) {
                     tracing::debug!(call_id, "waiting call cancelled by the client");
                 }
             }
@@ -511,7 +536,7 @@ impl<C: Connection> State<C> {
         let header = frame.header;
         let call_id = header.call_id;
         // A stream's entry lives while its call waits or runs, so these two cover it.
-        if self.admission.contains(call_id) || self.running.lock().contains_key(&call_id) {
+        if self.waiting.contains(call_id) || self.running.lock().contains_key(&call_id) {
             return Err(format!(
                 "call id {call_id:#x} is already in use by a running call"
             ));
@@ -557,6 +582,24 @@ impl<C: Connection> State<C> {
             return Ok(());
         }
         let route = route.expect("checked");
+        let resource = slot_of(route.method.kind);
+        // What the peer sent for it, metadata included (the decoded form is about as
+        // large: strings and bytes fields own what the frame carried), charged before
+        // it is decoded: past the connection's, the peer's or the server's bound the
+        // call is refused.
+        let bytes = match self.account.try_charge(Resource::Bytes, header.frame_len()) {
+            Ok(bytes) => bytes,
+            Err(exhausted) => {
+                tracing::debug!(call_id, "request refused: {exhausted}");
+                let status = Status::resource_exhausted(format!(
+                    "a request of {} bytes: {exhausted}",
+                    header.frame_len()
+                ));
+                self.reply(Reply::Status(call_id, status, Flags::default()))
+                    .await;
+                return Ok(());
+            }
+        };
         let timeout = (header.timeout_us > 0).then(|| Duration::from_micros(header.timeout_us));
         // The deadline runs from the request's arrival, whether it waits for a permit.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -592,22 +635,22 @@ impl<C: Connection> State<C> {
             span,
             inbox,
             stream,
+            bytes,
         };
-        if self.admission.len() == 0 {
-            if let Some(permits) = self.limits.try_acquire() {
+        if self.waiting.queue(resource).len() == 0 {
+            if let Ok(slot) = self.account.try_charge(resource, 1) {
                 let admitted = Admitted {
                     call_id,
                     deadline,
                     call: pending,
                 };
-                self.start(admitted, permits).await;
+                self.start(admitted, slot).await;
                 return Ok(());
             }
         }
-        // What the peer sent for it, metadata included (the decoded form is about as
-        // large: strings and bytes fields own what the frame carried).
         let bytes = header.frame_len();
-        if let Err((refused, _)) = self.admission.push(call_id, bytes, deadline, pending) {
+        let queue = self.waiting.queue(resource);
+        if let Err((refused, _)) = queue.push(call_id, bytes, deadline, pending) {
             self.end_stream(call_id, "refused");
             let why = match refused {
                 Refused::Calls(n) => format!("{n} calls already wait on this connection"),
@@ -632,8 +675,8 @@ impl<C: Connection> State<C> {
     }
 
     /// Runs an admitted call: answered here if its handler is done on its first poll,
-    /// else on a task of its own that holds the permits.
-    async fn start(&mut self, admitted: Admitted<Pending>, permits: Permits) {
+    /// else on a task of its own that holds its permit (or slot) and its bytes.
+    async fn start(&mut self, admitted: Admitted<Pending>, slot: Charge) {
         let Admitted {
             call_id,
             deadline,
@@ -643,8 +686,10 @@ impl<C: Connection> State<C> {
                     span,
                     inbox,
                     stream,
+                    bytes,
                 },
         } = admitted;
+        let permits = (slot, bytes);
         let max = self.inner.config.max_message_size;
         if deadline.is_some_and(|d| d <= Instant::now()) {
             drop(permits);

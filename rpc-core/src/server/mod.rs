@@ -2,14 +2,13 @@
 
 mod admission;
 mod connection;
-mod peers;
 mod respond;
 mod router;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 pub use router::RegisterError;
 pub(crate) use router::Router;
@@ -35,10 +34,8 @@ pub struct Server {
 struct Inner {
     router: Router,
     config: ServerConfig,
-    /// Permits for running calls, shared by every connection.
-    limit: Arc<Semaphore>,
-    /// Each peer's share of `limit`.
-    peers: peers::Peers,
+    /// The accounts every connection charges: the server's, each peer's.
+    ledger: crate::account::Ledger,
     /// Flips to true when a graceful shutdown starts; connections watch it.
     shutdown: watch::Sender<bool>,
 }
@@ -136,8 +133,7 @@ impl ServerBuilder {
         let (shutdown, _) = watch::channel(false);
         Server {
             inner: Arc::new(Inner {
-                limit: Arc::new(Semaphore::new(self.config.max_concurrent_calls.max(1))),
-                peers: peers::Peers::default(),
+                ledger: crate::account::Ledger::new(self.config.limits()),
                 router: self.router,
                 config: self.config,
                 shutdown,
@@ -149,6 +145,13 @@ impl ServerBuilder {
 impl crate::MethodKinds for Inner {
     fn kind(&self, method_id: u32) -> Option<crate::codegen::MethodKind> {
         self.router.get(method_id).map(|route| route.method.kind)
+    }
+
+    fn method(&self, path: &str) -> Option<(u32, crate::codegen::MethodKind)> {
+        let route = self.router.get(crate::codegen::method_id(path))?;
+        // The id picks the route; the name decides: a path whose hash collides with a
+        // method's id is not that method.
+        (route.method.path == path).then_some((route.method.id, route.method.kind))
     }
 }
 

@@ -116,7 +116,7 @@ async fn the_client_deadline_holds_while_messages_are_queued() {
 #[tokio::test]
 async fn a_unary_call_of_a_streaming_method_fails_and_cancels_the_stream() {
     let mut config = ServerConfig::default();
-    config.max_concurrent_calls_per_connection(1);
+    config.max_open_streams_per_connection(1);
     let channel = Channel::new(server(config));
     let wrong = MethodDescriptor::new("/r.R/Endless"); // a stale client: unary kind
     let got = channel
@@ -127,13 +127,15 @@ async fn a_unary_call_of_a_streaming_method_fails_and_cancels_the_stream() {
         Code::Internal,
         "a kind mismatch, not a message"
     );
-    // The server's stream was cancelled: its permit is free for the next call.
+    // The server's stream was cancelled: its slot is free for the next stream.
     let mut req = Request::new(vec![]);
     req.set_timeout(Duration::from_secs(5));
-    channel
-        .unary::<Vec<u8>, Vec<u8>>(req, &METHODS[1])
+    let mut next = channel
+        .server_streaming::<Vec<u8>, Vec<u8>>(req, &METHODS[0])
         .await
-        .unwrap();
+        .unwrap()
+        .into_inner();
+    next.message().await.unwrap().unwrap();
     assert!(
         DROPPED.load(Ordering::SeqCst),
         "the server stream was dropped"

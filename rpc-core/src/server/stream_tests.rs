@@ -292,7 +292,7 @@ async fn a_client_stream_gets_its_window_when_the_call_starts_and_its_sum() {
 #[tokio::test]
 async fn a_call_waiting_for_a_permit_is_granted_nothing() {
     let mut config = ServerConfig::default();
-    config.max_concurrent_calls_per_connection(1);
+    config.max_open_streams_per_connection(1);
     let conn = serve(config);
     open(&conn, 1, ECHO, None, 1 << 20, Duration::ZERO).await;
     started(&conn).await;
