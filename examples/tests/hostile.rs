@@ -492,29 +492,12 @@ async fn hold_idle_streams(
     held
 }
 
-/// One peer (127.0.0.2) opens many connections, each with as many idle streams as one
-/// connection may run: it takes its share of the server-wide permits, not all of them,
-/// and a client from another address is served. The same attack on a server whose
-/// per-peer share is the whole server starves the other client: the test's control.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_with_many_connections_of_idle_streams_takes_only_its_share() {
-    let attacker: std::net::IpAddr = "127.0.0.2".parse().unwrap();
-    let limits = |per_peer: &'static str| {
-        [
-            ("RPC_SERVER_MAX_CONCURRENT_CALLS", "64"),
-            ("RPC_SERVER_MAX_CONCURRENT_CALLS_PER_CONNECTION", "16"),
-            ("RPC_SERVER_MAX_CONCURRENT_CALLS_PER_PEER", per_peer),
-        ]
-    };
-    // 8 connections x 16 streams: twice the server's permits.
-    let server = ServerProcess::start(&limits("32"));
-    good_call(server.port).await.expect("served before");
-    let held = hold_idle_streams(&server, attacker, 8, 16).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let served = good_call(server.port).await;
-    // A stream from the other address runs too (it needs a permit for as long as it runs).
-    let client = channel(server.port, 1 << 20).await;
-    let streamed = tokio::time::timeout(Duration::from_secs(5), async {
+/// A stream from the other address, of 100 messages, within 5 s.
+async fn other_stream(
+    port: u16,
+) -> Result<Result<usize, rpc_core::Status>, tokio::time::error::Elapsed> {
+    let client = channel(port, 1 << 20).await;
+    tokio::time::timeout(Duration::from_secs(5), async {
         let mut replies = client
             .repeat(examples::echo::RepeatRequest {
                 payload: vec![1; 16].into(),
@@ -528,24 +511,60 @@ async fn a_peer_with_many_connections_of_idle_streams_takes_only_its_share() {
         }
         Ok::<_, rpc_core::Status>(n)
     })
-    .await;
+    .await
+}
+
+/// One peer (127.0.0.2) opens many connections, each with as many idle streams as one
+/// connection may open: they hold stream slots, never call permits, so unary calls from
+/// another address are served whatever the share; and the peer takes its share of the
+/// server-wide slots, not all of them, so a stream from another address opens too. The
+/// same attack on a server whose per-peer share is the whole server starves the other
+/// client's stream (its unary calls are still served): the test's control.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_with_many_connections_of_idle_streams_takes_only_its_share() {
+    let attacker: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let limits = |per_peer: &'static str| {
+        [
+            ("RPC_SERVER_MAX_OPEN_STREAMS", "64"),
+            ("RPC_SERVER_MAX_OPEN_STREAMS_PER_CONNECTION", "16"),
+            ("RPC_SERVER_MAX_OPEN_STREAMS_PER_PEER", per_peer),
+            // Streams that held call permits (before streams had slots of their own)
+            // would take every one of these.
+            ("RPC_SERVER_MAX_CONCURRENT_CALLS", "64"),
+            ("RPC_SERVER_MAX_CONCURRENT_CALLS_PER_CONNECTION", "16"),
+            ("RPC_SERVER_MAX_CONCURRENT_CALLS_PER_PEER", "64"),
+        ]
+    };
+    // 8 connections x 16 streams: twice the server's slots.
+    let server = ServerProcess::start(&limits("32"));
+    good_call(server.port).await.expect("served before");
+    let held = hold_idle_streams(&server, attacker, 8, 16).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let served = good_call(server.port).await;
+    let streamed = other_stream(server.port).await;
     report(&format!(
-        "per-peer share: 128 idle streams from 127.0.0.2 over 8 connections (share 32 of 64): other client's call {served:?}, stream {streamed:?}"
+        "per-peer share: 128 idle streams from 127.0.0.2 over 8 connections (share 32 of 64 slots): other client's call {served:?}, stream {streamed:?}"
     ));
     served.expect("a client from another address is served");
     assert_eq!(streamed.expect("within 5 s").expect("stream"), 100);
     drop(held);
 
-    // Control: the share is the whole server; the same attack takes every permit.
+    // Control: the share is the whole server; the same attack takes every stream slot,
+    // and still no call permit.
     let server = ServerProcess::start(&limits("64"));
     good_call(server.port).await.expect("served before");
     let held = hold_idle_streams(&server, attacker, 8, 16).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let starved = good_call(server.port).await;
+    let served = good_call(server.port).await;
+    let starved = other_stream(server.port).await;
     report(&format!(
-        "per-peer share: control with share 64 of 64: other client's call {starved:?}"
+        "per-peer share: control with share 64 of 64: other client's call {served:?}, stream {starved:?}"
     ));
-    assert!(starved.is_err(), "the control starves: {starved:?}");
+    served.expect("unary calls are served: streams hold no call permit");
+    assert!(
+        starved.is_err(),
+        "the control's stream starves: {starved:?}"
+    );
     drop(held);
 }
 

@@ -280,6 +280,23 @@ impl Drop for ClientConnection {
 }
 
 /// A failed `Response` frame with `status` (its message as payload).
+/// Fails the call, not the connection, when `metadata` cannot be a frame's metadata
+/// block: HTTP/2 takes header lists up to the metadata limit plus 16 KiB (a server's
+/// pseudo-headers and gRPC's own), and a block over the limit would be a frame the
+/// channel treats as malformed, failing every call on the connection.
+fn within_limit(metadata: &Metadata, what: &str) -> Result<(), (Status, Flags)> {
+    let len = metadata.encoded_len();
+    if len > MAX_METADATA_LEN || metadata.check().is_err() {
+        return Err((
+            Status::resource_exhausted(format!(
+                "{what} of {len} bytes exceed the metadata limit of {MAX_METADATA_LEN}"
+            )),
+            Flags::default(),
+        ));
+    }
+    Ok(())
+}
+
 fn status_frame(call_id: u64, status: &Status, flags: Flags, metadata: &Metadata) -> Bytes {
     let mut header = Header::new(FrameKind::Response, call_id);
     header.flags = Flags::END_STREAM | flags;
@@ -416,6 +433,10 @@ impl Call {
         mut frames: mpsc::UnboundedReceiver<Bytes>,
     ) {
         if let Err((status, flags)) = self.exchange(path, header, request, &mut frames).await {
+            // Headers over the limit are the reason, not a part, of the failure.
+            if within_limit(&self.headers, "").is_err() {
+                self.headers = Metadata::new();
+            }
             let _ = self
                 .to_channel(status_frame(self.call_id, &status, flags, &self.headers))
                 .await;
@@ -684,6 +705,7 @@ impl Call {
             Err(why) => return Err((Status::internal(why), Flags::default())),
         }
         self.headers = text::metadata_from(&parts.headers);
+        within_limit(&self.headers, "response headers")?;
         if let Some(status) = status_of(&parts.headers) {
             // Trailers-only: the call ends here, its headers are its trailers.
             let trailers = std::mem::take(&mut self.headers);
@@ -721,7 +743,9 @@ impl Call {
     fn on_trailers(&mut self, trailers: HeaderMap) -> Result<Bytes, (Status, Flags)> {
         let status = status_of(&trailers)
             .unwrap_or_else(|| Status::internal("the response ended without grpc-status"));
-        self.end(status, text::metadata_from(&trailers))
+        let trailers = text::metadata_from(&trailers);
+        within_limit(&trailers, "response trailers")?;
+        self.end(status, trailers)
     }
 
     /// The final frame for `status` and `trailers`.
@@ -740,6 +764,7 @@ impl Call {
         }
         let mut metadata = std::mem::take(&mut self.headers);
         metadata.append_trailers(&trailers);
+        within_limit(&metadata, "response headers and trailers together")?;
         if status.code() != Code::Ok {
             return Ok(frame(header, &metadata, status.message().as_bytes()));
         }

@@ -228,3 +228,66 @@ async fn a_flood_to_a_caller_that_does_not_read_is_held_back_by_flow_control() {
     }
     assert!(accepted.load(Ordering::Relaxed) > held);
 }
+
+/// A server whose response headers (or trailers) are a header list larger than a frame's
+/// metadata block may be (HTTP/2 takes them: its limit is the metadata limit plus
+/// 16 KiB): that call fails with RESOURCE_EXHAUSTED, and the connection serves the next
+/// call (before, the oversized block became a frame the channel took as malformed, and
+/// it closed the connection with every call on it).
+#[tokio::test]
+async fn a_header_list_over_the_metadata_limit_fails_its_call_not_the_connection() {
+    let addr = hostile_server(|path, mut respond| async move {
+        let mut big = grpc_headers(false);
+        for i in 0..14 {
+            let value = "v".repeat(5000);
+            big.headers_mut().insert(
+                format!("x-big-{i}").parse::<http::HeaderName>().unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        match path.as_str() {
+            "/test.Hostile/Unary" => {
+                let _ = respond.send_response(big, false);
+                std::future::pending::<()>().await;
+            }
+            "/test.Hostile/Trailers" => {
+                let mut body = respond.send_response(grpc_headers(false), false).unwrap();
+                body.send_data(prefixed(b"ok"), false).unwrap();
+                let mut trailers = big.headers().clone();
+                trailers.insert("grpc-status", "0".parse().unwrap());
+                let _ = body.send_trailers(trailers);
+            }
+            _ => {
+                let mut body = respond.send_response(grpc_headers(false), false).unwrap();
+                body.send_data(
+                    prefixed(&prost::Message::encode_to_vec(&b"fine".to_vec())),
+                    false,
+                )
+                .unwrap();
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", "0".parse().unwrap());
+                let _ = body.send_trailers(trailers);
+            }
+        }
+    })
+    .await;
+    let channel = channel(addr).await;
+    let status = unary(&channel, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status}");
+    assert!(status.message().contains("metadata limit"), "{status}");
+    let mut request = Request::new(b"x".to_vec());
+    request.set_timeout(Duration::from_secs(10));
+    let status = channel
+        .unary::<Vec<u8>, Vec<u8>>(request, &MethodDescriptor::new("/test.Hostile/Trailers"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status}");
+    // The same connection serves the next call.
+    let mut request = Request::new(b"x".to_vec());
+    request.set_timeout(Duration::from_secs(10));
+    let reply = channel
+        .unary::<Vec<u8>, Vec<u8>>(request, &MethodDescriptor::new("/test.Hostile/Fine"))
+        .await
+        .expect("the connection still serves calls");
+    assert_eq!(reply.into_inner(), b"fine");
+}

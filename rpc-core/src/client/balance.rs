@@ -535,24 +535,11 @@ impl<C: Connection> Balancer<C> {
     fn update(&self, mut endpoints: Vec<Endpoint>) {
         let mut seen = std::collections::HashSet::new();
         endpoints.retain(|endpoint| seen.insert(endpoint.clone()));
-        let max = self.config.balance.max_endpoints.max(1);
-        if endpoints.len() > max {
-            // A subset that stays the same across updates of this channel (and differs
-            // between channels, so that many clients cover every server).
-            let seed = self.subset_seed;
-            endpoints.sort_by_cached_key(|endpoint| {
-                use std::hash::{Hash, Hasher};
-                let mut hasher = std::collections::hash_map::DefaultHasher::new();
-                (seed, endpoint).hash(&mut hasher);
-                hasher.finish()
-            });
-            tracing::warn!(
-                found = endpoints.len(),
-                max,
-                "more endpoints than max_endpoints: using a subset"
-            );
-            endpoints.truncate(max);
-        }
+        subset(
+            &mut endpoints,
+            self.subset_seed,
+            self.config.balance.max_endpoints,
+        );
         let old_index: std::collections::HashMap<Endpoint, Arc<Sub<C>>> = self
             .endpoints
             .read()
@@ -841,6 +828,28 @@ async fn follow_stream<C: Connection>(
     }
 }
 
+/// Cuts `items` to at most `max` (at least 1): a subset that stays the same across
+/// updates of one channel (its `seed`) and differs between channels, so that many
+/// clients cover every server.
+pub(super) fn subset<T: std::hash::Hash>(items: &mut Vec<T>, seed: u64, max: usize) {
+    let max = max.max(1);
+    if items.len() <= max {
+        return;
+    }
+    items.sort_by_cached_key(|item| {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (seed, item).hash(&mut hasher);
+        hasher.finish()
+    });
+    tracing::warn!(
+        found = items.len(),
+        max,
+        "more endpoints than max_endpoints: using a subset"
+    );
+    items.truncate(max);
+}
+
 async fn follow_dns<C: Connection>(
     balancer: Weak<Balancer<C>>,
     target: DnsTarget,
@@ -858,8 +867,15 @@ async fn follow_dns<C: Connection>(
     };
     let refresh = refresh.max(MIN_DNS_REFRESH);
     let mut backoff: Option<Duration> = None;
+    // Answers are cut to the channel's subset before they become endpoints.
+    let Some((max, seed)) = balancer
+        .upgrade()
+        .map(|b| (b.config.balance.max_endpoints, b.subset_seed))
+    else {
+        return;
+    };
     loop {
-        let resolved = target.resolve(&resolver, &scheme).await;
+        let resolved = target.resolve(&resolver, &scheme, max, seed).await;
         let Some(strong) = balancer.upgrade() else {
             return;
         };

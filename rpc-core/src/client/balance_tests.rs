@@ -503,7 +503,7 @@ async fn an_unresolvable_srv_target_loses_only_itself() {
         super::super::dns::DnsTarget::parse(&format!("dns://127.0.0.1:{}/_s._tcp.t", dns.port()))
             .unwrap();
     let resolver = target.resolver().unwrap();
-    let resolved = target.resolve(&resolver, "tcp").await;
+    let resolved = target.resolve(&resolver, "tcp", usize::MAX, 0).await;
     eprintln!("{resolved:?}");
     assert!(resolved.is_ok(), "a.t:1001 is lost with gone.t");
 }
@@ -526,8 +526,16 @@ async fn thousands_of_addresses_give_at_most_max_endpoints() {
         super::super::dns::DnsTarget::parse(&format!("dns://127.0.0.1:{}/big.t:1", dns.port()))
             .unwrap();
     let resolver = target.resolver().unwrap();
-    let resolved = target.resolve(&resolver, "tcp").await.unwrap();
+    let resolved = target
+        .resolve(&resolver, "tcp", usize::MAX, 0)
+        .await
+        .unwrap();
     assert_eq!(resolved.len(), 3000, "the test needs a large answer");
+    // Cut before conversion: the subset of a seed, the same on every resolution.
+    let cut = target.resolve(&resolver, "tcp", 64, 7).await.unwrap();
+    assert_eq!(cut.len(), 64);
+    assert_eq!(cut, target.resolve(&resolver, "tcp", 64, 7).await.unwrap());
+    assert_ne!(cut, target.resolve(&resolver, "tcp", 64, 8).await.unwrap());
     let mut config = ClientConfig::default();
     config.balance.dns_refresh = Duration::from_millis(200);
     config.balance.max_endpoints = 64;

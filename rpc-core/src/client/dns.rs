@@ -90,11 +90,14 @@ impl DnsTarget {
             .map_err(|e| Status::unavailable(format!("making a DNS resolver: {e}")))
     }
 
-    /// The endpoints the name has now, each as `scheme://address:port`.
+    /// The endpoints the name has now, each as `scheme://address:port`: at most `max`,
+    /// the subset of `seed` (see `balance::subset`), cut before they become endpoints.
     pub(crate) async fn resolve(
         &self,
         resolver: &TokioResolver,
         scheme: &str,
+        max: usize,
+        seed: u64,
     ) -> Result<Vec<Endpoint>, Status> {
         let failed = |e: &dyn fmt::Display| Status::unavailable(format!("resolving {self}: {e}"));
         let mut addresses = Vec::new();
@@ -142,6 +145,9 @@ impl DnsTarget {
                 }
             }
         }
+        let mut seen = std::collections::HashSet::new();
+        addresses.retain(|addr| seen.insert(*addr));
+        super::balance::subset(&mut addresses, seed, max);
         addresses
             .into_iter()
             .map(|addr| {

@@ -1,0 +1,231 @@
+//! Hostile peers against the server's one resource model (`rpc_core::account`): from
+//! other loopback addresses (127.0.0.2 and up) against a real `echo-server` process with
+//! its default settings, while a well-behaved client on 127.0.0.1 is served within its
+//! deadlines. Each test prints its figures (`hostile: …`); `HOSTILE_SERVER_BIN` runs
+//! them against another `echo-server` build (the code before the fix, for the "before"
+//! figures).
+//!
+//! - Compressed requests are charged at the size they inflate to: 400 gRPC calls of 4 MiB
+//!   of gzip'd zeros (~4 KiB each on the wire) held by their handler do not make the
+//!   server hold 400 x 4 MiB.
+//! - Long-lived streams hold stream slots, not call permits: 4,400 `Health/Watch` streams
+//!   from four addresses leave unary calls served.
+
+#[allow(dead_code)]
+mod peer;
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Request;
+use prost::Message;
+
+use examples::echo::EchoRequest;
+use peer::*;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// The server's resident memory must stay under this with the default settings.
+const RSS_BOUND_KIB: u64 = 256 * 1024;
+
+/// A TCP connection to the server from `source`.
+async fn connect_from(server: &ServerProcess, source: IpAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((source, 0).into()).unwrap();
+    socket
+        .connect(server.addr().parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// An HTTP/2 client connection from `source`.
+async fn h2_from(server: &ServerProcess, source: IpAddr) -> h2::client::SendRequest<Bytes> {
+    let tcp = connect_from(server, source).await;
+    let (client, connection) = h2::client::Builder::new()
+        .initial_window_size(1 << 20)
+        .handshake(tcp)
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// `message` gzip'd, with gRPC's prefix flagged compressed.
+fn gzip_prefixed(message: &[u8]) -> Bytes {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(message).unwrap();
+    let compressed = encoder.finish().unwrap();
+    let mut out = vec![1u8];
+    out.extend_from_slice(&(compressed.len() as u32).to_be_bytes());
+    out.extend_from_slice(&compressed);
+    out.into()
+}
+
+/// The `grpc-status` of a call's response (headers or trailers), `None` if it reset.
+async fn status_of(response: h2::client::ResponseFuture) -> Option<u32> {
+    let response = response.await.ok()?;
+    let code = |headers: &http::HeaderMap| {
+        headers
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+    };
+    if let Some(code) = code(response.headers()) {
+        return Some(code);
+    }
+    let mut body = response.into_body();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.ok()?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    body.trailers().await.ok().flatten().and_then(|t| code(&t))
+}
+
+/// 400 gzip'd requests of 4 MiB of zeros each (the echo server takes up to 16 MiB), each
+/// held by its handler for 6 s, over 4 connections from 127.0.0.2. Charged at their
+/// compressed size (as before the account), they took the server from 6 MiB to
+/// 1,373 MiB; charged as they inflate, the peer holds at most its share (32 MiB) and
+/// the rest are refused with RESOURCE_EXHAUSTED. A well-behaved client is served
+/// meanwhile, and the server stays under 256 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_requests_are_charged_at_their_inflated_size() {
+    let server = ServerProcess::start(&[]);
+    good_call(server.port).await.expect("served before");
+    let rss0 = server.rss_kib();
+    let attacker: IpAddr = "127.0.0.2".parse().unwrap();
+    let request = EchoRequest {
+        payload: vec![0; 4 << 20].into(),
+        delay_ms: 6000,
+        reply_size: 16,
+        ..Default::default()
+    };
+    let body = gzip_prefixed(&request.encode_to_vec());
+    let mut calls = Vec::new();
+    for _ in 0..4 {
+        let mut client = h2_from(&server, attacker).await;
+        for _ in 0..100 {
+            client = client.ready().await.unwrap();
+            let request = Request::builder()
+                .method("POST")
+                .uri("http://localhost/echo.Echo/Echo")
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .header("grpc-encoding", "gzip")
+                .body(())
+                .unwrap();
+            let (response, mut stream) = client.send_request(request, false).unwrap();
+            stream.send_data(body.clone(), true).unwrap();
+            calls.push(tokio::spawn(status_of(response)));
+        }
+    }
+    let wire = 400 * body.len();
+    // While the handlers hold their requests: the peak, and a good client meanwhile.
+    let mut peak = 0;
+    let started = Instant::now();
+    let mut served = Vec::new();
+    while started.elapsed() < Duration::from_secs(4) {
+        peak = peak.max(server.rss_kib());
+        served.push(good_call(server.port).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut codes = std::collections::BTreeMap::new();
+    for call in calls {
+        let code = tokio::time::timeout(Duration::from_secs(30), call)
+            .await
+            .expect("every call answered")
+            .unwrap();
+        *codes.entry(code).or_insert(0) += 1;
+    }
+    let failed = served.iter().filter(|s| s.is_err()).count();
+    report(&format!(
+        "compression: 400 gzip'd 4 MiB requests ({} KiB on the wire in all) from 127.0.0.2: server RSS {} -> peak {} MiB; statuses {codes:?}; good client {} of {} calls served",
+        wire >> 10,
+        rss0 >> 10,
+        peak >> 10,
+        served.len() - failed,
+        served.len(),
+    ));
+    assert_eq!(
+        failed, 0,
+        "the good client is served throughout: {served:?}"
+    );
+    assert!(peak < RSS_BOUND_KIB, "server RSS peaked at {peak} KiB");
+    // The peer's share: a few run (OK), the rest are refused.
+    assert!(codes.get(&Some(0)).copied().unwrap_or(0) >= 1, "{codes:?}");
+    assert!(
+        codes.get(&Some(8)).copied().unwrap_or(0) >= 300,
+        "{codes:?}"
+    );
+}
+
+const WATCH: u32 = rpc_core::codegen::method_id("/grpc.health.v1.Health/Watch");
+
+/// Four addresses (127.0.0.2-5) each open 1,100 `grpc.health.v1.Health/Watch` streams,
+/// 4,400 on 24 connections, and keep them open. When streams held call permits (before
+/// the account), they took every server-wide permit (4 x the per-peer 1,024 = 4,096) and
+/// a fifth client's unary calls timed out. Open streams now hold stream slots: the fifth
+/// client's unary calls are served, and so is a stream of its own (each address holds at
+/// most its 1,024 slots of the server's 8,192).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_lived_streams_from_four_addresses_leave_unary_calls_served() {
+    let server = ServerProcess::start(&[]);
+    good_call(server.port).await.expect("served before");
+    let mut held = Vec::new();
+    for last in 2..=5u8 {
+        let source = IpAddr::from([127, 0, 0, last]);
+        let mut id = 0u64;
+        for connection in 0..6 {
+            let mut stream = connect_from(&server, source).await;
+            // 1,100 per address over its 6 connections: 184, 184, 183, ...
+            let streams = 1100 / 6 + u64::from(connection < 1100 % 6);
+            let mut frames = Vec::new();
+            for _ in 0..streams {
+                id += 1;
+                frames.extend_from_slice(&request_frame(id, WATCH, &(), 0));
+            }
+            stream.write_all(&frames).await.unwrap();
+            held.push(stream);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let rss = server.rss_kib();
+    let mut served = Vec::new();
+    for _ in 0..3 {
+        for _ in 0..20 {
+            served.push(good_call(server.port).await);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let failed = served.iter().filter(|s| s.is_err()).count();
+    // A stream of its own opens too.
+    let client = channel(server.port, 1 << 20).await;
+    let streamed = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut replies = client
+            .repeat(examples::echo::RepeatRequest {
+                payload: vec![1; 16].into(),
+                count: 10,
+            })
+            .await?
+            .into_inner();
+        let mut n = 0;
+        while replies.message().await?.is_some() {
+            n += 1;
+        }
+        Ok::<_, rpc_core::Status>(n)
+    })
+    .await;
+    report(&format!(
+        "long-lived streams: 4,400 Watch streams from 4 addresses on 24 connections; server RSS {} MiB; fifth client: {} of 60 unary calls served, its stream {streamed:?}; first failure {:?}",
+        rss >> 10,
+        60 - failed,
+        served.iter().find(|s| s.is_err()),
+    ));
+    assert_eq!(failed, 0, "every unary call of the fifth client is served");
+    assert_eq!(streamed.expect("within 5 s").expect("stream"), 10);
+    assert!(rss < RSS_BOUND_KIB, "server RSS {rss} KiB");
+    drop(held);
+}
