@@ -229,3 +229,175 @@ async fn long_lived_streams_from_four_addresses_leave_unary_calls_served() {
     assert!(rss < RSS_BOUND_KIB, "server RSS {rss} KiB");
     drop(held);
 }
+
+/// FNV-1a's multiplier (the method id hash) and its inverse modulo 2^32.
+const FNV_PRIME: u32 = 0x0100_0193;
+
+fn fnv_inverse() -> u32 {
+    // Newton's iteration: each step doubles the correct low bits of an odd number's inverse.
+    let mut inverse = FNV_PRIME;
+    for _ in 0..5 {
+        inverse = inverse.wrapping_mul(2u32.wrapping_sub(FNV_PRIME.wrapping_mul(inverse)));
+    }
+    inverse
+}
+
+/// A path other than `target` with the same method id: `prefix` and six characters,
+/// found by meeting in the middle (three characters forward from the prefix's state,
+/// three backward from the target's id: 2^36 pairs for a 32-bit match).
+fn colliding_path(target: &str, prefix: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let goal = rpc_core::codegen::method_id(target);
+    let start = rpc_core::codegen::method_id(prefix);
+    let step = |h: u32, b: u8| (h ^ u32::from(b)).wrapping_mul(FNV_PRIME);
+    let mut forward = std::collections::HashMap::new();
+    for &a in ALPHABET {
+        for &b in ALPHABET {
+            for &c in ALPHABET {
+                forward.insert(step(step(step(start, a), b), c), [a, b, c]);
+            }
+        }
+    }
+    let inverse = fnv_inverse();
+    let back = |h: u32, b: u8| h.wrapping_mul(inverse) ^ u32::from(b);
+    for &f in ALPHABET {
+        for &e in ALPHABET {
+            for &d in ALPHABET {
+                if let Some(first) = forward.get(&back(back(back(goal, f), e), d)) {
+                    let tail = [first[0], first[1], first[2], d, e, f];
+                    let path = format!("{prefix}{}", std::str::from_utf8(&tail).unwrap());
+                    assert_eq!(rpc_core::codegen::method_id(&path), goal);
+                    return path;
+                }
+            }
+        }
+    }
+    panic!("no collision found (expected about 16)");
+}
+
+/// A unary gRPC call from `source` whose body is `body`, sent a byte every `every`;
+/// returns the call's `grpc-status` and how long it took.
+async fn trickled_call(
+    server: &ServerProcess,
+    source: IpAddr,
+    path: &str,
+    timeout: Option<&str>,
+    body: Bytes,
+    every: Duration,
+) -> (Option<u32>, Duration) {
+    let mut client = h2_from(server, source).await;
+    client = client.ready().await.unwrap();
+    let mut request = Request::builder()
+        .method("POST")
+        .uri(format!("http://localhost{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(timeout) = timeout {
+        request = request.header("grpc-timeout", timeout);
+    }
+    let (response, mut stream) = client
+        .send_request(request.body(()).unwrap(), body.is_empty())
+        .unwrap();
+    let started = Instant::now();
+    let answer = tokio::spawn(status_of(response));
+    if every.is_zero() {
+        let _ = stream.send_data(body, true);
+    } else {
+        let sender = tokio::spawn(async move {
+            for i in 0..body.len() {
+                let last = i + 1 == body.len();
+                if stream.send_data(body.slice(i..i + 1), last).is_err() {
+                    return;
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+        drop(sender);
+    }
+    let status = tokio::time::timeout(Duration::from_secs(60), answer)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten();
+    (status, started.elapsed())
+}
+
+fn prefixed_echo(request: &EchoRequest) -> Bytes {
+    let message = request.encode_to_vec();
+    let mut out = vec![0u8];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(&message);
+    out.into()
+}
+
+/// A unary body trickled a byte every 300 ms (each read well within the body timeout)
+/// ends when the body timeout (2 s here) has passed since the request's headers: the
+/// bound is per body, not per read; and with `grpc-timeout` (1 s), at the deadline, with
+/// DEADLINE_EXCEEDED. Before, such a body was read for as long as it kept trickling.
+/// A path whose hash collides with `/echo.Echo/Echo` is not routed to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_body_ends_at_the_body_timeout_and_a_colliding_path_routes_nowhere() {
+    let server = ServerProcess::start(&[("RPC_GRPC_BODY_TIMEOUT_MS", "2000")]);
+    let attacker: IpAddr = "127.0.0.2".parse().unwrap();
+    let body = prefixed_echo(&EchoRequest {
+        payload: vec![1; 64].into(),
+        ..Default::default()
+    });
+    let (trickled, deadlined, good) = tokio::join!(
+        trickled_call(
+            &server,
+            attacker,
+            "/echo.Echo/Echo",
+            None,
+            body.clone(),
+            Duration::from_millis(300)
+        ),
+        trickled_call(
+            &server,
+            attacker,
+            "/echo.Echo/Echo",
+            Some("1S"),
+            body.clone(),
+            Duration::from_millis(300)
+        ),
+        good_call(server.port),
+    );
+    let collision = colliding_path("/echo.Echo/Echo", "/echo.Echo/X");
+    let (routed, _) = trickled_call(
+        &server,
+        attacker,
+        &collision,
+        None,
+        body.clone(),
+        Duration::ZERO,
+    )
+    .await;
+    let (echoed, _) = trickled_call(
+        &server,
+        attacker,
+        "/echo.Echo/Echo",
+        None,
+        body,
+        Duration::ZERO,
+    )
+    .await;
+    report(&format!(
+        "trickle: a {}-byte body a byte every 300 ms: status {:?} after {:?} (body timeout 2 s); with grpc-timeout 1S: {:?} after {:?}; good client {good:?}; {collision} (id of /echo.Echo/Echo): status {routed:?}",
+        64 + 7,
+        trickled.0,
+        trickled.1,
+        deadlined.0,
+        deadlined.1,
+    ));
+    good.expect("a good client is served meanwhile");
+    assert_eq!(trickled.0, Some(1), "CANCELLED at the body timeout");
+    assert!(trickled.1 < Duration::from_secs(6), "{:?}", trickled.1);
+    assert_eq!(deadlined.0, Some(4), "DEADLINE_EXCEEDED at grpc-timeout");
+    assert!(deadlined.1 < Duration::from_secs(4), "{:?}", deadlined.1);
+    assert_eq!(
+        routed,
+        Some(12),
+        "UNIMPLEMENTED for a path it does not name"
+    );
+    assert_eq!(echoed, Some(0), "the real path is served");
+}
