@@ -607,7 +607,8 @@ impl Call {
     async fn one_request(&mut self, max: usize) -> Result<(Bytes, Charge), Option<Status>> {
         let mut deframer = Deframer::default();
         deframer.set_encoding(self.request_encoding);
-        let mut message = None;
+        let mut message: Option<(Bytes, Charge)> = None;
+        // What the deframer holds (the message in progress) on the account.
         let mut held = Charge::none();
         let body_deadline = tokio::time::Instant::now() + self.shared.config.body_timeout;
         let (until, why) = match self.deadline {
@@ -636,13 +637,21 @@ impl Call {
             deframer.push(&chunk);
             loop {
                 let account = self.account();
+                let mut inflated = Charge::none();
                 let next = deframer.next_charged(max, &mut |n| {
-                    held.merge(account.try_charge(Resource::Bytes, n)?);
+                    inflated.merge(account.try_charge(Resource::Bytes, n)?);
                     Ok(())
                 });
                 match next.map_err(Some)? {
                     Some(next) => {
-                        if message.replace(next).is_some() {
+                        // As received, or as inflated (the compressed bytes are gone).
+                        let received = held.split(deframer.take_consumed());
+                        let charge = if inflated.amount() > 0 {
+                            inflated
+                        } else {
+                            received
+                        };
+                        if message.replace((next, charge)).is_some() {
                             return Err(Some(Status::unimplemented(
                                 "more than one request message for a method that takes one",
                             )));
@@ -655,17 +664,23 @@ impl Call {
         if deframer.held() > 0 {
             return Err(Some(Status::internal("the request ended inside a message")));
         }
-        match message {
-            Some(message) => Ok((message, held)),
-            None => Err(Some(Status::unimplemented("no request message"))),
-        }
+        message.ok_or_else(|| Some(Status::unimplemented("no request message")))
     }
 
     /// Charges `bytes` more (a chunk of the body, read) to the connection's account into
     /// `held`, waiting (the body unread) while the connection, its peer or the server
-    /// holds its maximum of requests.
+    /// holds its maximum of requests. What one holder holds is charged up to the
+    /// smallest limit at most (a message larger than it fits an account that holds
+    /// nothing else, as the whole of it), so that a call never waits for itself.
     async fn hold(&self, held: &mut Charge, bytes: usize) {
-        held.merge(self.account().charge(Resource::Bytes, bytes).await);
+        let room = self
+            .account()
+            .limit(Resource::Bytes)
+            .saturating_sub(held.amount());
+        if room > 0 {
+            let more = self.account().charge(Resource::Bytes, bytes.min(room)).await;
+            held.merge(more);
+        }
     }
 
     /// A client-streaming or bidirectional call: the opening request, then the body's

@@ -283,6 +283,13 @@ impl Account {
         Charge { permits, amount }
     }
 
+    /// The smallest limit of `resource` on this account's path: the most one charge (or
+    /// several held together by one holder) can ever take.
+    pub fn limit(&self, resource: Resource) -> usize {
+        let i = resource.index();
+        self.levels.iter().map(|c| c.limits[i]).min().unwrap_or(1)
+    }
+
     /// How much of `resource` is charged at `scope` now.
     pub fn held(&self, resource: Resource, scope: Scope) -> usize {
         let i = resource.index();
