@@ -14,9 +14,10 @@ use rpc_transport_tcp::{
 };
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 
 use crate::bufs::{MessageBuf, RecvBuf, SendBuf};
+use crate::handshakes::Handshakes;
 
 /// Whether this host has an RDMA device this process can use (always `false` without
 /// the `rdma` feature).
@@ -54,9 +55,23 @@ pub struct TransportSettings {
     /// (protocol detection, and the whole RDMA handshake); a socket that has not sent its
     /// first bytes or finished its handshake by then is closed. Default 10 s.
     pub handshake_timeout: Duration,
-    /// On a listener: most connections in protocol detection or handshake at once;
-    /// sockets accepted beyond are closed at once (and counted in the log). Default 256.
+    /// On a listener: most connections in protocol detection or handshake at once
+    /// (counting established ones waiting for the server to take them). A socket
+    /// accepted beyond displaces the oldest handshake of the peer holding the most (the
+    /// new socket's own peer when that is the heaviest): it is aborted and its socket
+    /// closed (logged at debug, and counted in a rate-limited warning), so that sockets
+    /// left silent never keep a lighter peer out, and never the newest socket of their
+    /// own address either. Default 256.
     pub max_handshakes: usize,
+    /// On a listener: most handshakes from one peer at once (an IPv4 address, an IPv6
+    /// /64: `rpc_core::account::PeerKey`), a share of `max_handshakes`; a peer's socket
+    /// beyond displaces that peer's own oldest handshake. Default 64 (a quarter of the
+    /// default `max_handshakes`). Trade-off: smaller keeps one address from filling the
+    /// table before the global cap is reached, but clients behind one NAT that open more
+    /// connections than this at the same instant see their oldest handshakes closed
+    /// (and must retry); larger serves such bursts, at the cost of one address holding
+    /// more of the table (it is still the first displaced at the global cap).
+    pub max_handshakes_per_peer: usize,
 }
 
 impl Default for TransportSettings {
@@ -69,6 +84,7 @@ impl Default for TransportSettings {
             tls: TlsConfig::default(),
             handshake_timeout: Duration::from_secs(10),
             max_handshakes: 256,
+            max_handshakes_per_peer: 64,
         }
     }
 }
@@ -388,9 +404,10 @@ pub async fn connect(
 /// handshakes (answered with RDMA when this server serves it, else with a TCP fallback).
 ///
 /// Each accepted socket's handshake runs on a task of its own, at most `max_handshakes` at
-/// once and each within `handshake_timeout` (the permit is held until the connection is
-/// queued for the server, so connections waiting for room count too); sockets beyond that
-/// are closed at once.
+/// once (`max_handshakes_per_peer` from one peer) and each within `handshake_timeout`
+/// (a handshake counts until the connection is queued for the server, so connections
+/// waiting for room count too); a socket beyond displaces the oldest handshake of the
+/// peer holding the most (see [`TransportSettings::max_handshakes`]).
 #[derive(Debug)]
 pub struct AnyListener {
     incoming: mpsc::Receiver<AnyConnection>,
@@ -398,8 +415,8 @@ pub struct AnyListener {
     tx: Option<mpsc::Sender<AnyConnection>>,
     /// `None` once it stopped accepting.
     listener: Option<tokio::net::TcpListener>,
-    handshakes: Arc<Semaphore>,
-    refused: u64,
+    handshakes: Arc<parking_lot::Mutex<Running>>,
+    displaced: u64,
     settings: Arc<TransportSettings>,
     tls: Option<TlsAcceptor>,
     local: String,
@@ -440,8 +457,11 @@ impl AnyListener {
             incoming,
             tx: Some(tx),
             listener: Some(listener),
-            handshakes: Arc::new(Semaphore::new(settings.max_handshakes.max(1))),
-            refused: 0,
+            handshakes: Arc::new(parking_lot::Mutex::new(Running {
+                table: Handshakes::new(settings.max_handshakes, settings.max_handshakes_per_peer),
+                aborts: std::collections::HashMap::new(),
+            })),
+            displaced: 0,
             settings: Arc::new(settings.clone()),
             tls,
             local,
@@ -463,21 +483,26 @@ impl AnyListener {
             .unwrap_or(0)
     }
 
-    /// Starts the handshake of an accepted socket on a task of its own, or closes it when
-    /// `max_handshakes` are running.
+    /// Starts the handshake of an accepted socket on a task of its own, displacing the
+    /// oldest handshake of the heaviest peer when a cap is reached.
     fn handshake(&mut self, stream: TcpStream, peer: Option<std::net::SocketAddr>) {
         let Some(tx) = self.tx.clone() else { return };
+        let ip = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.ip());
+        let key = rpc_core::account::PeerKey::of(ip);
+        let admitted = self.handshakes.lock().table.admit(key);
         let peer = peer.map_or_else(|| "?".to_owned(), |p| p.to_string());
-        let Ok(permit) = self.handshakes.clone().try_acquire_owned() else {
-            self.refused += 1;
-            if self.refused.is_power_of_two() {
-                tracing::warn!(%peer, refused = self.refused, max = self.settings.max_handshakes, "too many handshakes at once: closing new sockets");
-            }
-            return;
+        if let Some(old) = admitted.displaced {
+            self.displace(old, &peer, key);
+        }
+        let ended = Ended {
+            running: self.handshakes.clone(),
+            id: admitted.id,
         };
         let (settings, tls, serves_rdma) =
             (self.settings.clone(), self.tls.clone(), self.serves_rdma);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
+            // Ends the handshake in the table however the task ends (done or aborted).
+            let _ended = ended;
             let timeout = settings.handshake_timeout;
             let classified = tokio::time::timeout(
                 timeout,
@@ -496,8 +521,54 @@ impl AnyListener {
                 Ok(None) => tracing::debug!(%peer, "connection closed before a byte"),
                 Err(e) => tracing::warn!(%peer, "dropping connection: {e}"),
             }
-            drop(permit);
         });
+        let mut running = self.handshakes.lock();
+        // Unless it already ended.
+        if running.table.contains(admitted.id) {
+            running.aborts.insert(admitted.id, task.abort_handle());
+        }
+    }
+
+    /// Aborts handshake `id` (closing its socket), displaced by a new socket from `peer`.
+    fn displace(&mut self, id: u64, peer: &str, key: rpc_core::account::PeerKey) {
+        let (abort, running, of_peer) = {
+            let mut running = self.handshakes.lock();
+            let abort = running.aborts.remove(&id);
+            (abort, running.table.len(), running.table.of(key))
+        };
+        if let Some(abort) = abort {
+            abort.abort();
+        }
+        self.displaced += 1;
+        let (max, max_per_peer) = (
+            self.settings.max_handshakes,
+            self.settings.max_handshakes_per_peer,
+        );
+        tracing::debug!(%peer, %key, running, of_peer, max, max_per_peer, "handshake displaced by a new socket");
+        if self.displaced.is_power_of_two() {
+            tracing::warn!(%peer, %key, displaced = self.displaced, running, of_peer, max, max_per_peer, "too many handshakes at once: closing the oldest of the peer holding the most");
+        }
+    }
+}
+
+/// The handshakes running: the fair-share table, and the abort handle of each task.
+#[derive(Debug)]
+struct Running {
+    table: Handshakes,
+    aborts: std::collections::HashMap<u64, tokio::task::AbortHandle>,
+}
+
+/// Ends a handshake in [`Running`] when its task ends, whether done or aborted.
+struct Ended {
+    running: Arc<parking_lot::Mutex<Running>>,
+    id: u64,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let mut running = self.running.lock();
+        running.table.finish(self.id);
+        running.aborts.remove(&self.id);
     }
 }
 
@@ -511,7 +582,13 @@ impl Listener for AnyListener {
                 accepted = accept_socket(self.listener.as_ref()) => accepted,
             };
             match accepted {
-                Ok((stream, peer)) => self.handshake(stream, Some(peer)),
+                Ok((stream, peer)) => {
+                    self.handshake(stream, Some(peer));
+                    // The new handshake gets its turn before the next accept: under a
+                    // flood of sockets a quick handshake (bytes already there) completes
+                    // before newer sockets of its address displace it.
+                    tokio::task::yield_now().await;
+                }
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;

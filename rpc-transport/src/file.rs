@@ -58,7 +58,8 @@
 //! max_transparent_retries = 3
 //! connect_timeout_ms = 20000
 //! ```
-//! and, at the top level, `handshake_timeout_ms` and `max_handshakes` (listeners).
+//! and, at the top level, `handshake_timeout_ms`, `max_handshakes` and
+//! `max_handshakes_per_peer` (listeners).
 //!
 //! The same settings can come from environment variables: see [`FileConfig::from_env`].
 
@@ -83,6 +84,8 @@ pub struct FileConfig {
     pub handshake_timeout_ms: Option<u64>,
     /// See [`TransportSettings::max_handshakes`].
     pub max_handshakes: Option<usize>,
+    /// See [`TransportSettings::max_handshakes_per_peer`].
+    pub max_handshakes_per_peer: Option<usize>,
     /// RDMA tunables.
     #[serde(default)]
     pub rdma: RdmaSection,
@@ -388,7 +391,7 @@ impl FileConfig {
 
     /// The same settings from environment variables, for deployments that configure by
     /// environment: `RPC_ADDRESS`, `RPC_MAX_MESSAGE_SIZE`, `RPC_HANDSHAKE_TIMEOUT_MS`,
-    /// `RPC_MAX_HANDSHAKES`, and `RPC_TCP_<FIELD>`, `RPC_SERVER_<FIELD>`, `RPC_CLIENT_<FIELD>`,
+    /// `RPC_MAX_HANDSHAKES`, `RPC_MAX_HANDSHAKES_PER_PEER`, and `RPC_TCP_<FIELD>`, `RPC_SERVER_<FIELD>`, `RPC_CLIENT_<FIELD>`,
     /// `RPC_GRPC_<FIELD>`, `RPC_TLS_<FIELD>` and `RPC_RDMA_<FIELD>` for every field of those tables, in upper case
     /// (`RPC_RDMA_RING_SLOTS`, `RPC_RDMA_POLL_SPIN_US`, ...: each section's `variables()`).
     ///
@@ -408,6 +411,7 @@ impl FileConfig {
             max_message_size: var(&get, "RPC_MAX_MESSAGE_SIZE")?,
             handshake_timeout_ms: var(&get, "RPC_HANDSHAKE_TIMEOUT_MS")?,
             max_handshakes: var(&get, "RPC_MAX_HANDSHAKES")?,
+            max_handshakes_per_peer: var(&get, "RPC_MAX_HANDSHAKES_PER_PEER")?,
             tcp: TcpSection::from_vars(&get)?,
             server: ServerSection::from_vars(&get)?,
             client: ClientSection::from_vars(&get)?,
@@ -430,6 +434,9 @@ impl FileConfig {
         }
         if let Some(v) = self.max_handshakes {
             settings.max_handshakes = v;
+        }
+        if let Some(v) = self.max_handshakes_per_peer {
+            settings.max_handshakes_per_peer = v;
         }
         self.tcp.apply_to(&mut settings.tcp);
         self.grpc.apply_to(&mut settings.grpc);
@@ -571,7 +578,7 @@ mod tests {
     #[test]
     fn server_client_and_tcp_tables_from_file_and_environment() {
         let file = FileConfig::parse(
-            "[server]\nmax_concurrent_calls_per_connection = 8\ndrain_timeout_ms = 50\n[client]\nkeepalive_interval_ms = 0\n[tcp]\nwrite_timeout_ms = 700\n",
+            "max_handshakes_per_peer = 3\n[server]\nmax_concurrent_calls_per_connection = 8\ndrain_timeout_ms = 50\n[client]\nkeepalive_interval_ms = 0\n[tcp]\nwrite_timeout_ms = 700\n",
         )
         .unwrap();
         let mut server = rpc_core::ServerConfig::default();
@@ -584,11 +591,13 @@ mod tests {
         let mut settings = TransportSettings::default();
         file.apply(&mut settings).unwrap();
         assert_eq!(settings.tcp.write_timeout, Duration::from_millis(700));
+        assert_eq!(settings.max_handshakes_per_peer, 3);
         let env = FileConfig::from_vars(|n| match n {
             "RPC_SERVER_MAX_QUEUED_REPLIES" => Some("3".into()),
             "RPC_TCP_FIRST_FRAME_TIMEOUT_MS" => Some("250".into()),
             "RPC_CLIENT_KEEPALIVE_TIMEOUT_MS" => Some("900".into()),
             "RPC_MAX_HANDSHAKES" => Some("5".into()),
+            "RPC_MAX_HANDSHAKES_PER_PEER" => Some("2".into()),
             _ => None,
         })
         .unwrap();
@@ -598,6 +607,7 @@ mod tests {
         assert_eq!(server.max_queued_replies, 3);
         assert_eq!(settings.tcp.first_frame_timeout, Duration::from_millis(250));
         assert_eq!(settings.max_handshakes, 5);
+        assert_eq!(settings.max_handshakes_per_peer, 2);
         assert_eq!(client.keepalive_timeout, Duration::from_millis(900));
     }
 

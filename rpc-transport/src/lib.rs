@@ -24,6 +24,7 @@ mod any;
 mod bufs;
 mod error;
 mod file;
+mod handshakes;
 mod metrics;
 
 pub use any::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
