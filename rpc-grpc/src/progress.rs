@@ -76,6 +76,7 @@ pub(crate) struct Watched<T> {
 }
 
 impl<T> Watched<T> {
+    /// `io`, its reads and write stalls noted in `activity`.
     pub(crate) fn new(io: T, activity: Arc<Activity>) -> Watched<T> {
         Watched { io, activity }
     }
