@@ -232,6 +232,77 @@ impl Watchdog {
     }
 }
 
+/// A connection's timers at work: the [`Watchdog`] on its coarse tick, and the keepalive
+/// PINGs it asks for (one at a time, on h2's handle).
+pub(crate) struct Timers {
+    watchdog: Watchdog,
+    ticks: tokio::time::Interval,
+    activity: Arc<Activity>,
+    ping_pong: Option<h2::PingPong>,
+    pinging: bool,
+}
+
+impl Timers {
+    /// Timers of a connection whose I/O notes `activity`: see [`Watchdog::new`].
+    pub(crate) fn new(
+        write_timeout: Duration,
+        keepalive: Option<(Duration, Duration)>,
+        activity: Arc<Activity>,
+        ping_pong: Option<h2::PingPong>,
+    ) -> Timers {
+        let now = Instant::now();
+        let watchdog = Watchdog::new(now, write_timeout, keepalive);
+        let mut ticks = tokio::time::interval_at(now + watchdog.tick(), watchdog.tick());
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Timers {
+            watchdog,
+            ticks,
+            activity,
+            ping_pong,
+            pinging: false,
+        }
+    }
+
+    /// Resolves when the connection is to be closed, with why; sends the keepalive
+    /// PINGs meanwhile. Cancel-safe: the driver polls it beside the connection.
+    pub(crate) async fn closing(&mut self) -> &'static str {
+        loop {
+            tokio::select! {
+                _ = self.ticks.tick() => {
+                    match self.watchdog.check(Instant::now(), self.activity.snapshot()) {
+                        Verdict::Fine => {}
+                        Verdict::Ping => {
+                            if let Some(ping_pong) = self.ping_pong.as_mut().filter(|_| !self.pinging) {
+                                self.pinging = ping_pong.send_ping(h2::Ping::opaque()).is_ok();
+                            }
+                        }
+                        Verdict::Close(why) => return why,
+                    }
+                }
+                () = pong(&mut self.ping_pong), if self.pinging => self.pinging = false,
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Timers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timers")
+            .field("watchdog", &self.watchdog)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The answer to the keepalive PING sent (never resolves without a PING handle).
+async fn pong(ping_pong: &mut Option<h2::PingPong>) {
+    match ping_pong {
+        Some(ping_pong) => {
+            let _ = std::future::poll_fn(|cx| ping_pong.poll_pong(cx)).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use crate::calm::ResetBudget;
 use crate::compress::{Encoding, ACCEPT};
 use crate::deframe::{self, Deframer};
-use crate::progress::{Activity, Verdict, Watchdog, Watched};
+use crate::progress::{Activity, Timers, Watched};
 use crate::text;
 
 /// Settings of the gRPC side of a server.
@@ -385,12 +385,12 @@ async fn drive<T>(
     let keepalive = config
         .keepalive_interval
         .map(|i| (i, config.keepalive_timeout));
-    let now = tokio::time::Instant::now();
-    let mut watchdog = Watchdog::new(now, config.write_timeout, keepalive);
-    let mut ticks = tokio::time::interval_at(now + watchdog.tick(), watchdog.tick());
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut ping_pong = connection.ping_pong();
-    let mut pinging = false;
+    let mut timers = Timers::new(
+        config.write_timeout,
+        keepalive,
+        activity,
+        connection.ping_pong(),
+    );
     let slots = Arc::new(Semaphore::new(config.max_concurrent_streams.max(1) as usize));
     let mut slot = None;
     let mut going_away = false;
@@ -417,19 +417,10 @@ async fn drive<T>(
                 None => break,
             },
             permit = slots.clone().acquire_owned(), if slot.is_none() => slot = permit.ok(),
-            _ = ticks.tick() => match watchdog.check(tokio::time::Instant::now(), activity.snapshot()) {
-                Verdict::Fine => {}
-                Verdict::Ping => {
-                    if let Some(ping_pong) = ping_pong.as_mut().filter(|_| !pinging) {
-                        pinging = ping_pong.send_ping(h2::Ping::opaque()).is_ok();
-                    }
-                }
-                Verdict::Close(why) => {
-                    tracing::debug!("HTTP/2 connection closed: {why}");
-                    break;
-                }
-            },
-            _ = pong(&mut ping_pong), if pinging => pinging = false,
+            why = timers.closing() => {
+                tracing::debug!("HTTP/2 connection closed: {why}");
+                break;
+            }
             () = set(&mut calm) => {
                 tracing::debug!("HTTP/2 connection closed: the client resets the streams it opens");
                 connection.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
@@ -480,16 +471,6 @@ where
             Poll::Pending => Poll::Pending,
         }
     })
-}
-
-/// The answer to the keepalive PING sent (never resolves without a PING handle).
-async fn pong(ping_pong: &mut Option<h2::PingPong>) {
-    match ping_pong {
-        Some(ping_pong) => {
-            let _ = std::future::poll_fn(|cx| ping_pong.poll_pong(cx)).await;
-        }
-        None => std::future::pending().await,
-    }
 }
 
 /// Resolves once the flag is set (or its sender is gone).
