@@ -18,6 +18,8 @@
 //! - `server.rs`: the server side; `client.rs`: the client side.
 //! - `deframe.rs`: gRPC's length-prefixed messages; `compress.rs`: gzip and zstd;
 //!   `text.rs`: its header texts.
+//! - `progress.rs`: the server connection's write-progress and keepalive watchdog;
+//!   `calm.rs`: its rapid-reset budget.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,9 +29,11 @@ use rpc_core::codegen::MethodDescriptor;
 use rpc_core::{Connection, MethodKinds, TransportError};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+mod calm;
 mod client;
 mod compress;
 mod deframe;
+mod progress;
 mod server;
 mod text;
 

@@ -30,8 +30,10 @@ use rpc_core::{Code, Connection, Metadata, MethodKinds, Status, TransportError, 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::calm::ResetBudget;
 use crate::compress::{Encoding, ACCEPT};
 use crate::deframe::{self, Deframer};
+use crate::progress::{Activity, Timers, Watched};
 use crate::text;
 
 /// Settings of the gRPC side of a server.
@@ -62,6 +64,26 @@ pub struct GrpcConfig {
     /// Messages under 512 bytes go uncompressed. Received messages are read in gzip,
     /// zstd or uncompressed whatever this says. Default none.
     pub send_compression: Option<crate::Encoding>,
+    /// How long a call's response data may wait for the client's HTTP/2 flow-control
+    /// window (its stream's or the connection's) with none granted: the call is then
+    /// reset (`CANCEL`), the server's call cancelled and its buffers freed. Shorter
+    /// frees what non-reading clients hold sooner; longer lets slow readers pause longer.
+    /// Default 30 s.
+    pub stream_idle_timeout: Duration,
+    /// How long the connection's socket writes may make no progress while bytes wait to
+    /// be written (the client stopped reading the socket): the connection is then
+    /// closed, like the TCP frames transport's `write_timeout`. Checked on a coarse timer
+    /// (a quarter of the shortest of these timeouts, 10 ms to 1 s). Default 30 s.
+    pub write_timeout: Duration,
+    /// HTTP/2 keepalive: after this long without a byte from the client, the server
+    /// sends a PING; `None` turns keepalives off (dead peers are then noticed only by
+    /// TCP). Shorter notices dead peers sooner, at a PING per idle connection per
+    /// interval (gRPC clients do not police the server's PINGs). Default 60 s (grpc-go's
+    /// server: 2 h).
+    pub keepalive_interval: Option<Duration>,
+    /// How long the client may take to answer a keepalive PING (any byte counts) before
+    /// the connection is closed. Default 20 s, as gRPC's.
+    pub keepalive_timeout: Duration,
 }
 
 impl Default for GrpcConfig {
@@ -74,6 +96,10 @@ impl Default for GrpcConfig {
             max_buffered_response_bytes: 16 << 20,
             body_timeout: Duration::from_secs(30),
             send_compression: None,
+            stream_idle_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
+            keepalive_interval: Some(Duration::from_secs(60)),
+            keepalive_timeout: Duration::from_secs(20),
         }
     }
 }
@@ -115,6 +141,20 @@ struct Shared {
     next_call: AtomicU64,
     /// [`GrpcConfig::max_buffered_response_bytes`], as permits.
     response_bytes: Arc<Semaphore>,
+    /// The client's resets of accepted streams (rapid reset).
+    resets: Mutex<ResetBudget>,
+    /// Set once those are over the budget: the driver sends GOAWAY `ENHANCE_YOUR_CALM`.
+    calm: watch::Sender<bool>,
+}
+
+impl Shared {
+    /// The client reset an accepted stream before its call finished: past the budget,
+    /// the driver is told to send GOAWAY `ENHANCE_YOUR_CALM`.
+    fn reset_by_client(&self) {
+        if self.resets.lock().reset() {
+            self.calm.send_replace(true);
+        }
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -152,14 +192,22 @@ impl ServerConnection {
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let io = Rewind::new(io, Bytes::copy_from_slice(already_read));
+        let activity = Arc::new(Activity::default());
+        let io = Watched::new(
+            Rewind::new(io, Bytes::copy_from_slice(already_read)),
+            activity.clone(),
+        );
         let mut builder = h2::server::Builder::new();
         builder
             .max_concurrent_streams(config.max_concurrent_streams)
             .initial_window_size(config.stream_window)
             .initial_connection_window_size(config.connection_window)
             .max_header_list_size((MAX_METADATA_LEN + 16 * 1024) as u32)
-            .max_send_buffer_size(64 * 1024);
+            .max_send_buffer_size(64 * 1024)
+            // Resets of streams not yet accepted (h2 counts them) and streams h2 itself
+            // reset for the client's errors: past these, GOAWAY.
+            .max_pending_accept_reset_streams(20)
+            .max_local_error_reset_streams(Some(config.max_concurrent_streams.max(1) as usize));
         let connection = builder
             .handshake(io)
             .await
@@ -176,8 +224,10 @@ impl ServerConnection {
             ended: watch::channel(false).0,
             next_call: AtomicU64::new(1),
             response_bytes: Arc::new(Semaphore::new(config.max_buffered_response_bytes.max(1))),
+            resets: Mutex::new(ResetBudget::new(config.max_concurrent_streams)),
+            calm: watch::channel(false).0,
         });
-        tokio::spawn(drive(connection, shared.clone(), tx));
+        tokio::spawn(drive(connection, shared.clone(), tx, activity));
         let peer = match peer_addr {
             Some(addr) => format!("grpc://{addr}"),
             None => "grpc://?".into(),
@@ -306,17 +356,24 @@ impl Drop for ServerConnection {
 }
 
 /// Runs the HTTP/2 connection: accepts calls (once the server told its methods) until
-/// the client goes, the server closes, or a graceful shutdown completes.
+/// the client goes, the server closes, a graceful shutdown completes, or the connection
+/// misbehaves (writes make no progress, a keepalive PING goes unanswered, rapid reset).
+///
+/// A stream is accepted only while fewer than `max_concurrent_streams` of this
+/// connection's calls' tasks are alive: a client that resets streams frees HTTP/2's
+/// count at once, not the handlers it started.
 async fn drive<T>(
-    mut connection: h2::server::Connection<Rewind<T>, Bytes>,
+    mut connection: h2::server::Connection<Watched<Rewind<T>>, Bytes>,
     shared: Arc<Shared>,
     tx: mpsc::Sender<ToServer>,
+    activity: Arc<Activity>,
 ) where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut ready = shared.ready.subscribe();
     let mut goaway = shared.goaway.subscribe();
     let mut closed = shared.closed.subscribe();
+    let mut calm = shared.calm.subscribe();
     tokio::select! {
         () = set(&mut ready) => {}
         () = set(&mut closed) => {
@@ -324,13 +381,34 @@ async fn drive<T>(
             return;
         }
     }
+    let config = &shared.config;
+    let keepalive = config
+        .keepalive_interval
+        .map(|i| (i, config.keepalive_timeout));
+    let mut timers = Timers::new(
+        config.write_timeout,
+        keepalive,
+        activity,
+        connection.ping_pong(),
+    );
+    let slots = Arc::new(Semaphore::new(config.max_concurrent_streams.max(1) as usize));
+    let mut slot = None;
     let mut going_away = false;
     loop {
+        if slot.is_none() {
+            slot = slots.clone().try_acquire_owned().ok();
+        }
         tokio::select! {
-            accepted = connection.accept() => match accepted {
+            accepted = next_stream(&mut connection, slot.is_some()) => match accepted {
                 Some(Ok((request, respond))) => {
+                    let slot = slot.take();
+                    shared.resets.lock().accepted();
                     let call_id = shared.next_call.fetch_add(1, Ordering::Relaxed);
-                    tokio::spawn(call(shared.clone(), tx.clone(), call_id, request, respond));
+                    let call = call(shared.clone(), tx.clone(), call_id, request, respond);
+                    tokio::spawn(async move {
+                        call.await;
+                        drop(slot);
+                    });
                 }
                 Some(Err(e)) => {
                     tracing::debug!("HTTP/2 connection ended: {e}");
@@ -338,6 +416,19 @@ async fn drive<T>(
                 }
                 None => break,
             },
+            permit = slots.clone().acquire_owned(), if slot.is_none() => slot = permit.ok(),
+            why = timers.closing() => {
+                tracing::debug!("HTTP/2 connection closed: {why}");
+                break;
+            }
+            () = set(&mut calm) => {
+                tracing::debug!("HTTP/2 connection closed: the client resets the streams it opens");
+                connection.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                // The GOAWAY goes out (within a bound), then the connection closes.
+                let flush = std::future::poll_fn(|cx| connection.poll_closed(cx));
+                let _ = tokio::time::timeout(Duration::from_secs(1), flush).await;
+                break;
+            }
             () = set(&mut goaway), if !going_away => {
                 going_away = true;
                 // HTTP/2 refuses new streams from here on and closes once the open ones are
@@ -356,6 +447,30 @@ async fn drive<T>(
     shared.ended.send_replace(true);
     // The calls' tasks end with their streams; the server sees the end once they and this
     // sender are gone.
+}
+
+/// A stream the client opened: its request and the handle of its response.
+type Accepted = (Request<RecvStream>, SendResponse<Bytes>);
+
+/// The connection's next stream when `accept`; else drives the connection (its reads,
+/// writes and PINGs) without taking one, resolving only when it ends.
+fn next_stream<T>(
+    connection: &mut h2::server::Connection<T, Bytes>,
+    accept: bool,
+) -> impl std::future::Future<Output = Option<Result<Accepted, h2::Error>>> + '_
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    std::future::poll_fn(move |cx| {
+        if accept {
+            return connection.poll_accept(cx);
+        }
+        match connection.poll_closed(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(None),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Pending => Poll::Pending,
+        }
+    })
 }
 
 /// Resolves once the flag is set (or its sender is gone).
@@ -482,6 +597,7 @@ async fn call(
         request_encoding,
         response_encoding,
         deadline: timeout.and_then(|t| tokio::time::Instant::now().checked_add(t)),
+        waiting: None,
     };
     let mut header = Header::new(FrameKind::Request, call_id);
     header.method_id = id;
@@ -520,6 +636,8 @@ struct Call {
     response_encoding: Option<Encoding>,
     /// The call's deadline (`grpc-timeout`), from the arrival of its headers.
     deadline: Option<tokio::time::Instant>,
+    /// Since when response data waits for the client's window with none granted.
+    waiting: Option<tokio::time::Instant>,
 }
 
 /// What a call's HTTP/2 stream did.
@@ -528,6 +646,8 @@ enum Wait {
     Capacity(usize),
     /// The client reset the call (or the connection went).
     Reset,
+    /// The response waited for the client's window past the stream idle timeout.
+    Idle,
 }
 
 /// Why a call's task stops early.
@@ -536,6 +656,9 @@ enum Stop {
     Cancelled,
     /// The server stopped reading this connection for good.
     ServerGone,
+    /// The response waited for the client's window past the stream idle timeout: the
+    /// call was reset, the server is told (CANCEL).
+    Idle,
 }
 
 impl Call {
@@ -571,15 +694,24 @@ impl Call {
                     refuse(&mut self.respond, &status);
                     return;
                 }
-                Err(None) => return, // reset before the request was complete
+                Err(None) => {
+                    // Reset before the request was complete.
+                    self.shared.reset_by_client();
+                    return;
+                }
             }
         };
         let result = match result {
             Ok(()) => self.respond_until_done(&mut frames).await,
             Err(stop) => Err(stop),
         };
-        if let Err(Stop::Cancelled) = result {
-            self.cancel_server().await;
+        match result {
+            Err(Stop::Cancelled) => {
+                self.shared.reset_by_client();
+                self.cancel_server().await;
+            }
+            Err(Stop::Idle) => self.cancel_server().await,
+            _ => {}
         }
     }
 
@@ -799,7 +931,7 @@ impl Call {
                         }
                     }
                 }
-                wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out) => {
+                wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out, &mut self.waiting, self.shared.config.stream_idle_timeout) => {
                     self.sent(wait).await?;
                 }
                 () = tokio::time::sleep_until(last_chunk + body_timeout), if reading && deframer.held() > 0 => {
@@ -833,20 +965,24 @@ impl Call {
                         self.on_server_frame(frame, permit)?;
                     }
                 }
-                wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out) => {
+                wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out, &mut self.waiting, self.shared.config.stream_idle_timeout) => {
                     self.sent(wait).await?;
                 }
             }
         }
     }
 
-    /// Waits until HTTP/2 lets the first queued message (or part of it) go, or the
-    /// client resets the call.
+    /// Waits until HTTP/2 lets the first queued message (or part of it) go, the client
+    /// resets the call, or the queued messages waited for the client's window `idle`
+    /// since `waiting` (set when a wait with none granted begins: the only clock read).
     async fn wait_stream(
         respond: &mut SendResponse<Bytes>,
         sending: &mut Option<SendStream<Bytes>>,
         out: &VecDeque<Outgoing>,
+        waiting: &mut Option<tokio::time::Instant>,
+        idle: Duration,
     ) -> Wait {
+        let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
         std::future::poll_fn(|cx| match sending {
             Some(stream) => {
                 if stream.poll_reset(cx).is_ready() {
@@ -856,8 +992,17 @@ impl Call {
                     stream.reserve_capacity(out.iter().map(|(data, _, _)| data.len()).sum());
                     match stream.poll_capacity(cx) {
                         Poll::Ready(Some(Ok(0))) | Poll::Pending => {}
-                        Poll::Ready(Some(Ok(n))) => return Poll::Ready(Wait::Capacity(n)),
+                        Poll::Ready(Some(Ok(n))) => {
+                            *waiting = None;
+                            return Poll::Ready(Wait::Capacity(n));
+                        }
                         Poll::Ready(_) => return Poll::Ready(Wait::Reset),
+                    }
+                    let since = *waiting.get_or_insert_with(tokio::time::Instant::now);
+                    let timer = timer
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(since + idle)));
+                    if std::future::Future::poll(timer.as_mut(), cx).is_ready() {
+                        return Poll::Ready(Wait::Idle);
                     }
                 }
                 Poll::Pending
@@ -874,8 +1019,16 @@ impl Call {
     /// refuse floods of small ones); each message that went out whole gives the server
     /// its window back.
     async fn sent(&mut self, wait: Wait) -> Result<(), Stop> {
-        let Wait::Capacity(mut capacity) = wait else {
-            return Err(Stop::Cancelled);
+        let mut capacity = match wait {
+            Wait::Capacity(capacity) => capacity,
+            Wait::Reset => return Err(Stop::Cancelled),
+            Wait::Idle => {
+                tracing::debug!("call {}: reset, its response idle", self.call_id);
+                if let Some(stream) = self.sending.as_mut() {
+                    stream.send_reset(h2::Reason::CANCEL);
+                }
+                return Err(Stop::Idle);
+            }
         };
         let stream = self.sending.as_mut().expect("capacity needs a stream");
         let mut pieces = Vec::new();

@@ -301,6 +301,14 @@ section! {
         body_timeout_ms: u64 => |c, v| c.body_timeout = Duration::from_millis(v),
         /// See [`GrpcConfig::send_compression`](rpc_grpc::GrpcConfig::send_compression): `gzip` or `zstd`.
         send_compression: rpc_grpc::Encoding => |c, v| c.send_compression = Some(v),
+        /// [`GrpcConfig::stream_idle_timeout`](rpc_grpc::GrpcConfig::stream_idle_timeout) in ms.
+        stream_idle_timeout_ms: u64 => |c, v| c.stream_idle_timeout = Duration::from_millis(v),
+        /// [`GrpcConfig::write_timeout`](rpc_grpc::GrpcConfig::write_timeout) in ms.
+        write_timeout_ms: u64 => |c, v| c.write_timeout = Duration::from_millis(v),
+        /// [`GrpcConfig::keepalive_interval`](rpc_grpc::GrpcConfig::keepalive_interval) in ms; 0 turns keepalives off.
+        keepalive_interval_ms: u64 => |c, v| c.keepalive_interval = (v > 0).then(|| Duration::from_millis(v)),
+        /// [`GrpcConfig::keepalive_timeout`](rpc_grpc::GrpcConfig::keepalive_timeout) in ms.
+        keepalive_timeout_ms: u64 => |c, v| c.keepalive_timeout = Duration::from_millis(v),
     }
 }
 
@@ -619,7 +627,7 @@ mod tests {
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
         names.extend(GrpcSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 16 + 15 + 5);
+        assert_eq!(names.len(), 16 + 4 + 16 + 15 + 9);
         // Every variable set: numbers to 7, the names to one they take.
         let file = FileConfig::from_vars(|n| {
             names.iter().any(|v| v == n).then(|| match n {
