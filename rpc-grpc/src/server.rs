@@ -810,7 +810,10 @@ impl Call {
             .limit(Resource::Bytes)
             .saturating_sub(held.amount());
         if room > 0 {
-            let more = self.account().charge(Resource::Bytes, bytes.min(room)).await;
+            let more = self
+                .account()
+                .charge(Resource::Bytes, bytes.min(room))
+                .await;
             held.merge(more);
         }
     }
