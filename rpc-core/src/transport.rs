@@ -122,6 +122,16 @@ pub trait Connection: Send + Sync + 'static {
         false
     }
 
+    /// Whether the transport charges each request's bytes to the connection's account
+    /// (given in [`Connection::serving`]) itself, from its first byte until the call's
+    /// final response is sent, so that the server does not charge them again (a
+    /// translating transport knows them before the server does: a gRPC body as it
+    /// arrives and inflates). The default is `false`: the server charges each request at
+    /// its arrival.
+    fn charges_requests(&self) -> bool {
+        false
+    }
+
     /// Called by a server before it reads the connection, with the methods it serves
     /// and the connection's account: a transport that translates another protocol's
     /// calls into frames (gRPC over HTTP/2) needs the methods to know how a call's

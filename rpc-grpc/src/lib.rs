@@ -191,6 +191,13 @@ impl Connection for GrpcConnection {
         }
     }
 
+    fn charges_requests(&self) -> bool {
+        match &self.side {
+            Side::Server(c) => c.charges_requests(),
+            Side::Client(_) => false,
+        }
+    }
+
     fn serving(&self, methods: Arc<dyn MethodKinds>, account: &rpc_core::account::Account) {
         if let Side::Server(c) = &self.side {
             c.serving(methods, account);

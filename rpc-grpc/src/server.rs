@@ -334,6 +334,12 @@ impl Connection for ServerConnection {
         set(&mut ended).await;
     }
 
+    /// Each unary request's bytes are charged by its call, from the first byte read
+    /// until its final response goes out.
+    fn charges_requests(&self) -> bool {
+        true
+    }
+
     fn serving(&self, methods: Arc<dyn MethodKinds>, account: &Account) {
         let _ = self.shared.methods.set(methods);
         let _ = self.shared.account.set(account.clone());
@@ -473,6 +479,94 @@ where
     })
 }
 
+/// The largest DATA frame a client may send (HTTP/2's default `SETTINGS_MAX_FRAME_SIZE`,
+/// which this server keeps): the most one chunk of a body can be.
+const CHUNK: usize = 16 * 1024;
+
+/// Room on the connection's account for a request stream's next body chunk, taken
+/// before the chunk is read; when there is none, waited for without holding up the rest
+/// of the call (the server's frames, its responses), so that a call never waits for room
+/// that only its own queued messages could free.
+struct Room {
+    account: Account,
+    reserved: Charge,
+    waiting: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Charge> + Send>>>,
+}
+
+impl Room {
+    fn new(account: Account) -> Room {
+        Room {
+            account,
+            reserved: Charge::none(),
+            waiting: None,
+        }
+    }
+
+    /// Whether a chunk may be read now, `held` being what the call's message in
+    /// progress holds; if not, a wait for room has started ([`Room::granted`]).
+    fn ready(&mut self, held: &Charge) -> bool {
+        if self.waiting.is_some() {
+            return false;
+        }
+        let limit = self.account.limit(Resource::Bytes);
+        let room = limit.saturating_sub(held.amount() + self.reserved.amount());
+        if self.reserved.amount() >= CHUNK || room == 0 {
+            // Room for a chunk, or a message charged as the whole of the limit already.
+            return true;
+        }
+        let want = (CHUNK - self.reserved.amount()).min(room);
+        match self.account.try_charge(Resource::Bytes, want) {
+            Ok(more) => {
+                self.reserved.merge(more);
+                true
+            }
+            Err(_) => {
+                let account = self.account.clone();
+                self.waiting = Some(Box::pin(async move {
+                    account.charge(Resource::Bytes, want).await
+                }));
+                false
+            }
+        }
+    }
+
+    fn is_waiting(&self) -> bool {
+        self.waiting.is_some()
+    }
+
+    /// Resolves once the room waited for is granted.
+    async fn granted(&mut self) {
+        if let Some(waiting) = self.waiting.as_mut() {
+            let more = waiting.await;
+            self.reserved.merge(more);
+            self.waiting = None;
+        }
+    }
+
+    /// A chunk of `n` bytes arrived: its room moves to `held`.
+    fn take(&mut self, held: &mut Charge, n: usize) {
+        held.merge(self.reserved.split(n));
+    }
+}
+
+/// Charges `n` more bytes of a message's inflated output into `inflated`, refusing when
+/// the account has no room; what the call holds (`held`, what is still compressed, and
+/// `inflated`) is charged up to the smallest limit at most, as `Call::hold` does.
+fn inflate(
+    account: &Account,
+    held: &Charge,
+    inflated: &mut Charge,
+    n: usize,
+) -> Result<(), Status> {
+    let room = account
+        .limit(Resource::Bytes)
+        .saturating_sub(held.amount() + inflated.amount());
+    if room > 0 {
+        inflated.merge(account.try_charge(Resource::Bytes, n.min(room))?);
+    }
+    Ok(())
+}
+
 /// Resolves once the flag is set (or its sender is gone).
 pub(crate) async fn set(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|set| *set).await.map(|_| ());
@@ -597,6 +691,7 @@ async fn call(
         request_encoding,
         response_encoding,
         deadline: timeout.and_then(|t| tokio::time::Instant::now().checked_add(t)),
+        request_bytes: Charge::none(),
         waiting: None,
     };
     let mut header = Header::new(FrameKind::Request, call_id);
@@ -636,6 +731,9 @@ struct Call {
     response_encoding: Option<Encoding>,
     /// The call's deadline (`grpc-timeout`), from the arrival of its headers.
     deadline: Option<tokio::time::Instant>,
+    /// What the request message holds on the connection's account, given back when the
+    /// call ends (its final response went out, or it was reset).
+    request_bytes: Charge,
     /// Since when response data waits for the client's window with none granted.
     waiting: Option<tokio::time::Instant>,
 }
@@ -686,8 +784,10 @@ impl Call {
                         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                         header.timeout_us = left.as_micros().clamp(1, u64::MAX.into()) as u64;
                     }
-                    // The server's own bounds count it once it takes the frame.
-                    self.to_server(frame(header, metadata, &message), held)
+                    // Held by this call until it ends (the transport charges requests
+                    // for the server: `Connection::charges_requests`).
+                    self.request_bytes = held;
+                    self.to_server(frame(header, metadata, &message), Charge::none())
                         .await
                 }
                 Err(Some(status)) => {
@@ -696,7 +796,7 @@ impl Call {
                 }
                 Err(None) => {
                     // Reset before the request was complete.
-                    self.shared.reset_by_client();
+                    self.client_reset();
                     return;
                 }
             }
@@ -707,11 +807,23 @@ impl Call {
         };
         match result {
             Err(Stop::Cancelled) => {
-                self.shared.reset_by_client();
+                self.client_reset();
                 self.cancel_server().await;
             }
             Err(Stop::Idle) => self.cancel_server().await,
             _ => {}
+        }
+    }
+
+    /// The client reset the call: counted toward the rapid-reset budget unless its
+    /// deadline (`grpc-timeout`) had passed, which is a client giving up on a call, as
+    /// gRPC clients do at their deadline, not an abuse.
+    fn client_reset(&self) {
+        let expired = self
+            .deadline
+            .is_some_and(|d| d <= tokio::time::Instant::now() + Duration::from_millis(20));
+        if !expired {
+            self.shared.reset_by_client();
         }
     }
 
@@ -770,10 +882,8 @@ impl Call {
             loop {
                 let account = self.account();
                 let mut inflated = Charge::none();
-                let next = deframer.next_charged(max, &mut |n| {
-                    inflated.merge(account.try_charge(Resource::Bytes, n)?);
-                    Ok(())
-                });
+                let next =
+                    deframer.next_charged(max, &mut |n| inflate(account, &held, &mut inflated, n));
                 match next.map_err(Some)? {
                     Some(next) => {
                         // As received, or as inflated (the compressed bytes are gone).
@@ -838,8 +948,10 @@ impl Call {
         // connection's account (its bytes as received, or as inflated).
         let mut queued: VecDeque<(Bytes, Charge)> = VecDeque::new();
         let mut queued_bytes = 0usize;
-        // What the deframer holds (a message in progress) on the account.
+        // What the deframer holds (a message in progress) on the account, and the room
+        // taken for the next chunk.
         let mut held = Charge::none();
+        let mut room = Room::new(self.account().clone());
         // When the last chunk came: a message in progress may stall only so long.
         let mut last_chunk = tokio::time::Instant::now();
         let mut was_reading = true;
@@ -876,8 +988,10 @@ impl Call {
             // The body is read while the messages waiting for the server's window are
             // under the limit (a message in progress is read to its end whatever its
             // size: its prefix was checked). Only while reading does a stalled message
-            // count against the client.
-            let reading = !body_done && queued_bytes < limit;
+            // count against the client. A chunk is read once there is room on the account
+            // for it, waited for as a branch of its own: the call goes on forwarding its
+            // queued messages (which frees room) meanwhile.
+            let reading = !body_done && queued_bytes < limit && room.ready(&held);
             if reading && !was_reading {
                 last_chunk = tokio::time::Instant::now();
             }
@@ -887,15 +1001,14 @@ impl Call {
                     match chunk {
                         Some(Ok(chunk)) => {
                             last_chunk = tokio::time::Instant::now();
-                            self.hold(&mut held, chunk.len()).await;
+                            room.take(&mut held, chunk.len());
                             let _ = self.body.flow_control().release_capacity(chunk.len());
                             deframer.push(&chunk);
                             loop {
                                 let account = self.account();
                                 let mut inflated = Charge::none();
                                 let next = deframer.next_charged(max, &mut |n| {
-                                    inflated.merge(account.try_charge(Resource::Bytes, n)?);
-                                    Ok(())
+                                    inflate(account, &held, &mut inflated, n)
                                 });
                                 match next {
                                     Ok(Some(message)) => {
@@ -924,6 +1037,7 @@ impl Call {
                         None => body_done = true,
                     }
                 }
+                () = room.granted(), if room.is_waiting() => {}
                 frame = frames.recv() => {
                     let Some(frame) = frame else { return Err(Stop::ServerGone) };
                     // With what came along: a run of messages goes out as one DATA frame.

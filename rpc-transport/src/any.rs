@@ -296,6 +296,13 @@ impl Connection for AnyConnection {
         }
     }
 
+    fn charges_requests(&self) -> bool {
+        match self {
+            AnyConnection::Grpc(c) => c.charges_requests(),
+            _ => false,
+        }
+    }
+
     fn serving(
         &self,
         methods: std::sync::Arc<dyn rpc_core::MethodKinds>,
@@ -491,6 +498,14 @@ impl AnyListener {
         let key = rpc_core::account::PeerKey::of(ip);
         let admitted = self.handshakes.lock().table.admit(key);
         let peer = peer.map_or_else(|| "?".to_owned(), |p| p.to_string());
+        let Some(admitted) = admitted else {
+            // Full, and no peer over its fair share: the handshakes in progress finish.
+            self.displaced += 1;
+            if self.displaced.is_power_of_two() {
+                tracing::warn!(%peer, %key, refused = self.displaced, "too many handshakes at once from many peers: closing the new socket");
+            }
+            return;
+        };
         if let Some(old) = admitted.displaced {
             self.displace(old, &peer, key);
         }

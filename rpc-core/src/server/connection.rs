@@ -585,9 +585,13 @@ impl<C: Connection> State<C> {
         let resource = slot_of(route.method.kind);
         // What the peer sent for it, metadata included (the decoded form is about as
         // large: strings and bytes fields own what the frame carried), charged before
-        // it is decoded: past the connection's, the peer's or the server's bound the
-        // call is refused.
-        let bytes = match self.account.try_charge(Resource::Bytes, header.frame_len()) {
+        // its message is decoded (unless the transport charged it already): past the
+        // connection's, the peer's or the server's bound the call is refused.
+        let charged = match self.conn.charges_requests() {
+            true => Ok(Charge::none()),
+            false => self.account.try_charge(Resource::Bytes, header.frame_len()),
+        };
+        let bytes = match charged {
             Ok(bytes) => bytes,
             Err(exhausted) => {
                 tracing::debug!(call_id, "request refused: {exhausted}");
