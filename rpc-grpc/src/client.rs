@@ -279,14 +279,13 @@ impl Drop for ClientConnection {
     }
 }
 
-/// A failed `Response` frame with `status` (its message as payload).
 /// Fails the call, not the connection, when `metadata` cannot be a frame's metadata
 /// block: HTTP/2 takes header lists up to the metadata limit plus 16 KiB (a server's
 /// pseudo-headers and gRPC's own), and a block over the limit would be a frame the
 /// channel treats as malformed, failing every call on the connection.
 fn within_limit(metadata: &Metadata, what: &str) -> Result<(), (Status, Flags)> {
     let len = metadata.encoded_len();
-    if len > MAX_METADATA_LEN || metadata.check().is_err() {
+    if len > MAX_METADATA_LEN {
         return Err((
             Status::resource_exhausted(format!(
                 "{what} of {len} bytes exceed the metadata limit of {MAX_METADATA_LEN}"
@@ -297,6 +296,7 @@ fn within_limit(metadata: &Metadata, what: &str) -> Result<(), (Status, Flags)> 
     Ok(())
 }
 
+/// A failed `Response` frame with `status` (its message as payload).
 fn status_frame(call_id: u64, status: &Status, flags: Flags, metadata: &Metadata) -> Bytes {
     let mut header = Header::new(FrameKind::Response, call_id);
     header.flags = Flags::END_STREAM | flags;
