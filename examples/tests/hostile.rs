@@ -19,6 +19,7 @@ use http::{Request, StatusCode};
 use prost::Message;
 
 use examples::echo::EchoRequest;
+use peer::grpc::*;
 use peer::*;
 use rpc_core::wire::{FrameKind, Header};
 use rpc_core::Code;
@@ -579,46 +580,6 @@ async fn h2_client(server: &ServerProcess) -> h2::client::SendRequest<Bytes> {
         let _ = connection.await;
     });
     client
-}
-
-fn grpc_request(path: &str) -> Request<()> {
-    Request::builder()
-        .method("POST")
-        .uri(format!("http://localhost{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap()
-}
-
-/// `message` with gRPC's 5-byte prefix.
-fn prefixed(message: &[u8]) -> Bytes {
-    let mut out = vec![0];
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    out.extend_from_slice(message);
-    out.into()
-}
-
-/// The call's `grpc-status` (from the headers of a trailers-only response, or the
-/// trailers), within 10 s; `None` if the call did not end.
-async fn grpc_status(response: h2::client::ResponseFuture) -> Option<u32> {
-    let call = async {
-        let response = response.await.ok()?;
-        if let Some(status) = response.headers().get("grpc-status") {
-            return status.to_str().ok()?.parse().ok();
-        }
-        let mut body = response.into_body();
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk.ok()?;
-            let _ = body.flow_control().release_capacity(chunk.len());
-        }
-        let trailers = body.trailers().await.ok()??;
-        trailers.get("grpc-status")?.to_str().ok()?.parse().ok()
-    };
-    tokio::time::timeout(Duration::from_secs(10), call)
-        .await
-        .ok()
-        .flatten()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

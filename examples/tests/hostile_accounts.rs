@@ -23,36 +23,12 @@ use http::Request;
 use prost::Message;
 
 use examples::echo::EchoRequest;
+use peer::grpc::*;
 use peer::*;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 /// The server's resident memory must stay under this with the default settings.
 const RSS_BOUND_KIB: u64 = 256 * 1024;
-
-/// A TCP connection to the server from `source`.
-async fn connect_from(server: &ServerProcess, source: IpAddr) -> TcpStream {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind((source, 0).into()).unwrap();
-    socket
-        .connect(server.addr().parse().unwrap())
-        .await
-        .unwrap()
-}
-
-/// An HTTP/2 client connection from `source`.
-async fn h2_from(server: &ServerProcess, source: IpAddr) -> h2::client::SendRequest<Bytes> {
-    let tcp = connect_from(server, source).await;
-    let (client, connection) = h2::client::Builder::new()
-        .initial_window_size(1 << 20)
-        .handshake(tcp)
-        .await
-        .unwrap();
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
 
 /// `message` gzip'd, with gRPC's prefix flagged compressed.
 fn gzip_prefixed(message: &[u8]) -> Bytes {
@@ -63,26 +39,6 @@ fn gzip_prefixed(message: &[u8]) -> Bytes {
     out.extend_from_slice(&(compressed.len() as u32).to_be_bytes());
     out.extend_from_slice(&compressed);
     out.into()
-}
-
-/// The `grpc-status` of a call's response (headers or trailers), `None` if it reset.
-async fn status_of(response: h2::client::ResponseFuture) -> Option<u32> {
-    let response = response.await.ok()?;
-    let code = |headers: &http::HeaderMap| {
-        headers
-            .get("grpc-status")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-    };
-    if let Some(code) = code(response.headers()) {
-        return Some(code);
-    }
-    let mut body = response.into_body();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.ok()?;
-        let _ = body.flow_control().release_capacity(chunk.len());
-    }
-    body.trailers().await.ok().flatten().and_then(|t| code(&t))
 }
 
 /// 400 gzip'd requests of 4 MiB of zeros each (the echo server takes up to 16 MiB), each
@@ -119,7 +75,10 @@ async fn compressed_requests_are_charged_at_their_inflated_size() {
                 .unwrap();
             let (response, mut stream) = client.send_request(request, false).unwrap();
             stream.send_data(body.clone(), true).unwrap();
-            calls.push(tokio::spawn(status_of(response)));
+            calls.push(tokio::spawn(grpc_status_within(
+                response,
+                Duration::from_secs(600),
+            )));
         }
     }
     let wire = 400 * body.len();
@@ -299,7 +258,7 @@ async fn trickled_call(
         .send_request(request.body(()).unwrap(), body.is_empty())
         .unwrap();
     let started = Instant::now();
-    let answer = tokio::spawn(status_of(response));
+    let answer = tokio::spawn(grpc_status_within(response, Duration::from_secs(600)));
     if every.is_zero() {
         let _ = stream.send_data(body, true);
     } else {
@@ -320,14 +279,6 @@ async fn trickled_call(
         .and_then(Result::ok)
         .flatten();
     (status, started.elapsed())
-}
-
-fn prefixed_echo(request: &EchoRequest) -> Bytes {
-    let message = request.encode_to_vec();
-    let mut out = vec![0u8];
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    out.extend_from_slice(&message);
-    out.into()
 }
 
 /// A unary body trickled a byte every 300 ms (each read well within the body timeout)

@@ -19,9 +19,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use examples::echo::EchoRequest;
-use http::Request;
+use peer::grpc::*;
 use peer::*;
-use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -92,25 +91,6 @@ async fn h2_attacker(
     (client, deaf)
 }
 
-fn grpc_request(path: &str) -> Request<()> {
-    Request::builder()
-        .method("POST")
-        .uri(format!("http://localhost{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap()
-}
-
-/// `request` as a gRPC message (5-byte prefix).
-fn prefixed(request: &EchoRequest) -> Bytes {
-    let message = request.encode_to_vec();
-    let mut out = vec![0];
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    out.extend_from_slice(&message);
-    out.into()
-}
-
 /// Starts an echo call whose reply is `reply_size` bytes.
 async fn start_echo(
     client: &mut h2::client::SendRequest<Bytes>,
@@ -120,7 +100,7 @@ async fn start_echo(
     let (response, mut body) = ready
         .send_request(grpc_request("/echo.Echo/Echo"), false)
         .unwrap();
-    body.send_data(prefixed(request), true).unwrap();
+    body.send_data(prefixed_echo(request), true).unwrap();
     *client = ready;
     (response, body)
 }
@@ -336,7 +316,7 @@ async fn rapid_reset_gets_goaway_enhance_your_calm() {
             else {
                 break;
             };
-            if body.send_data(prefixed(&slow), true).is_err() {
+            if body.send_data(prefixed_echo(&slow), true).is_err() {
                 break;
             }
             // Once the PING's answer came, the server has read the request (and

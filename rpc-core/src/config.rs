@@ -377,6 +377,24 @@ pub struct ServerConfig {
     /// The same per connection (one request larger than it is accepted into a
     /// connection that holds nothing else). Default 32 MiB.
     pub max_held_bytes_per_connection: usize,
+    /// A connection with no call waiting, running or open for this long is closed
+    /// gracefully (GOAWAY, then close; a client reconnects when it next calls). Checked
+    /// at least each second while calls run, so the close comes within this plus a
+    /// second of the last call's end. Pings do not count as calls. Default `None`
+    /// (idle connections stay open, held by the listener's connection limits).
+    pub max_connection_idle: Option<Duration>,
+    /// A connection open this long (±10 % per connection, so that connections opened
+    /// together do not all reconnect at once) is closed gracefully: GOAWAY, the calls in
+    /// flight may finish, new calls go to a new connection. Spreads clients over
+    /// servers added behind a balancer, and bounds how long one TLS session lives.
+    /// Default `None`.
+    pub max_connection_age: Option<Duration>,
+    /// How long calls may still run on a connection that is draining (after its
+    /// [`ServerConfig::max_connection_age`], its [`ServerConfig::max_connection_idle`],
+    /// or a graceful shutdown) before it is closed and they end `UNAVAILABLE`. Default
+    /// `None`: they may finish (a server shutdown still ends them after
+    /// [`ServerConfig::shutdown_grace`]).
+    pub max_connection_age_grace: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -399,6 +417,9 @@ impl Default for ServerConfig {
             max_held_bytes: 128 << 20,
             max_held_bytes_per_peer: 32 << 20,
             max_held_bytes_per_connection: 32 << 20,
+            max_connection_idle: None,
+            max_connection_age: None,
+            max_connection_age_grace: None,
         }
     }
 }
@@ -506,6 +527,30 @@ impl ServerConfig {
     /// Sets [`ServerConfig::max_queued_replies`].
     pub fn max_queued_replies(&mut self, replies: usize) -> &mut Self {
         self.max_queued_replies = replies;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_connection_idle`]; `None` keeps idle connections open.
+    pub fn max_connection_idle(&mut self, idle: Option<Duration>) -> &mut Self {
+        self.max_connection_idle = idle;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_connection_age`] and
+    /// [`ServerConfig::max_connection_age_grace`]; `None` for no limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let mut config = rpc_core::ServerConfig::default();
+    /// config.max_connection_age(Some(Duration::from_secs(1800)), Some(Duration::from_secs(30)));
+    /// ```
+    pub fn max_connection_age(
+        &mut self,
+        age: Option<Duration>,
+        grace: Option<Duration>,
+    ) -> &mut Self {
+        self.max_connection_age = age;
+        self.max_connection_age_grace = grace;
         self
     }
 

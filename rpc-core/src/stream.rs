@@ -21,6 +21,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 use parking_lot::Mutex;
 
+use crate::account::{Account, Charge, Resource};
 use crate::control::ControlQueue;
 use crate::wire::{INITIAL_STREAM_WINDOW, MAX_STREAM_WINDOW};
 use crate::{Code, Metadata, Payload, Request, Status};
@@ -109,12 +110,16 @@ pub(crate) struct Inbox {
     budget: Option<Arc<Budget>>,
     /// This inbox, to wait for room in the budget.
     me: Weak<Inbox>,
+    /// The connection's account (a server's request stream): queued messages are held
+    /// bytes, charged to the connection, its peer and the server until consumed.
+    account: Option<Account>,
     state: Mutex<InboxState>,
 }
 
 struct InboxState {
-    /// Payloads with the window bytes each was charged.
-    queue: VecDeque<(Bytes, u32)>,
+    /// Payloads with the window bytes each was charged and what each holds of the
+    /// account.
+    queue: VecDeque<(Bytes, u32, u32)>,
     /// What the peer may still send: it sends while this is positive.
     window: i64,
     /// The window this side keeps granting.
@@ -127,6 +132,8 @@ struct InboxState {
     deferred: u64,
     /// Whether this inbox waits in the budget's queue.
     waiting: bool,
+    /// What the queued messages hold of the account (with one).
+    held: Charge,
     /// Response headers (client side), until taken.
     headers: Option<Metadata>,
     end: End,
@@ -159,6 +166,7 @@ impl Inbox {
             control,
             budget: None,
             me: Weak::new(),
+            account: None,
             state: Mutex::new(InboxState {
                 queue: VecDeque::new(),
                 window: i64::from(granted.min(target)),
@@ -167,6 +175,7 @@ impl Inbox {
                 holding: 0,
                 deferred: 0,
                 waiting: false,
+                held: Charge::none(),
                 headers: None,
                 end: End::Open,
                 waker: None,
@@ -175,17 +184,21 @@ impl Inbox {
     }
 
     /// An inbox that grants its windows from `budget` and has granted nothing yet (a
-    /// server's request stream, granted its window when the call starts).
+    /// server's request stream, granted its window when the call starts); its queued
+    /// messages are charged to `account` (bytes), and a message the account has no room
+    /// for fails the stream with `RESOURCE_EXHAUSTED`.
     pub(crate) fn with_budget(
         call_id: u64,
         control: Arc<ControlQueue>,
         target: u32,
         budget: Arc<Budget>,
+        account: Account,
     ) -> Arc<Inbox> {
         Arc::new_cyclic(|me| {
             let mut inbox = Inbox::new(call_id, control, target, 0);
             inbox.budget = Some(budget);
             inbox.me = me.clone();
+            inbox.account = Some(account);
             inbox
         })
     }
@@ -239,7 +252,7 @@ impl Inbox {
     #[must_use]
     fn stop_granting(&self, state: &mut InboxState) -> Vec<Weak<Inbox>> {
         state.deferred = 0;
-        let queued: u64 = state.queue.iter().map(|(_, c)| u64::from(*c)).sum();
+        let queued: u64 = state.queue.iter().map(|(_, c, _)| u64::from(*c)).sum();
         let unused = state.holding.saturating_sub(queued);
         self.give_back(state, unused)
     }
@@ -249,6 +262,7 @@ impl Inbox {
     #[must_use]
     fn clear(&self, state: &mut InboxState) -> Vec<Weak<Inbox>> {
         state.queue.clear();
+        state.held = Charge::none();
         state.deferred = 0;
         let all = state.holding;
         self.give_back(state, all)
@@ -283,6 +297,7 @@ impl Inbox {
         run: impl IntoIterator<Item = (usize, Bytes)>,
     ) -> Result<(), String> {
         let mut state = self.state.lock();
+        let mut waiting = Vec::new();
         let result = (|| {
             for (charged, payload) in run {
                 match state.end {
@@ -303,11 +318,31 @@ impl Inbox {
                 }
                 let charged = charged.min(u32::MAX as usize);
                 state.window -= charged as i64;
-                state.queue.push_back((payload, charged as u32));
+                let mut held = 0;
+                if let Some(account) = &self.account {
+                    match account.try_charge(Resource::Bytes, charged) {
+                        Ok(charge) => {
+                            held = charge.amount() as u32;
+                            state.held.merge(charge);
+                        }
+                        Err(exhausted) => {
+                            // Held bytes are bounded per connection, peer and server:
+                            // the stream fails after what it queued; the rest is dropped.
+                            waiting = self.stop_granting(&mut state);
+                            state.end = End::Failed(Status::resource_exhausted(format!(
+                                "a request stream message of {charged} bytes: {exhausted}"
+                            )));
+                            return Ok(());
+                        }
+                    }
+                }
+                state.queue.push_back((payload, charged as u32, held));
             }
             Ok(())
         })();
         wake(&mut state);
+        drop(state);
+        retry(waiting);
         result
     }
 
@@ -397,7 +432,8 @@ impl Inbox {
     /// The next payload, the stream's failure, or its end (`None`, with the trailers).
     fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Status>>> {
         let mut state = self.state.lock();
-        if let Some((payload, charged)) = state.queue.pop_front() {
+        if let Some((payload, charged, held)) = state.queue.pop_front() {
+            state.held.release(held as usize);
             let waiting = self.give_back(&mut state, u64::from(charged));
             state.unreturned += u64::from(charged);
             // Grant it back once half the window is consumed, while the peer still sends.
@@ -433,7 +469,7 @@ impl Inbox {
     #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {
         let state = self.state.lock();
-        state.queue.iter().map(|(_, c)| *c as usize).sum()
+        state.queue.iter().map(|(_, c, _)| *c as usize).sum()
     }
 }
 
@@ -868,9 +904,57 @@ pub(crate) fn take_payloads<C: crate::Connection>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::account::{Limit, Limits, Scope};
     use crate::wire::FrameKind;
     use futures_util::StreamExt;
     use std::time::Duration;
+
+    /// An account of `bytes` held bytes at every level.
+    fn account(bytes: usize) -> Account {
+        let limit = Limit {
+            connection: bytes,
+            peer: bytes,
+            server: bytes,
+        };
+        Account::standalone(Limits {
+            calls: limit,
+            streams: limit,
+            bytes: limit,
+        })
+    }
+
+    fn unbounded() -> Account {
+        account(1 << 30)
+    }
+
+    #[tokio::test]
+    async fn queued_messages_are_held_bytes_of_the_account_until_read() {
+        let budget = Arc::new(Budget::new(1 << 20));
+        let control = Arc::new(ControlQueue::default());
+        let account = account(3000);
+        let inbox = Inbox::with_budget(1, control, 8000, budget.clone(), account.clone());
+        inbox.grant_rest();
+        let mut stream = Streaming::raw(inbox.clone(), Code::InvalidArgument);
+        inbox.push(1000, Bytes::from(vec![1; 960])).unwrap();
+        inbox.push(1000, Bytes::from(vec![2; 960])).unwrap();
+        assert_eq!(account.held(Resource::Bytes, Scope::Peer), 2000);
+        // Read: given back.
+        assert_eq!(stream.next().await.unwrap().unwrap()[0], 1);
+        assert_eq!(account.held(Resource::Bytes, Scope::Server), 1000);
+        // Another connection of the peer holds the rest: no room for the next message,
+        // which fails the stream after the one queued (not the connection).
+        let other = account.try_charge(Resource::Bytes, 1500).unwrap();
+        inbox.push(1000, Bytes::from(vec![3; 960])).unwrap();
+        inbox.push(1000, Bytes::from(vec![4; 960])).unwrap();
+        assert_eq!(stream.next().await.unwrap().unwrap()[0], 2);
+        let status = stream.next().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("1000 bytes"), "{status:?}");
+        assert!(stream.next().await.is_none());
+        drop(other);
+        assert_eq!(account.held(Resource::Bytes, Scope::Connection), 0);
+        assert_eq!(budget.committed(), 0, "the window went back too");
+    }
 
     fn inbox(target: u32, granted: u32) -> (Arc<Inbox>, Arc<ControlQueue>) {
         let control = Arc::new(ControlQueue::default());
@@ -962,8 +1046,8 @@ mod tests {
     async fn windows_come_from_the_connections_budget_and_go_back_as_messages_are_read() {
         let budget = Arc::new(Budget::new(10_000));
         let control = Arc::new(ControlQueue::default());
-        let a = Inbox::with_budget(1, control.clone(), 8000, budget.clone());
-        let b = Inbox::with_budget(2, control.clone(), 8000, budget.clone());
+        let a = Inbox::with_budget(1, control.clone(), 8000, budget.clone(), unbounded());
+        let b = Inbox::with_budget(2, control.clone(), 8000, budget.clone(), unbounded());
         a.grant_rest();
         assert_eq!(granted(&control, 1).await, 8000);
         // 2,000 left: less than b's window and than the smallest grant; b waits.
@@ -991,7 +1075,7 @@ mod tests {
         b.push(500, Bytes::from(vec![2; 460])).unwrap();
         b.fail(Status::cancelled("gone"), true);
         assert_eq!(budget.committed(), 0);
-        let c = Inbox::with_budget(3, control.clone(), 3000, budget.clone());
+        let c = Inbox::with_budget(3, control.clone(), 3000, budget.clone(), unbounded());
         c.grant_rest();
         assert_eq!(budget.committed(), 3000);
         c.close(None).unwrap();
@@ -1000,7 +1084,7 @@ mod tests {
             0,
             "a half-closed stream's unused window goes back"
         );
-        let d = Inbox::with_budget(4, control, 3000, budget.clone());
+        let d = Inbox::with_budget(4, control, 3000, budget.clone(), unbounded());
         d.grant_rest();
         d.push(1000, Bytes::from(vec![4; 960])).unwrap();
         drop(d);

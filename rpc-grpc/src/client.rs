@@ -12,8 +12,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -62,6 +63,60 @@ struct Shared {
     closed: watch::Sender<bool>,
     /// Why HTTP/2 ended, if it failed.
     failure: Mutex<Option<String>>,
+    /// Set once the server's GOAWAY refused a stream: the channel has been told.
+    going_away: AtomicBool,
+}
+
+impl Shared {
+    /// The status of a call whose stream failed with `e`. A stream the server's GOAWAY
+    /// (with NO_ERROR, a graceful close) left unprocessed, or that could not open once
+    /// it arrived, was never seen by the server: it is flagged refused, so that the
+    /// channel sends it again elsewhere, and the channel is told GOAWAY (once), so that
+    /// it sends no more calls here. (HTTP/2 reports streams the server did process as
+    /// a broken pipe when the connection then ends, never as GOAWAY.)
+    fn stream_error(&self, e: &h2::Error) -> (Status, Flags) {
+        if graceful_go_away(e) {
+            self.going_away();
+            return (
+                Status::unavailable(
+                    "the server is going away (GOAWAY): the call was not processed",
+                ),
+                Flags::REFUSED,
+            );
+        }
+        reset_status(e)
+    }
+
+    /// Tells the channel GOAWAY, once: it sends no more calls here.
+    fn going_away(&self) {
+        if !self.going_away.swap(true, Ordering::AcqRel) {
+            let to_channel = self.to_channel.clone();
+            tokio::spawn(async move {
+                let _ = to_channel.send(control(FrameKind::GoAway, 0)).await;
+            });
+        }
+    }
+
+    /// Whether HTTP/2 received the server's graceful GOAWAY, which it reports only to
+    /// streams being opened: looked at when a call ends, so that the channel moves its
+    /// next calls to a new connection before this one closes under them.
+    fn look_for_go_away(&self) {
+        if self.going_away.load(Ordering::Acquire) {
+            return;
+        }
+        let mut h2 = self.h2.clone();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if let Poll::Ready(Err(e)) = h2.poll_ready(&mut cx) {
+            if graceful_go_away(&e) {
+                self.going_away();
+            }
+        }
+    }
+}
+
+/// A GOAWAY with NO_ERROR from the server.
+fn graceful_go_away(e: &h2::Error) -> bool {
+    e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR)
 }
 
 impl ClientConnection {
@@ -108,6 +163,7 @@ impl ClientConnection {
             ping: tokio::sync::Mutex::new(ping),
             closed: watch::channel(false).0,
             failure: Mutex::new(None),
+            going_away: AtomicBool::new(false),
         });
         let driver = shared.clone();
         tokio::spawn(async move {
@@ -199,6 +255,7 @@ impl ClientConnection {
             let mut call = Call::new(shared.clone(), call_id, kind);
             call.run(path, header, request, rx).await;
             shared.calls.lock().remove(&call_id);
+            shared.look_for_go_away();
         });
     }
 
@@ -227,14 +284,23 @@ impl ClientConnection {
             biased;
             frame = incoming.recv() => Ok(frame),
             () = set(&mut closed) => {
-                // Calls may still be reporting how they ended: a moment for them.
-                let drain = tokio::time::timeout(Duration::from_millis(100), incoming.recv());
-                match drain.await {
-                    Ok(Some(frame)) => Ok(Some(frame)),
-                    _ => match self.shared.failure.lock().clone() {
-                        Some(reason) => Err(TransportError::Other(reason)),
-                        None => Ok(None),
-                    },
+                // Calls may still be reporting how they ended (a refused stream's status
+                // the channel must see to send it again): until every call task is done,
+                // up to 2 s.
+                let until = tokio::time::Instant::now() + Duration::from_secs(2);
+                loop {
+                    let next = tokio::time::timeout(Duration::from_millis(50), incoming.recv());
+                    match next.await {
+                        Ok(Some(frame)) => return Ok(Some(frame)),
+                        Ok(None) => break,
+                        Err(_) if self.shared.calls.lock().is_empty() => break,
+                        Err(_) if tokio::time::Instant::now() >= until => break,
+                        Err(_) => {}
+                    }
+                }
+                match self.shared.failure.lock().clone() {
+                    Some(reason) => Err(TransportError::Other(reason)),
+                    None => Ok(None),
                 }
             }
         }
@@ -492,7 +558,8 @@ impl Call {
         }
         text::append_metadata(headers, &metadata);
 
-        let unavailable = |e: h2::Error| reset_status(&e);
+        let shared = self.shared.clone();
+        let unavailable = |e: h2::Error| shared.stream_error(&e);
         // Waits while the server's limit of concurrent streams is reached (frames from
         // the channel wait in their queue; a cancel is seen once the stream is open).
         let mut h2 = self.shared.h2.clone().ready().await.map_err(unavailable)?;
@@ -567,7 +634,7 @@ impl Call {
                                 self.on_message(message)?;
                             }
                         }
-                        Some(Err(e)) => return Err(reset_status(&e)),
+                        Some(Err(e)) => return Err(self.shared.stream_error(&e)),
                         None => {
                             let mut stream = body.take().expect("reading");
                             let trailers = stream.trailers().await.map_err(unavailable)?;
@@ -665,7 +732,7 @@ impl Call {
         let end = self.out_done && self.out.is_empty();
         stream
             .send_data(data.freeze(), end)
-            .map_err(|e| reset_status(&e))?;
+            .map_err(|e| self.shared.stream_error(&e))?;
         if end {
             self.out_ended = true;
         }

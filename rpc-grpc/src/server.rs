@@ -406,6 +406,12 @@ async fn drive<T>(
         }
         tokio::select! {
             accepted = next_stream(&mut connection, slot.is_some()) => match accepted {
+                // A stream that crossed the GOAWAY (opened during HTTP/2's graceful
+                // shutdown, before the client knew): refused, so that the client sends
+                // it again elsewhere. The server is no longer reading new calls.
+                Some(Ok((_, mut respond))) if going_away => {
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                }
                 Some(Ok((request, respond))) => {
                     let slot = slot.take();
                     shared.resets.lock().accepted();

@@ -44,6 +44,9 @@
 //! max_held_bytes_per_connection = 33554432
 //! shutdown_grace_ms = 30000
 //! drain_timeout_ms = 2000
+//! max_connection_idle_ms = 0  # 0: idle connections stay open
+//! max_connection_age_ms = 0   # 0: no age limit (else ±10 %, then GOAWAY)
+//! max_connection_age_grace_ms = 0 # 0: draining calls may finish
 //!
 //! [tls]                       # for +tls addresses (tcp+tls://, rdma+tls://, auto+tls://)
 //! cert = "server.pem"         # this side's certificate chain
@@ -216,6 +219,12 @@ section! {
         max_held_bytes_per_peer: usize => |c, v| c.max_held_bytes_per_peer = v,
         /// See [`ServerConfig::max_held_bytes_per_connection`](rpc_core::ServerConfig::max_held_bytes_per_connection).
         max_held_bytes_per_connection: usize => |c, v| c.max_held_bytes_per_connection = v,
+        /// [`ServerConfig::max_connection_idle`](rpc_core::ServerConfig::max_connection_idle) in ms; 0 = none.
+        max_connection_idle_ms: u64 => |c, v| c.max_connection_idle = (v > 0).then(|| Duration::from_millis(v)),
+        /// [`ServerConfig::max_connection_age`](rpc_core::ServerConfig::max_connection_age) in ms; 0 = none.
+        max_connection_age_ms: u64 => |c, v| c.max_connection_age = (v > 0).then(|| Duration::from_millis(v)),
+        /// [`ServerConfig::max_connection_age_grace`](rpc_core::ServerConfig::max_connection_age_grace) in ms; 0 = none.
+        max_connection_age_grace_ms: u64 => |c, v| c.max_connection_age_grace = (v > 0).then(|| Duration::from_millis(v)),
     }
 }
 
@@ -627,7 +636,7 @@ mod tests {
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
         names.extend(GrpcSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 16 + 15 + 9);
+        assert_eq!(names.len(), 16 + 4 + 19 + 15 + 9);
         // Every variable set: numbers to 7, the names to one they take.
         let file = FileConfig::from_vars(|n| {
             names.iter().any(|v| v == n).then(|| match n {
@@ -638,6 +647,20 @@ mod tests {
             })
         })
         .unwrap();
+        let mut server = rpc_core::ServerConfig::default();
+        file.apply_server(&mut server);
+        assert_eq!(server.max_connection_idle, Some(Duration::from_millis(7)));
+        assert_eq!(server.max_connection_age, Some(Duration::from_millis(7)));
+        assert_eq!(
+            server.max_connection_age_grace,
+            Some(Duration::from_millis(7))
+        );
+        let off = FileConfig::from_vars(|n| {
+            (n == "RPC_SERVER_MAX_CONNECTION_AGE_MS").then(|| "0".into())
+        })
+        .unwrap();
+        off.apply_server(&mut server);
+        assert_eq!(server.max_connection_age, None, "0 turns it off");
         let mut client = rpc_core::ClientConfig::default();
         file.apply_client(&mut client);
         assert_eq!(client.balance.strategy, rpc_core::LbStrategy::RoundRobin);

@@ -1,6 +1,9 @@
 //! Tools of the hostile-peer suite: a real server process with /proc readings, raw
 //! frames, and a well-behaved client.
 
+#[allow(dead_code)] // each suite uses a part
+pub(crate) mod grpc;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -249,7 +249,17 @@ async fn rings_grow_with_use() {
 }
 
 async fn forged_descriptors() {
-    let mut server = Server::start(47101, &[("RPC_RDMA_MAX_LOANS", "8")]);
+    // Sixteen receive slots from the start: the forger of too many loans has the credit
+    // to send all sixteen back to back. (With the default four it waited for credit that
+    // came only with the server's read-dones, so in a slow guest no more than the agreed
+    // eight were ever outstanding at once.)
+    let mut server = Server::start(
+        47101,
+        &[
+            ("RPC_RDMA_MAX_LOANS", "8"),
+            ("RPC_RDMA_INITIAL_RING_SLOTS", "16"),
+        ],
+    );
     wait_for_port(&server.addr).await;
     good_call(&server.addr).await;
     let addr = server.socket();
@@ -338,8 +348,8 @@ async fn forged_descriptors() {
                     ..Default::default()
                 },
             );
-            // Registered first, then sent back to back: the server is still reading the
-            // first ones (1 MiB each) when the ninth arrives.
+            // Registered first, then sent back to back on sixteen credits: the server is
+            // still reading the first ones (1 MiB each) when the ninth arrives.
             let loans: Vec<_> = (1..=16u64)
                 .map(|token| {
                     let mut frame = big.clone();
@@ -617,4 +627,80 @@ async fn loans_never_read() {
     assert!(closed, "the loan timeout did not close the connection");
     assert!(server.alive());
     good_call(&server.addr).await;
+}
+
+guest_test!(
+    long_lived_streams_hold_stream_slots_not_call_permits,
+    streams_hold_slots()
+);
+
+const WATCH: u32 = rpc_core::codegen::method_id("/grpc.health.v1.Health/Watch");
+
+/// A `grpc.health.v1.Health/Watch` request frame (an empty request: every service).
+fn watch_frame(call_id: u64) -> Vec<u8> {
+    let mut header = Header::new(FrameKind::Request, call_id);
+    header.flags = Flags::END_STREAM;
+    header.method_id = WATCH;
+    let mut buf = Vec::new();
+    rpc_core::wire::encode_head(&mut header, &Metadata::new(), &mut buf);
+    buf
+}
+
+/// Forty `Watch` streams opened over rdma:// by a raw peer and left open, on a server
+/// that runs at most 16 calls at once: when open streams held call permits (before the
+/// accounts of `rpc_core::account`), they took all 16 and every unary call waited (the
+/// TCP twin, `hostile_accounts.rs`, measured it). They hold stream slots now: the raw
+/// peer's own unary call and a well-behaved client's calls are served while they stay
+/// open.
+async fn streams_hold_slots() {
+    let mut server = Server::start(47104, &[("RPC_SERVER_MAX_CONCURRENT_CALLS", "16")]);
+    wait_for_port(&server.addr).await;
+    good_call(&server.addr).await;
+    let addr = server.socket();
+    let (opened_tx, opened_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let holder = tokio::task::spawn_blocking(move || {
+        let mut peer = connect(addr);
+        let watches: Vec<u8> = (1..=40u64).flat_map(watch_frame).collect();
+        peer.send_batch(&watches, 40).unwrap();
+        peer.send_frame(&request(100)).unwrap();
+        // Its own unary call is answered among the streams' first messages.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (mut own, mut stream_messages) = (None, 0);
+        while own.is_none() && Instant::now() < deadline {
+            let Ok(Message::Data(bytes)) = peer.recv(Duration::from_secs(1)) else {
+                continue;
+            };
+            // A message may hold several frames back to back.
+            let mut at = 0;
+            while let Ok(frame) = Frame::parse(&bytes[at..]) {
+                at += frame.header.frame_len();
+                match frame.header.call_id {
+                    100 => own = Some(frame.header.status),
+                    _ => stream_messages += 1,
+                }
+                if at >= bytes.len() {
+                    break;
+                }
+            }
+        }
+        opened_tx.send((own, stream_messages)).unwrap();
+        // The streams stay open until the good client is done.
+        let _ = done_rx.recv_timeout(Duration::from_secs(60));
+        drop(peer);
+    });
+    let (own, stream_messages) = blocking(move || opened_rx.recv().unwrap()).await;
+    let started = Instant::now();
+    for _ in 0..5 {
+        good_call(&server.addr).await;
+    }
+    eprintln!(
+        "40 Watch streams held open over rdma:// (16 call permits): the holder's own unary \
+         call answered {own:?}, {stream_messages} stream frames seen; 5 good calls in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(own, Some(0), "the holder's own unary call is served (OK)");
+    assert!(server.alive());
+    done_tx.send(()).unwrap();
+    holder.await.unwrap();
 }

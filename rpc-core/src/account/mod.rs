@@ -25,10 +25,14 @@
 //!   handler runs and until its response is handed to the transport; a streaming call's
 //!   slot ([`Resource::Streams`]) while it is open (an idle stream holds no call permit,
 //!   so long-lived streams cannot starve unary work); the bytes of a request while it
-//!   waits and runs ([`Resource::Bytes`]);
+//!   waits and runs, and of each request-stream message from its arrival until the
+//!   handler reads it ([`Resource::Bytes`]);
 //! - the HTTP/2 bridge: request bytes read from HTTP/2 and not yet taken by the server,
-//!   decompressed messages as they inflate, response bytes waiting for HTTP/2 flow
-//!   control.
+//!   decompressed messages as they inflate.
+//!
+//! Not charged yet (bounded per connection, by their own settings): responses handed to
+//! a transport and not yet written (the TCP send queue, the bridge's
+//! `max_buffered_response_bytes`, RDMA's send ring and lend budget).
 //!
 //! Handshakes are the listener's, before any server account exists: they are counted by
 //! address with the same [`PeerKey`] (see `rpc-transport`'s listener).

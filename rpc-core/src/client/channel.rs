@@ -1312,6 +1312,17 @@ impl<C: Connection> Channel<C> {
                 Sent::NotTaken(e) if self.reconnects() && unsent < MAX_UNSENT => {
                     tracing::debug!("request not taken by the transport ({e}); picking again");
                     unsent += 1;
+                    // Not picked again: it takes no more calls, though its reader may
+                    // not have seen the end yet (calls in flight on it still end there).
+                    let first = {
+                        let mut calls = shared.calls.lock();
+                        let first = !calls.is_draining();
+                        let _ = calls.drain(); // (no acknowledgement: it is gone)
+                        first
+                    };
+                    if first {
+                        shared.changed();
+                    }
                 }
                 Sent::NotTaken(e) => return Err(e.into()),
             }

@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::admission::{Admission, Admitted, Refused};
+use super::lifetime::{self, Due, Lifetime};
 use super::respond::{respond, responder, Reply};
 use super::Inner;
 use crate::account::{Account, Charge, Resource};
@@ -160,8 +161,23 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
             tokio::spawn(responder(conn.clone(), replies_rx, control.clone()).in_current_span());
         // Every handler task holds a clone of `alive`; `done` yields None once all are gone.
         let (alive, done) = mpsc::channel::<()>(1);
+        let lifetime = Lifetime::new(
+            lifetime::Settings {
+                idle: config.max_connection_idle,
+                age: config.max_connection_age,
+                grace: config.max_connection_age_grace,
+            },
+            Instant::now(),
+            std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                conn.peer(),
+            ),
+        );
+        let last_end = lifetime.watches_idle().then(Arc::default);
         let mut state = State {
             account,
+            lifetime,
+            last_end,
             waiting: Waiting {
                 calls: Admission::new(
                     config.max_queued_calls_per_connection,
@@ -228,6 +244,11 @@ struct State<C: Connection> {
     conn: Arc<C>,
     /// Where running calls' permits, open streams' slots and held bytes come from.
     account: Account,
+    /// `max_connection_idle`, `max_connection_age` and its grace.
+    lifetime: Lifetime,
+    /// When a handler task last ended, if `max_connection_idle` is set (else no task
+    /// reads the clock for it).
+    last_end: Option<Arc<Mutex<Option<Instant>>>>,
     /// Decoded requests waiting for a permit or a slot.
     waiting: Waiting,
     running: Running,
@@ -252,6 +273,7 @@ enum Event<B> {
     Received(Result<Option<B>, crate::TransportError>),
     Admitted(Resource, Charge),
     Expiry,
+    Lifetime,
     Shutdown(bool),
     HandlersDone,
     DrainTimeout,
@@ -273,7 +295,9 @@ impl<C: Connection> State<C> {
         loop {
             if drain.is_none() && *shutdown.borrow_and_update() {
                 self.start_draining().await;
-                drain = Some(Instant::now());
+                let now = Instant::now();
+                self.lifetime.draining(now);
+                drain = Some(now);
             }
             if let Some(started) = drain {
                 if handlers_done
@@ -290,6 +314,7 @@ impl<C: Connection> State<C> {
             }
             let expiry = self.waiting.next_deadline();
             let drain_end = drain.map(|s| s + self.inner.config.drain_timeout);
+            let lifetime_next = self.lifetime.next();
             let event = tokio::select! {
                 received = self.conn.recv() => Event::Received(received),
                 permit = async { acquiring_call.as_mut().expect("guarded").await }, if acquiring_call.is_some() => {
@@ -301,6 +326,7 @@ impl<C: Connection> State<C> {
                     Event::Admitted(Resource::Streams, slot)
                 }
                 () = sleep_until(expiry), if expiry.is_some() => Event::Expiry,
+                () = sleep_until(lifetime_next), if lifetime_next.is_some() => Event::Lifetime,
                 changed = shutdown.changed(), if drain.is_none() => Event::Shutdown(changed.is_ok()),
                 _ = done.recv(), if drain.is_some() && !handlers_done => Event::HandlersDone,
                 () = sleep_until(drain_end), if drain_end.is_some() && handlers_done => Event::DrainTimeout,
@@ -328,6 +354,7 @@ impl<C: Connection> State<C> {
                     }
                 }
                 Event::Expiry => {
+                    self.touched();
                     for expired in self.waiting.expire(Instant::now()) {
                         self.end_stream(expired.call_id, "deadline exceeded");
                         let status = Status::deadline_exceeded(
@@ -337,12 +364,47 @@ impl<C: Connection> State<C> {
                             .await;
                     }
                 }
+                Event::Lifetime => {
+                    let now = Instant::now();
+                    let last_end = self.last_end.as_ref().and_then(|e| *e.lock());
+                    match self.lifetime.check(now, self.busy(), last_end) {
+                        Due::Nothing => {}
+                        Due::Drain(why) => {
+                            tracing::debug!("{why}: closing the connection gracefully");
+                            self.start_draining().await;
+                            self.lifetime.draining(now);
+                            drain = Some(now);
+                        }
+                        Due::Close => {
+                            tracing::debug!(
+                                "max_connection_age_grace: closing with calls in flight"
+                            );
+                            return false;
+                        }
+                    }
+                }
                 Event::Shutdown(true) => {}
                 Event::Shutdown(false) => return false,
                 Event::HandlersDone => handlers_done = true,
                 Event::DrainTimeout => {}
             }
         }
+    }
+
+    /// A call arrived or ended here (not in a handler task): the connection is not idle
+    /// from now. Reads the clock only if `max_connection_idle` is set.
+    fn touched(&mut self) {
+        if self.lifetime.watches_idle() {
+            self.lifetime.activity(Instant::now());
+        }
+    }
+
+    /// Whether a call is waiting, running or open (the connection is not idle).
+    fn busy(&self) -> bool {
+        self.waiting.calls.len() > 0
+            || self.waiting.streams.len() > 0
+            || !self.running.lock().is_empty()
+            || !self.streams.lock().is_empty()
     }
 
     /// Tells the client (GOAWAY), refuses the calls still waiting for a permit, and stops
@@ -382,6 +444,7 @@ impl<C: Connection> State<C> {
         let header = frame.header;
         match header.kind {
             FrameKind::Request => {
+                self.touched();
                 // A request with a payload is offered to the application: kept, its
                 // `bytes` fields are slices of the frame (the transport decides).
                 let inbound = if header.payload_len > 0 && !frame.is_discarded() {
@@ -403,6 +466,7 @@ impl<C: Connection> State<C> {
                 }
             }
             FrameKind::Cancel => {
+                self.touched();
                 let call_id = header.call_id;
                 if let Some(ends) = self.streams.lock().remove(&call_id) {
                     ends.end(Status::cancelled("the client cancelled the call"));
@@ -493,6 +557,7 @@ impl<C: Connection> State<C> {
                 self.control.clone(),
                 self.inner.config.stream_window,
                 self.budget.clone(),
+                self.account.clone(),
             );
             if ended {
                 // An empty request stream: the client half-closed with its request.
@@ -752,6 +817,7 @@ impl<C: Connection> State<C> {
         let conn = self.conn.clone();
         let running = self.running.clone();
         let streams = self.streams.clone();
+        let last_end = self.last_end.clone();
         tokio::spawn(
             async move {
                 let call = async move {
@@ -784,6 +850,9 @@ impl<C: Connection> State<C> {
                     if running.get(&call_id).is_some_and(|(s, _)| *s == serial) {
                         running.remove(&call_id);
                     }
+                }
+                if let Some(last_end) = last_end {
+                    *last_end.lock() = Some(Instant::now());
                 }
                 if let Ok(outcome) = outcome {
                     respond(&*conn, call_id, outcome, max).await;

@@ -2,6 +2,7 @@
 
 mod admission;
 mod connection;
+mod lifetime;
 mod respond;
 mod router;
 

@@ -280,3 +280,83 @@ async fn a_draining_server_refuses_new_calls_and_finishes_running_ones() {
     );
     assert!(next(&conn).await.is_none(), "then the server closes");
 }
+
+#[tokio::test]
+async fn an_old_connection_says_goaway_lets_its_grace_run_then_closes() {
+    let mut config = ServerConfig::default();
+    config.max_connection_age(
+        Some(Duration::from_millis(300)),
+        Some(Duration::from_millis(400)),
+    );
+    let (_server, conn) = serve(config, TestService::default());
+    let opened = std::time::Instant::now();
+    request(&conn, 1, SLEEP, 100, Duration::ZERO).await;
+    request(&conn, 3, SLEEP, 10_000, Duration::ZERO).await;
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!((h.call_id, code(&h)), (1, Code::Ok), "served while young");
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!(h.kind, FrameKind::GoAway);
+    let aged = opened.elapsed();
+    assert!(aged >= Duration::from_millis(270), "GOAWAY after {aged:?}");
+    // A call that crossed the GOAWAY is refused, so the client may send it elsewhere.
+    request(&conn, 5, SLEEP, 0, Duration::ZERO).await;
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!((h.call_id, code(&h)), (5, Code::Unavailable));
+    assert!(h.flags.contains(Flags::REFUSED));
+    // The long call does not finish within the grace: the connection closes under it.
+    assert!(next(&conn).await.is_none(), "closed, call 3 unanswered");
+    let closed = opened.elapsed();
+    assert!(
+        closed >= aged + Duration::from_millis(350),
+        "closed {:?} after the GOAWAY",
+        closed - aged
+    );
+}
+
+#[tokio::test]
+async fn without_a_grace_an_old_connections_calls_finish() {
+    let mut config = ServerConfig::default();
+    config.max_connection_age(Some(Duration::from_millis(100)), None);
+    let (_server, conn) = serve(config, TestService::default());
+    request(&conn, 1, SLEEP, 600, Duration::ZERO).await;
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!(h.kind, FrameKind::GoAway);
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!(
+        (h.call_id, code(&h)),
+        (1, Code::Ok),
+        "finished after the GOAWAY"
+    );
+    send_control(&conn, FrameKind::GoAway, 0).await.unwrap();
+    assert!(next(&conn).await.is_none(), "closed once acknowledged");
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
+    let mut config = ServerConfig::default();
+    config.max_connection_idle(Some(Duration::from_millis(200)));
+    let (_server, conn) = serve(config, TestService::default());
+    let opened = std::time::Instant::now();
+    // Busy for 700 ms, three and a half idle periods, with one call running.
+    request(&conn, 1, SLEEP, 700, Duration::ZERO).await;
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!(
+        (h.call_id, code(&h)),
+        (1, Code::Ok),
+        "not closed while busy"
+    );
+    let ended = opened.elapsed();
+    // Pings are not calls: the connection goes idle all the same.
+    send_control(&conn, FrameKind::Ping, 1).await.unwrap();
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!(h.kind, FrameKind::Pong);
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!(h.kind, FrameKind::GoAway);
+    let idle = opened.elapsed() - ended;
+    assert!(
+        idle >= Duration::from_millis(180) && idle < Duration::from_millis(5_000),
+        "GOAWAY {idle:?} after the last call ended"
+    );
+    send_control(&conn, FrameKind::GoAway, 0).await.unwrap();
+    assert!(next(&conn).await.is_none());
+}
