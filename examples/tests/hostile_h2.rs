@@ -356,3 +356,80 @@ async fn rapid_reset_gets_goaway_enhance_your_calm() {
     closed.expect("the connection closed");
     served.expect("a good client is served");
 }
+
+/// (c') The rapid-reset budget's other side: a well-behaved gRPC client that gives up on
+/// calls is not taken for an attacker. On one connection, 600 calls that outlive their
+/// 50 ms deadline (reset at the deadline, as gRPC clients do) and 600 calls of which two
+/// in five are dropped by the application 30 ms in (resets the server counts) leave the
+/// connection open: the next call goes on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cancelling_its_calls_keeps_its_connection() {
+    use examples::echo::echo_client::EchoClient;
+    use rpc_core::{Channel, Code, Request};
+    use rpc_transport::AnyConnection;
+
+    let server = ServerProcess::start(&[]);
+    let url = format!("grpc://127.0.0.1:{}", server.port);
+    let channel = Channel::<AnyConnection>::connect(&url).await.unwrap();
+    let client = EchoClient::new(channel.clone());
+    client.echo(EchoRequest::default()).await.unwrap();
+    let first = channel.connection().expect("connected");
+    let slow = |ms| EchoRequest {
+        payload: vec![3; 16].into(),
+        delay_ms: ms,
+        ..Default::default()
+    };
+    let mut expired = 0;
+    for _round in 0..10 {
+        let calls: Vec<_> = (0..60)
+            .map(|_| {
+                let client = client.clone();
+                let mut request = Request::new(slow(200));
+                request.set_timeout(Duration::from_millis(50));
+                tokio::spawn(async move { client.echo(request).await })
+            })
+            .collect();
+        for call in calls {
+            let status = call.await.unwrap().unwrap_err();
+            assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+            expired += 1;
+        }
+    }
+    let (mut dropped, mut finished) = (0, 0);
+    for _round in 0..10 {
+        let calls: Vec<_> = (0..60)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    if i % 5 < 2 {
+                        let call = client.echo(slow(200));
+                        tokio::time::timeout(Duration::from_millis(30), call)
+                            .await
+                            .is_err()
+                    } else {
+                        client.echo(slow(40)).await.expect("served");
+                        false
+                    }
+                })
+            })
+            .collect();
+        for call in calls {
+            if call.await.unwrap() {
+                dropped += 1;
+            } else {
+                finished += 1;
+            }
+        }
+    }
+    let reply = client.echo(EchoRequest::default()).await;
+    let same = channel
+        .connection()
+        .is_some_and(|now| Arc::ptr_eq(&now, &first));
+    report(&format!(
+        "(c') a client giving up: {expired} calls past their deadline, {dropped} dropped and {finished} finished; next call {:?} on the same connection: {same}",
+        reply.as_ref().map(|_| "OK")
+    ));
+    reply.expect("the next call is served");
+    assert_eq!(dropped, 240);
+    assert!(same, "the connection stayed open");
+}

@@ -308,18 +308,20 @@ pub struct ServerConfig {
     /// `RESOURCE_EXHAUSTED` and the connection stays open. Default
     /// [`DEFAULT_MAX_MESSAGE_SIZE`].
     pub max_message_size: usize,
-    /// Most calls running at once across all connections. A request that finds no permit
+    /// Most unary calls running at once across all connections (streaming calls count
+    /// against [`ServerConfig::max_open_streams`]). A request that finds no permit
     /// waits in its connection's queue (see
     /// [`ServerConfig::max_queued_calls_per_connection`]); permits are granted in arrival
     /// order across connections. Default 4096.
     pub max_concurrent_calls: usize,
-    /// Most calls running at once on one connection, so that one client cannot take
+    /// Most unary calls running at once on one connection, so that one client cannot take
     /// every server-wide permit. Default 256.
     pub max_concurrent_calls_per_connection: usize,
-    /// Most calls running at once from one peer (an IPv4 address or an IPv6 /64), over all its
-    /// connections: a peer that opens many connections and holds a call open on each
-    /// (an idle stream, a call whose response it does not read) still leaves the rest
-    /// of [`ServerConfig::max_concurrent_calls`] to others. Default 1024, a quarter of
+    /// Most unary calls running at once from one peer (an IPv4 address or an IPv6 /64),
+    /// over all its connections: a peer that opens many connections and holds a call on
+    /// each (a slow handler, a call whose response it does not read) still leaves the
+    /// rest of [`ServerConfig::max_concurrent_calls`] to others. (Streaming calls hold
+    /// stream slots instead: [`ServerConfig::max_open_streams_per_peer`].) Default 1024, a quarter of
     /// the server's. Behind a proxy or a sidecar every call comes from one address:
     /// raise it to `max_concurrent_calls` there.
     pub max_concurrent_calls_per_peer: usize,

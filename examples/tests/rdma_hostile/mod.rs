@@ -653,7 +653,7 @@ fn watch_frame(call_id: u64) -> Vec<u8> {
 /// peer's own unary call and a well-behaved client's calls are served while they stay
 /// open.
 async fn streams_hold_slots() {
-    let mut server = Server::start(47104, &[("RPC_SERVER_MAX_CONCURRENT_CALLS", "16")]);
+    let mut server = Server::start(47105, &[("RPC_SERVER_MAX_CONCURRENT_CALLS", "16")]);
     wait_for_port(&server.addr).await;
     good_call(&server.addr).await;
     let addr = server.socket();
