@@ -63,7 +63,8 @@ struct Shared {
     closed: watch::Sender<bool>,
     /// Why HTTP/2 ended, if it failed.
     failure: Mutex<Option<String>>,
-    /// Set once the server's GOAWAY refused a stream: the channel has been told.
+    /// Set once the server's graceful GOAWAY was seen (a stream it refused, or a look
+    /// when a call ended): the channel has been told.
     going_away: AtomicBool,
 }
 
