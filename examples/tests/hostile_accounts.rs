@@ -10,6 +10,9 @@
 //!   server hold 400 x 4 MiB.
 //! - Long-lived streams hold stream slots, not call permits: 4,400 `Health/Watch` streams
 //!   from four addresses leave unary calls served.
+//! - Replies nobody reads are held bytes: thousands of requests of ~10 bytes for 1 MiB
+//!   replies (gigabytes asked) from four addresses that never read, over TCP frames and
+//!   over HTTP/2, leave the server under 256 MiB and a fifth client served.
 
 #[allow(dead_code)]
 mod peer;
@@ -119,6 +122,131 @@ async fn compressed_requests_are_charged_at_their_inflated_size() {
         codes.get(&Some(8)).copied().unwrap_or(0) >= 300,
         "{codes:?}"
     );
+}
+
+/// What one attacker of the replies tests asks for: `connections` connections from each
+/// of 127.0.0.2-5, `calls` echo calls on each for replies of `reply` bytes.
+const ATTACKERS: std::ops::RangeInclusive<u8> = 2..=5;
+
+/// Samples the server's RSS and makes a good call from 127.0.0.1 every 200 ms for
+/// `during`; returns the peak and the calls' outcomes.
+async fn watch_while(
+    server: &ServerProcess,
+    during: Duration,
+) -> (u64, Vec<Result<Duration, rpc_core::Status>>) {
+    let mut peak = 0;
+    let started = Instant::now();
+    let mut served = Vec::new();
+    while started.elapsed() < during {
+        peak = peak.max(server.rss_kib());
+        served.push(good_call(server.port).await);
+        peak = peak.max(server.rss_kib());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (peak, served)
+}
+
+/// Four addresses (127.0.0.2-5) each open 16 connections of the framework's TCP frames
+/// and send 64 requests of ~10 bytes on each for a 1 MiB reply, 4,096 in all (4 GiB
+/// asked), and never read. Before responses were charged, each connection held its 8 MiB send
+/// queue and, beyond it, every running call's reply waiting for room (the per-connection
+/// call limit, 256): gigabytes. Now a reply beyond its request is charged to the bytes
+/// account until the transport takes it (refused `RESOURCE_EXHAUSTED` past the peer's
+/// share), and what the transports queue is charged to the sending account (a wait),
+/// each with a reserve shared fairly: the server stays under 256 MiB, and a fifth client
+/// on 127.0.0.1 is served throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_nobody_reads_from_four_addresses_are_bounded_over_tcp_frames() {
+    let server = ServerProcess::start(&[]);
+    good_call(server.port).await.expect("served before");
+    let rss0 = server.rss_kib();
+    let request = EchoRequest {
+        reply_size: 1 << 20,
+        ..Default::default()
+    };
+    let mut held = Vec::new();
+    for last in ATTACKERS {
+        let source = IpAddr::from([127, 0, 0, last]);
+        for _ in 0..16 {
+            let mut stream = connect_from(&server, source).await;
+            let mut frames = Vec::new();
+            for id in 1..=64u64 {
+                frames.extend_from_slice(&request_frame(id, ECHO, &request, 0));
+            }
+            stream.write_all(&frames).await.unwrap();
+            held.push(stream);
+        }
+    }
+    let (peak, served) = watch_while(&server, Duration::from_secs(6)).await;
+    let failed = served.iter().filter(|s| s.is_err()).count();
+    report(&format!(
+        "replies unread (TCP frames): 4,096 requests for 1 MiB replies from 127.0.0.2-5 on 64 connections, never read: server RSS {} -> peak {} MiB; good client {} of {} calls served, first failure {:?}",
+        rss0 >> 10,
+        peak >> 10,
+        served.len() - failed,
+        served.len(),
+        served.iter().find(|s| s.is_err()),
+    ));
+    assert_eq!(failed, 0, "the good client is served throughout");
+    assert!(peak < RSS_BOUND_KIB, "server RSS peaked at {peak} KiB");
+    drop(held);
+}
+
+/// The same over HTTP/2: four addresses each open 8 connections that grant no window
+/// (INITIAL_WINDOW_SIZE 0) and make 64 calls on each for 1 MiB replies. The bridge's
+/// response buffer (16 MiB per connection) held them before; now it is charged to the
+/// sending account, and the replies waiting for it to the bytes account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_nobody_reads_from_four_addresses_are_bounded_over_http2() {
+    let server = ServerProcess::start(&[]);
+    good_call(server.port).await.expect("served before");
+    let rss0 = server.rss_kib();
+    let body = prefixed_echo(&EchoRequest {
+        reply_size: 1 << 20,
+        ..Default::default()
+    });
+    let mut held = Vec::new();
+    for last in ATTACKERS {
+        let source = IpAddr::from([127, 0, 0, last]);
+        for _ in 0..8 {
+            let tcp = connect_from(&server, source).await;
+            let (mut client, connection) = h2::client::Builder::new()
+                .initial_window_size(0)
+                .initial_connection_window_size(65_535)
+                .handshake::<_, Bytes>(tcp)
+                .await
+                .unwrap();
+            held.push(tokio::spawn(connection));
+            for _ in 0..64 {
+                client = client.ready().await.unwrap();
+                let (response, mut stream) = client
+                    .send_request(grpc_request("/echo.Echo/Echo"), false)
+                    .unwrap();
+                stream.send_data(body.clone(), true).unwrap();
+                // Headers may come; the body is never read (no window is granted).
+                held.push(tokio::spawn(async move {
+                    let _response = response.await;
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }));
+            }
+        }
+    }
+    let (peak, served) = watch_while(&server, Duration::from_secs(6)).await;
+    let failed = served.iter().filter(|s| s.is_err()).count();
+    report(&format!(
+        "replies unread (HTTP/2, no window): 2,048 calls for 1 MiB replies from 127.0.0.2-5 on 32 connections: server RSS {} -> peak {} MiB; good client {} of {} calls served, first failure {:?}",
+        rss0 >> 10,
+        peak >> 10,
+        served.len() - failed,
+        served.len(),
+        served.iter().find(|s| s.is_err()),
+    ));
+    assert_eq!(failed, 0, "the good client is served throughout");
+    assert!(peak < RSS_BOUND_KIB, "server RSS peaked at {peak} KiB");
+    for task in held {
+        task.abort();
+    }
 }
 
 const WATCH: u32 = rpc_core::codegen::method_id("/grpc.health.v1.Health/Watch");

@@ -379,6 +379,17 @@ pub struct ServerConfig {
     /// The same per connection (one request larger than it is accepted into a
     /// connection that holds nothing else). Default 32 MiB.
     pub max_held_bytes_per_connection: usize,
+    /// Most bytes the server has handed to its transports for its peers and that are
+    /// not written out yet (responses, stream messages, statuses: the TCP send queue,
+    /// the HTTP/2 bridge's response buffer). A sender beyond it waits: a peer that does
+    /// not read holds back its own calls. Half of it is first come, first served; the
+    /// other half is shared fairly among the peers that need it. Default 64 MiB.
+    pub max_sending_bytes: usize,
+    /// The same per peer, over all its connections. Default 16 MiB.
+    pub max_sending_bytes_per_peer: usize,
+    /// The same per connection (one frame larger than it is taken by a connection that
+    /// has nothing else queued). Default 8 MiB.
+    pub max_sending_bytes_per_connection: usize,
     /// A connection with no call waiting, running or open for this long is closed
     /// gracefully (GOAWAY, then close; a client reconnects when it next calls). Checked
     /// at least each second while calls run, so the close comes within this plus a
@@ -419,6 +430,9 @@ impl Default for ServerConfig {
             max_held_bytes: 128 << 20,
             max_held_bytes_per_peer: 32 << 20,
             max_held_bytes_per_connection: 32 << 20,
+            max_sending_bytes: 64 << 20,
+            max_sending_bytes_per_peer: 16 << 20,
+            max_sending_bytes_per_connection: 8 << 20,
             max_connection_idle: None,
             max_connection_age: None,
             max_connection_age_grace: None,
@@ -445,6 +459,11 @@ impl ServerConfig {
                 connection: self.max_held_bytes_per_connection,
                 peer: self.max_held_bytes_per_peer,
                 server: self.max_held_bytes,
+            },
+            sending: Limit {
+                connection: self.max_sending_bytes_per_connection,
+                peer: self.max_sending_bytes_per_peer,
+                server: self.max_sending_bytes,
             },
         }
     }
@@ -511,6 +530,24 @@ impl ServerConfig {
     /// Sets [`ServerConfig::max_held_bytes_per_connection`].
     pub fn max_held_bytes_per_connection(&mut self, bytes: usize) -> &mut Self {
         self.max_held_bytes_per_connection = bytes;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_sending_bytes`].
+    pub fn max_sending_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.max_sending_bytes = bytes;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_sending_bytes_per_peer`].
+    pub fn max_sending_bytes_per_peer(&mut self, bytes: usize) -> &mut Self {
+        self.max_sending_bytes_per_peer = bytes;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_sending_bytes_per_connection`].
+    pub fn max_sending_bytes_per_connection(&mut self, bytes: usize) -> &mut Self {
+        self.max_sending_bytes_per_connection = bytes;
         self
     }
 

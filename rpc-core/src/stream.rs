@@ -909,17 +909,19 @@ mod tests {
     use futures_util::StreamExt;
     use std::time::Duration;
 
-    /// An account of `bytes` held bytes at every level.
+    /// An account of `bytes` held bytes for the connection and the peer (the server's
+    /// is twice that: its common half as large).
     fn account(bytes: usize) -> Account {
         let limit = Limit {
             connection: bytes,
             peer: bytes,
-            server: bytes,
+            server: 2 * bytes,
         };
         Account::standalone(Limits {
             calls: limit,
             streams: limit,
             bytes: limit,
+            sending: limit,
         })
     }
 

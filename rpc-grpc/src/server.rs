@@ -167,7 +167,16 @@ impl std::fmt::Debug for Shared {
 
 /// A frame from the server for one call, with the connection's response buffer permits
 /// its payload holds until HTTP/2 takes it.
-type ToCall = (Bytes, Option<OwnedSemaphorePermit>);
+type ToCall = (Bytes, Held);
+
+/// What a frame for the client holds until HTTP/2 takes it: its share of the
+/// connection's response buffer, and its bytes on the server's account
+/// ([`Resource::Sending`]).
+#[derive(Debug, Default)]
+struct Held {
+    _buffer: Option<OwnedSemaphorePermit>,
+    _account: Charge,
+}
 
 /// A frame for the server, with the bytes it holds on the connection's account, given
 /// back when the server takes it (the server charges the request from there on).
@@ -241,6 +250,33 @@ impl ServerConnection {
     }
 }
 
+impl ServerConnection {
+    /// Waits for `len` bytes of room on the server's account (what it has queued for
+    /// its peers) and in the connection's response buffer.
+    async fn hold(&self, len: usize) -> Result<Held, TransportError> {
+        let charge = match self.shared.account.get() {
+            Some(account) => match account.try_charge(Resource::Sending, len) {
+                Ok(charge) => charge,
+                Err(_) => {
+                    let mut closed = self.shared.closed.subscribe();
+                    tokio::select! {
+                        charge = account.charge(Resource::Sending, len) => charge,
+                        _ = set(&mut closed) => return Err(TransportError::Closed),
+                    }
+                }
+            },
+            None => Charge::none(),
+        };
+        let max = self.shared.config.max_buffered_response_bytes.max(1);
+        let n = len.min(max) as u32;
+        let acquire = self.shared.response_bytes.clone().acquire_many_owned(n);
+        Ok(Held {
+            _buffer: Some(acquire.await.map_err(|_| TransportError::Closed)?),
+            _account: charge,
+        })
+    }
+}
+
 impl Connection for ServerConnection {
     type SendBuf = BytesMut;
     type RecvBuf = Bytes;
@@ -278,16 +314,11 @@ impl Connection for ServerConnection {
                     let Some(call) = call else { continue };
                     // Messages wait here (the server's send waits) while the connection's
                     // response buffer is spent: backpressure on this client.
-                    let permit = match header.payload_len {
-                        0 => None,
-                        len => {
-                            let max = self.shared.config.max_buffered_response_bytes.max(1);
-                            let n = (len as usize).min(max) as u32;
-                            let acquire = self.shared.response_bytes.clone().acquire_many_owned(n);
-                            Some(acquire.await.map_err(|_| TransportError::Closed)?)
-                        }
+                    let held = match header.payload_len {
+                        0 => Held::default(),
+                        len => self.hold(len as usize).await?,
                     };
-                    let _ = call.send((one, permit));
+                    let _ = call.send((one, held));
                 }
             }
         }
@@ -709,7 +740,7 @@ async fn call(
 
 /// A response message waiting for HTTP/2 flow control: its bytes (prefixed), the
 /// window it took from the server, the response buffer it holds.
-type Outgoing = (Bytes, usize, Option<OwnedSemaphorePermit>);
+type Outgoing = (Bytes, usize, Held);
 
 struct Call {
     shared: Arc<Shared>,
@@ -1192,11 +1223,7 @@ impl Call {
 
     /// One frame from the server for this call. Returns the credits of a window update
     /// (for the request stream).
-    fn on_server_frame(
-        &mut self,
-        buf: Bytes,
-        permit: Option<OwnedSemaphorePermit>,
-    ) -> Result<Option<u32>, Stop> {
+    fn on_server_frame(&mut self, buf: Bytes, permit: Held) -> Result<Option<u32>, Stop> {
         let Ok(frame) = Frame::parse(&buf) else {
             return Ok(None);
         };

@@ -1,12 +1,13 @@
 //! [`TcpConnection`].
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
+use rpc_core::account::{Account, Charge, Resource};
 use rpc_core::wire::HEADER_LEN;
-use rpc_core::{Connection, TransportError, MAX_METADATA_LEN};
+use rpc_core::{Connection, MethodKinds, TransportError, MAX_METADATA_LEN};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
@@ -16,8 +17,9 @@ use crate::socket::{ReadHalf, Socket};
 use crate::writer::writer_task;
 use crate::TcpConfig;
 
-/// A frame queued for the writer, with the share of the byte budget it holds.
-pub(crate) type Queued = (OutFrame, OwnedSemaphorePermit);
+/// A frame queued for the writer, with the share of the byte budget (and of the
+/// server's account) it holds.
+pub(crate) type Queued = (OutFrame, SendReservation);
 
 /// A frame to write: `head`, then the `tail` parts in order (a gathered write: large
 /// `bytes` fields are written from where they lie, not copied into `head`).
@@ -35,9 +37,14 @@ impl OutFrame {
 }
 
 /// Room reserved in a connection's send queue for one frame, from
-/// [`TcpConnection::reserve`]; dropping it unused gives the room back.
+/// [`TcpConnection::reserve`], and on a server the frame's bytes on the connection's
+/// account ([`Resource::Sending`]) until it is written; dropping it unused gives both
+/// back.
 #[derive(Debug)]
-pub struct SendReservation(OwnedSemaphorePermit);
+pub struct SendReservation {
+    _queue: OwnedSemaphorePermit,
+    _account: Charge,
+}
 
 /// One TCP connection carrying frames.
 ///
@@ -54,6 +61,9 @@ pub struct TcpConnection {
     peer_certificates: Option<Arc<[Bytes]>>,
     max_frame: usize,
     outbound: mpsc::Sender<Queued>,
+    /// The server's account of this connection ([`Connection::serving`]): frames queued
+    /// for the writer are charged to it until written. Unset on clients.
+    account: OnceLock<Account>,
     /// Permits are bytes queued for the writer (at most `budget`).
     queued_bytes: Arc<Semaphore>,
     budget: usize,
@@ -204,6 +214,7 @@ impl TcpConnection {
             peer_certificates,
             max_frame: HEADER_LEN + MAX_METADATA_LEN + config.max_message_size,
             outbound,
+            account: OnceLock::new(),
             queued_bytes,
             budget,
             write_buffer: config.write_buffer.max(1),
@@ -225,16 +236,34 @@ impl TcpConnection {
     /// Waits for room for a frame of `len` bytes in the send queue and reserves it, so
     /// that the frame is only built once it can be queued: senders that wait hold no
     /// frame memory. ([`Connection::send`] reserves when it is called, after the caller
-    /// built the frame.)
+    /// built the frame.) On a server, the frame's bytes are charged to the connection's
+    /// account first (a wait when it, the peer's or the server's has no room), but for a
+    /// frame of a header alone (PING, PONG, GOAWAY, CANCEL, a window update).
     ///
     /// # Errors
     /// [`TransportError::TooLarge`] above the maximum frame; the connection's failure, or
     /// [`TransportError::Closed`], once it is closed.
     pub async fn reserve(&self, len: usize) -> Result<SendReservation, TransportError> {
         self.check(len)?;
+        let charge = match self.account.get() {
+            Some(account) if len > HEADER_LEN => match account.try_charge(Resource::Sending, len) {
+                Ok(charge) => charge,
+                Err(_) => {
+                    let mut closed = self.closing.closed.subscribe();
+                    tokio::select! {
+                        charge = account.charge(Resource::Sending, len) => charge,
+                        _ = closed.wait_for(|closed| *closed) => return Err(self.closed_error()),
+                    }
+                }
+            },
+            _ => Charge::none(),
+        };
         let share = len.clamp(1, self.budget) as u32;
         match self.queued_bytes.clone().acquire_many_owned(share).await {
-            Ok(permit) => Ok(SendReservation(permit)),
+            Ok(permit) => Ok(SendReservation {
+                _queue: permit,
+                _account: charge,
+            }),
             Err(_) => Err(self.closed_error()),
         }
     }
@@ -273,7 +302,7 @@ impl TcpConnection {
         reservation: SendReservation,
     ) -> Result<(), TransportError> {
         self.outbound
-            .send((OutFrame { head, tail }, reservation.0))
+            .send((OutFrame { head, tail }, reservation))
             .await
             .map_err(|_| self.closed_error())
     }
@@ -368,6 +397,12 @@ impl Connection for TcpConnection {
             }
             _ => {}
         }
+    }
+
+    /// Keeps the account: frames queued from now on are charged to it until written.
+    fn serving(&self, methods: Arc<dyn MethodKinds>, account: &Account) {
+        let _ = methods;
+        let _ = self.account.set(account.clone());
     }
 
     fn peer(&self) -> String {

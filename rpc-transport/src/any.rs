@@ -308,8 +308,11 @@ impl Connection for AnyConnection {
         methods: std::sync::Arc<dyn rpc_core::MethodKinds>,
         account: &rpc_core::account::Account,
     ) {
-        if let AnyConnection::Grpc(c) = self {
-            c.serving(methods, account);
+        match self {
+            AnyConnection::Tcp(c) => c.serving(methods, account),
+            AnyConnection::Grpc(c) => c.serving(methods, account),
+            #[cfg(feature = "rdma")]
+            AnyConnection::Rdma(c) => c.serving(methods, account),
         }
     }
 

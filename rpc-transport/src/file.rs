@@ -42,6 +42,9 @@
 //! max_held_bytes = 134217728  # request bytes held at their decoded size
 //! max_held_bytes_per_peer = 33554432
 //! max_held_bytes_per_connection = 33554432
+//! max_sending_bytes = 67108864  # bytes queued for peers and not yet written
+//! max_sending_bytes_per_peer = 16777216
+//! max_sending_bytes_per_connection = 8388608
 //! shutdown_grace_ms = 30000
 //! drain_timeout_ms = 2000
 //! max_connection_idle_ms = 0  # 0: idle connections stay open
@@ -219,6 +222,12 @@ section! {
         max_held_bytes_per_peer: usize => |c, v| c.max_held_bytes_per_peer = v,
         /// See [`ServerConfig::max_held_bytes_per_connection`](rpc_core::ServerConfig::max_held_bytes_per_connection).
         max_held_bytes_per_connection: usize => |c, v| c.max_held_bytes_per_connection = v,
+        /// See [`ServerConfig::max_sending_bytes`](rpc_core::ServerConfig::max_sending_bytes).
+        max_sending_bytes: usize => |c, v| c.max_sending_bytes = v,
+        /// See [`ServerConfig::max_sending_bytes_per_peer`](rpc_core::ServerConfig::max_sending_bytes_per_peer).
+        max_sending_bytes_per_peer: usize => |c, v| c.max_sending_bytes_per_peer = v,
+        /// See [`ServerConfig::max_sending_bytes_per_connection`](rpc_core::ServerConfig::max_sending_bytes_per_connection).
+        max_sending_bytes_per_connection: usize => |c, v| c.max_sending_bytes_per_connection = v,
         /// [`ServerConfig::max_connection_idle`](rpc_core::ServerConfig::max_connection_idle) in ms; 0 = none.
         max_connection_idle_ms: u64 => |c, v| c.max_connection_idle = (v > 0).then(|| Duration::from_millis(v)),
         /// [`ServerConfig::max_connection_age`](rpc_core::ServerConfig::max_connection_age) in ms; 0 = none.
@@ -636,7 +645,7 @@ mod tests {
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
         names.extend(GrpcSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 19 + 15 + 9);
+        assert_eq!(names.len(), 16 + 4 + 22 + 15 + 9);
         // Every variable set: numbers to 7, the names to one they take.
         let file = FileConfig::from_vars(|n| {
             names.iter().any(|v| v == n).then(|| match n {
@@ -650,6 +659,7 @@ mod tests {
         let mut server = rpc_core::ServerConfig::default();
         file.apply_server(&mut server);
         assert_eq!(server.max_connection_idle, Some(Duration::from_millis(7)));
+        assert_eq!(server.max_sending_bytes_per_peer, 7);
         assert_eq!(server.max_connection_age, Some(Duration::from_millis(7)));
         assert_eq!(
             server.max_connection_age_grace,

@@ -3,11 +3,13 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
+use super::charge::{Charge, Part, ReservePart};
 use super::PeerKey;
 
 /// What an account counts.
@@ -19,11 +21,22 @@ pub enum Resource {
     Calls,
     /// Streaming calls open, idle or not.
     Streams,
-    /// Bytes held in memory at their in-memory size (decoded, decompressed).
+    /// Bytes held in memory at their in-memory size (decoded, decompressed): requests
+    /// and request-stream messages the server has not answered or read yet.
     Bytes,
+    /// Bytes handed to a transport for the peer and not yet written out (responses,
+    /// response-stream messages, statuses): a pool of its own, so that a response
+    /// waiting for room never waits for requests that wait for it.
+    Sending,
 }
 
-const RESOURCES: usize = 3;
+pub(super) const RESOURCES: usize = 4;
+const ALL: [Resource; RESOURCES] = [
+    Resource::Calls,
+    Resource::Streams,
+    Resource::Bytes,
+    Resource::Sending,
+];
 
 impl Resource {
     fn index(self) -> usize {
@@ -31,6 +44,7 @@ impl Resource {
             Resource::Calls => 0,
             Resource::Streams => 1,
             Resource::Bytes => 2,
+            Resource::Sending => 3,
         }
     }
 
@@ -39,6 +53,7 @@ impl Resource {
             Resource::Calls => "calls running",
             Resource::Streams => "streams open",
             Resource::Bytes => "bytes held",
+            Resource::Sending => "bytes queued for sending",
         }
     }
 }
@@ -99,6 +114,8 @@ pub struct Limits {
     pub streams: Limit,
     /// [`Resource::Bytes`].
     pub bytes: Limit,
+    /// [`Resource::Sending`].
+    pub sending: Limit,
 }
 
 impl Limits {
@@ -107,27 +124,65 @@ impl Limits {
             Resource::Calls => &self.calls,
             Resource::Streams => &self.streams,
             Resource::Bytes => &self.bytes,
+            Resource::Sending => &self.sending,
         }
     }
 }
 
 /// One node of the tree: a counter per resource.
+///
+/// The server's node is two pools per resource: a common half, first come first
+/// served, and a reserve that a peer draws on only while what it holds of it stays no
+/// more than what the reserve has left. However many peers fill the common half and the
+/// reserve, `k` of them leave at least 1/(k + 1) of the reserve free, so a peer that
+/// holds little still finds room.
 #[derive(Debug)]
-struct Counters {
+pub(super) struct Counters {
     scope: Scope,
+    /// The limit per resource (at the server: common half and reserve together).
     limits: [usize; RESOURCES],
+    /// Connection and peer: the whole limit. Server: the common half.
     free: [Arc<Semaphore>; RESOURCES],
+    /// Server only: the reserve (the rest of the limit).
+    reserve: Option<[Arc<Semaphore>; RESOURCES]>,
+    /// Peer only: what it holds of the server's reserve.
+    pub(super) reserve_held: [AtomicUsize; RESOURCES],
 }
 
 impl Counters {
     fn new(limits: &Limits, scope: Scope) -> Counters {
-        let limits = [Resource::Calls, Resource::Streams, Resource::Bytes]
-            .map(|resource| limits.of(resource).at(scope));
+        let limits = ALL.map(|resource| limits.of(resource).at(scope));
+        let (free, reserve) = match scope {
+            Scope::Server => (
+                limits.map(|limit| Arc::new(Semaphore::new(limit - limit / 2))),
+                Some(limits.map(|limit| Arc::new(Semaphore::new(limit / 2)))),
+            ),
+            _ => (limits.map(|limit| Arc::new(Semaphore::new(limit))), None),
+        };
         Counters {
             scope,
             limits,
-            free: limits.map(|limit| Arc::new(Semaphore::new(limit))),
+            free,
+            reserve,
+            reserve_held: Default::default(),
         }
+    }
+
+    /// The most one charge takes here (at the server: the common half, the larger).
+    fn largest(&self, i: usize) -> usize {
+        match self.scope {
+            Scope::Server => self.limits[i] - self.limits[i] / 2,
+            _ => self.limits[i],
+        }
+    }
+
+    fn held(&self, i: usize) -> usize {
+        let free = self.free[i].available_permits()
+            + self
+                .reserve
+                .as_ref()
+                .map_or(0, |r| r[i].available_permits());
+        self.limits[i] - free
     }
 }
 
@@ -215,7 +270,8 @@ pub struct Account {
 pub struct Exhausted {
     /// What ran out.
     pub resource: Resource,
-    /// Where.
+    /// Where (at the server: its common half is full, and this peer holds its fair share
+    /// of the reserve: no more than the reserve has left).
     pub scope: Scope,
     /// The limit there.
     pub limit: usize,
@@ -234,13 +290,20 @@ impl Account {
         Ledger::new(limits).account(None)
     }
 
-    /// What a charge of `n` takes: `n`, but at most the smallest limit on its path (a
-    /// message larger than a limit is charged as the whole of it, so it fits once that
-    /// level holds nothing else).
+    /// What a charge of `n` takes: `n`, but at most the most one charge can take on its
+    /// path ([`Account::limit`]: a message larger than a limit is charged as the whole of
+    /// it, so it fits once that level holds nothing else).
     fn amount(&self, resource: Resource, n: usize) -> u32 {
-        let i = resource.index();
-        let smallest = self.levels.iter().map(|c| c.limits[i]).min().unwrap_or(1);
-        n.min(smallest).min(u32::MAX as usize) as u32
+        n.min(self.limit(resource)).min(u32::MAX as usize) as u32
+    }
+
+    fn exhausted(&self, resource: Resource, level: usize) -> Exhausted {
+        let counters = &self.levels[level];
+        Exhausted {
+            resource,
+            scope: counters.scope,
+            limit: counters.limits[resource.index()],
+        }
     }
 
     /// Takes `n` of `resource` from every level now, or nothing.
@@ -250,117 +313,79 @@ impl Account {
     pub fn try_charge(&self, resource: Resource, n: usize) -> Result<Charge, Exhausted> {
         let amount = self.amount(resource, n);
         let i = resource.index();
-        let mut permits = Vec::with_capacity(3);
-        for level in &self.levels {
-            match level.free[i].clone().try_acquire_many_owned(amount) {
-                Ok(permit) => permits.push(permit),
-                Err(_) => {
-                    return Err(Exhausted {
-                        resource,
-                        scope: level.scope,
-                        limit: level.limits[i],
-                    })
-                }
-            }
+        let [connection, peer, _] = &self.levels;
+        let Ok(connection) = connection.free[i].clone().try_acquire_many_owned(amount) else {
+            return Err(self.exhausted(resource, 0));
+        };
+        let Ok(peer) = peer.free[i].clone().try_acquire_many_owned(amount) else {
+            return Err(self.exhausted(resource, 1));
+        };
+        let server = self
+            .try_server(i, amount)
+            .ok_or_else(|| self.exhausted(resource, 2))?;
+        Ok(Charge::new([connection, peer], server, amount))
+    }
+
+    /// The server's part of a charge: from the common half, or else from the reserve
+    /// within the peer's fair share; `None` when neither has room.
+    fn try_server(&self, i: usize, amount: u32) -> Option<Part> {
+        let [_, peer, server] = &self.levels;
+        if let Ok(permit) = server.free[i].clone().try_acquire_many_owned(amount) {
+            return Some(Part::Common(permit));
         }
-        Ok(Charge { permits, amount })
+        let reserve = &server.reserve.as_ref().expect("the server's counters")[i];
+        // Fair: what the peer holds of the reserve, this charge included, stays within
+        // what the reserve has left after it.
+        let holding = peer.reserve_held[i].load(Ordering::Relaxed) + amount as usize;
+        let left = reserve.available_permits().checked_sub(amount as usize)?;
+        if holding > left {
+            return None;
+        }
+        let permit = reserve.clone().try_acquire_many_owned(amount).ok()?;
+        Some(Part::Reserve(ReservePart::new(permit, peer.clone(), i)))
     }
 
     /// Takes `n` of `resource` from every level, waiting (narrowest first, in arrival
-    /// order at each) while one has no room: backpressure on whoever waits.
+    /// order at each) while one has no room: backpressure on whoever waits. At the
+    /// server it takes the reserve's room within its fair share if the common half has
+    /// none, and else waits for the common half.
     pub async fn charge(&self, resource: Resource, n: usize) -> Charge {
         let amount = self.amount(resource, n);
         let i = resource.index();
-        let mut permits = Vec::with_capacity(3);
-        for level in &self.levels {
-            let permit = level.free[i]
-                .clone()
-                .acquire_many_owned(amount)
-                .await
-                .expect("an account's semaphores are never closed");
-            permits.push(permit);
-        }
-        Charge { permits, amount }
+        let [connection, peer, server] = &self.levels;
+        let connection = acquire(&connection.free[i], amount).await;
+        let peer = acquire(&peer.free[i], amount).await;
+        let server = match self.try_server(i, amount) {
+            Some(part) => part,
+            None => Part::Common(acquire(&server.free[i], amount).await),
+        };
+        Charge::new([connection, peer], server, amount)
     }
 
-    /// The smallest limit of `resource` on this account's path: the most one charge (or
-    /// several held together by one holder) can ever take.
+    /// The most one charge (or several held together by one holder) can ever take of
+    /// `resource` on this account's path: the smallest of its limits (at the server, its
+    /// common half).
     pub fn limit(&self, resource: Resource) -> usize {
         let i = resource.index();
-        self.levels.iter().map(|c| c.limits[i]).min().unwrap_or(1)
+        self.levels
+            .iter()
+            .map(|c| c.largest(i))
+            .min()
+            .unwrap_or(1)
+            .max(1)
     }
 
     /// How much of `resource` is charged at `scope` now.
     pub fn held(&self, resource: Resource, scope: Scope) -> usize {
-        let i = resource.index();
         let level = &self.levels[SCOPES.iter().position(|s| *s == scope).expect("a scope")];
-        level.limits[i] - level.free[i].available_permits()
+        level.held(resource.index())
     }
 }
 
-/// An amount taken from a connection's, its peer's and the server's account; given back
-/// to all three when dropped.
-#[derive(Debug, Default)]
-#[must_use = "a charge is given back when dropped"]
-pub struct Charge {
-    /// One per level, narrowest first; empty for a charge of nothing.
-    permits: Vec<OwnedSemaphorePermit>,
-    amount: u32,
-}
-
-impl Charge {
-    /// A charge of nothing.
-    pub fn none() -> Charge {
-        Charge::default()
-    }
-
-    /// How much it holds.
-    pub fn amount(&self) -> usize {
-        self.amount as usize
-    }
-
-    /// Adds `other` (of the same account and resource) to this one.
-    pub fn merge(&mut self, other: Charge) {
-        if other.permits.is_empty() {
-            return;
-        }
-        if self.permits.is_empty() {
-            *self = other;
-            return;
-        }
-        for (mine, theirs) in self.permits.iter_mut().zip(other.permits) {
-            mine.merge(theirs);
-        }
-        self.amount += other.amount;
-    }
-
-    /// Takes `n` of it (all of it, if it holds less) into a charge of its own.
-    pub fn split(&mut self, n: usize) -> Charge {
-        let n = n.min(self.amount as usize);
-        if n == 0 {
-            return Charge::none();
-        }
-        let permits = self
-            .permits
-            .iter_mut()
-            .map(|permit| permit.split(n).expect("the charge holds n"))
-            .collect();
-        self.amount -= n as u32;
-        Charge {
-            permits,
-            amount: n as u32,
-        }
-    }
-
-    /// Gives back `n` of it now (all of it, if it holds less).
-    pub fn release(&mut self, n: usize) {
-        let n = n.min(self.amount as usize);
-        if n == 0 {
-            return;
-        }
-        for permit in &mut self.permits {
-            drop(permit.split(n));
-        }
-        self.amount -= n as u32;
-    }
+async fn acquire(semaphore: &Arc<Semaphore>, amount: u32) -> tokio::sync::OwnedSemaphorePermit {
+    semaphore
+        .clone()
+        .acquire_many_owned(amount)
+        .await
+        .expect("an account's semaphores are never closed")
 }

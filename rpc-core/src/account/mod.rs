@@ -11,7 +11,8 @@
 //! ```
 //!
 //! An account holds one counter per [`Resource`]: calls running their handler's work,
-//! streams open, bytes held (at their in-memory size: decompressed, decoded). A
+//! streams open, bytes held (at their in-memory size: decompressed, decoded), bytes
+//! queued for sending to the peer. A
 //! [`Charge`] takes the same amount from a connection's account, its peer's and the
 //! server's, narrowest first, and gives it back to all three when dropped. Charging is
 //! either a refusal ([`Account::try_charge`]: the call is answered `RESOURCE_EXHAUSTED`)
@@ -19,6 +20,13 @@
 //! counters are tokio semaphores, so waiters are served in arrival order). Nothing is
 //! allocated for what is refused, and nothing a peer does can make the server hold more
 //! than the server's figure of any resource.
+//!
+//! Fair shares: the server's figure of each resource is two halves. The common half is
+//! first come, first served; the reserve is drawn on only when the common half is full,
+//! and by each peer only up to its fair share (the reserve over the peers holding some
+//! of it, itself included). However many addresses an attacker fills the common half
+//! from, a peer that holds little still finds room in the reserve, and the attackers
+//! together hold at most their shares of it.
 //!
 //! Who charges what (docs/limits.md has the tables):
 //! - the server's call table: a unary call's permit ([`Resource::Calls`]) while its
@@ -30,16 +38,23 @@
 //! - the HTTP/2 bridge: request bytes read from HTTP/2 and not yet taken by the server,
 //!   decompressed messages as they inflate.
 //!
-//! Not charged yet (bounded per connection, by their own settings): responses handed to
-//! a transport and not yet written (the TCP send queue, the bridge's
-//! `max_buffered_response_bytes`, RDMA's send ring and lend budget).
+//! - the transports: bytes handed to them for the peer and not yet written out
+//!   ([`Resource::Sending`]: the TCP send queue, the HTTP/2 bridge's response buffer),
+//!   a wait, so a peer that does not read holds back its own responses. Requests and
+//!   responses are separate pools: a response waiting for room never waits for a request
+//!   that waits for it.
+//!
+//! Not charged yet (bounded per connection, by their own settings): RDMA's send ring
+//! (registered with the connection) and its lend budget.
 //!
 //! Handshakes are the listener's, before any server account exists: they are counted by
 //! address with the same [`PeerKey`] (see `rpc-transport`'s listener).
 
+mod charge;
 mod ledger;
 
-pub use ledger::{Account, Charge, Exhausted, Ledger, Limit, Limits, Resource, Scope};
+pub use charge::Charge;
+pub use ledger::{Account, Exhausted, Ledger, Limit, Limits, Resource, Scope};
 
 use std::net::IpAddr;
 

@@ -13,6 +13,7 @@ fn limits(connection: usize, peer: usize, server: usize) -> Limits {
         calls: limit,
         streams: limit,
         bytes: limit,
+        sending: limit,
     }
 }
 
@@ -50,14 +51,15 @@ fn a_charge_takes_from_every_level_and_gives_back_when_dropped() {
         refused.to_string(),
         "bytes held by this peer are at the limit of 6"
     );
-    // Another peer has its own share, within what the server has left.
-    let c1 = c.try_charge(Resource::Bytes, 2).unwrap();
+    // Another peer has its own share, within what the server has left: the common half
+    // (4) is full, and a peer holds of the reserve (4) no more than it leaves.
+    let c1 = c.try_charge(Resource::Bytes, 1).unwrap();
     let refused = c.try_charge(Resource::Bytes, 1).unwrap_err();
     assert_eq!((refused.scope, refused.limit), (Scope::Server, 8));
     // A refused charge took nothing anywhere.
-    assert_eq!(c.held(Resource::Bytes, Scope::Connection), 2);
-    assert_eq!(c.held(Resource::Bytes, Scope::Peer), 2);
-    assert_eq!(a.held(Resource::Bytes, Scope::Server), 8);
+    assert_eq!(c.held(Resource::Bytes, Scope::Connection), 1);
+    assert_eq!(c.held(Resource::Bytes, Scope::Peer), 1);
+    assert_eq!(a.held(Resource::Bytes, Scope::Server), 7);
     // Other resources are counted apart.
     let _call = c.try_charge(Resource::Calls, 1).unwrap();
     drop((held, b1, c1));
@@ -67,7 +69,7 @@ fn a_charge_takes_from_every_level_and_gives_back_when_dropped() {
 
 #[test]
 fn a_charge_larger_than_a_limit_fits_an_empty_account_as_the_whole_of_it() {
-    let ledger = Ledger::new(limits(10, 20, 30));
+    let ledger = Ledger::new(limits(10, 20, 40));
     let a = ledger.account(None);
     let big = a.try_charge(Resource::Bytes, 1 << 30).unwrap();
     assert_eq!(big.amount(), 10);
@@ -100,10 +102,21 @@ fn charges_merge_and_release_in_parts() {
 
 #[tokio::test]
 async fn a_waiting_charge_is_granted_when_room_frees() {
-    let ledger = Ledger::new(limits(10, 10, 10));
+    // Server 20: its common half (10) taken by one peer, its reserve by two others as
+    // far as it lets them (3 and 2: what each holds stays within what is left).
+    let ledger = Ledger::new(limits(10, 20, 20));
     let a = ledger.account(addr("10.0.0.1:1"));
     let b = ledger.account(addr("10.0.0.2:1"));
     let first = a.try_charge(Resource::Bytes, 10).unwrap();
+    let _c = ledger
+        .account(addr("10.0.0.3:1"))
+        .try_charge(Resource::Bytes, 5)
+        .unwrap();
+    let _d = ledger
+        .account(addr("10.0.0.4:1"))
+        .try_charge(Resource::Bytes, 2)
+        .unwrap();
+    assert!(b.try_charge(Resource::Bytes, 4).is_err());
     let waiter = tokio::spawn({
         let b = b.clone();
         async move { b.charge(Resource::Bytes, 4).await }
@@ -116,7 +129,7 @@ async fn a_waiting_charge_is_granted_when_room_frees() {
         .expect("granted once room frees")
         .unwrap();
     assert_eq!(granted.amount(), 4);
-    assert_eq!(b.held(Resource::Bytes, Scope::Server), 4);
+    assert_eq!(b.held(Resource::Bytes, Scope::Server), 11);
 }
 
 #[test]
@@ -142,4 +155,77 @@ fn peers_that_left_are_swept() {
         again.try_charge(Resource::Calls, 1).unwrap_err().scope,
         Scope::Peer
     );
+}
+
+#[test]
+fn peers_filling_the_common_half_leave_a_light_peer_room_in_the_reserve() {
+    // Server 100: a common half of 50, first come; a reserve of 50, which a peer draws
+    // on only while what it holds of it is no more than what is left.
+    let ledger = Ledger::new(limits(100, 100, 100));
+    for attackers in [1usize, 4, 20] {
+        let peers: Vec<Account> = (0..attackers)
+            .map(|i| ledger.account(addr(&format!("10.0.1.{i}:1"))))
+            .collect();
+        let mut held = Vec::new();
+        // The attackers take what they can, 1 at a time, in turns.
+        loop {
+            let before = held.len();
+            for a in &peers {
+                if let Ok(charge) = a.try_charge(Resource::Bytes, 1) {
+                    held.push(charge);
+                }
+            }
+            if held.len() == before {
+                break;
+            }
+        }
+        let total: usize = held.iter().map(Charge::amount).sum();
+        assert_eq!(peers[0].held(Resource::Bytes, Scope::Server), total);
+        // k attackers leave at least 1/(k + 1) of the reserve.
+        let free = 100 - total;
+        assert!(free >= 50 / (attackers + 1), "{attackers}: {free} left");
+        let refused = peers[0].try_charge(Resource::Bytes, 1).unwrap_err();
+        assert_eq!((refused.scope, refused.limit), (Scope::Server, 100));
+        // A light peer finds room: half of what is left, as one charge.
+        let light = ledger.account(addr("10.0.0.9:1"));
+        let mine = light
+            .try_charge(Resource::Bytes, free / 2)
+            .unwrap_or_else(|e| panic!("{attackers}: {free} left, {e}"));
+        drop((held, mine));
+        assert_eq!(light.held(Resource::Bytes, Scope::Server), 0);
+    }
+    // A lone peer: the common half, and half of the reserve.
+    let lone = ledger.account(addr("10.0.0.7:1"));
+    let all = lone.try_charge(Resource::Bytes, 100).unwrap();
+    assert_eq!(all.amount(), 50, "one charge takes at most the common half");
+    let more = lone
+        .try_charge(Resource::Bytes, 25)
+        .expect("half the reserve");
+    assert!(lone.try_charge(Resource::Bytes, 1).is_err());
+    drop((all, more));
+}
+
+#[test]
+fn a_split_charge_moves_its_reserve_share_with_it() {
+    let ledger = Ledger::new(limits(100, 100, 20));
+    let a = ledger.account(addr("10.0.0.1:1"));
+    let b = ledger.account(addr("10.0.0.2:1"));
+    let common = a.try_charge(Resource::Bytes, 10).unwrap();
+    let reserve = a.try_charge(Resource::Bytes, 5).unwrap();
+    let mut both = common;
+    both.merge(reserve);
+    assert_eq!(both.amount(), 15);
+    // The reserve has 5 left: b may hold at most what is left after its charge.
+    assert!(b.try_charge(Resource::Bytes, 3).is_err());
+    let b1 = b.try_charge(Resource::Bytes, 2).unwrap();
+    // Splitting off 7 takes a's 5 of the reserve first: a holds none of it after.
+    let part = both.split(7);
+    drop(part);
+    assert_eq!(a.held(Resource::Bytes, Scope::Server), 8 + 2);
+    // The reserve has 8 left, b holds 2: it may take 3 more (5 <= 5), not 4.
+    assert!(b.try_charge(Resource::Bytes, 4).is_err());
+    let b2 = b.try_charge(Resource::Bytes, 3).unwrap();
+    assert_eq!(b.held(Resource::Bytes, Scope::Server), 13);
+    drop((both, b1, b2));
+    assert_eq!(b.held(Resource::Bytes, Scope::Server), 0);
 }

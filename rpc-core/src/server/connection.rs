@@ -24,6 +24,7 @@ use tracing::Instrument;
 
 use super::admission::{Admission, Admitted, Refused};
 use super::lifetime::{self, Due, Lifetime};
+use super::respond::Limits;
 use super::respond::{respond, responder, Reply};
 use super::Inner;
 use crate::account::{Account, Charge, Resource};
@@ -83,6 +84,9 @@ struct Pending {
     /// The request's bytes, charged at its arrival, held until the call's response is
     /// handed to the transport.
     bytes: Charge,
+    /// The request's frame length: what the request's charge (the server's, or the
+    /// transport's) stands for, and so what its response may hold without more.
+    covered: usize,
 }
 
 /// A call permit or a stream slot of the connection's account (narrowest first, in
@@ -705,6 +709,7 @@ impl<C: Connection> State<C> {
             inbox,
             stream,
             bytes,
+            covered: header.frame_len(),
         };
         if self.waiting.queue(resource).len() == 0 {
             if let Ok(slot) = self.account.try_charge(resource, 1) {
@@ -756,10 +761,15 @@ impl<C: Connection> State<C> {
                     inbox,
                     stream,
                     bytes,
+                    covered,
                 },
         } = admitted;
         let permits = (slot, bytes);
-        let max = self.inner.config.max_message_size;
+        let limits = Limits {
+            max_message_size: self.inner.config.max_message_size,
+            account: self.account.clone(),
+            covered,
+        };
         if deadline.is_some_and(|d| d <= Instant::now()) {
             drop(permits);
             self.end_stream(call_id, "deadline exceeded");
@@ -795,7 +805,7 @@ impl<C: Connection> State<C> {
         };
         match first_poll {
             Ok(Poll::Ready(outcome)) => {
-                respond(&*self.conn, call_id, outcome, max)
+                respond(&*self.conn, call_id, outcome, &limits)
                     .instrument(span)
                     .await;
                 drop(permits);
@@ -806,7 +816,7 @@ impl<C: Connection> State<C> {
                 drop(permits);
                 let _entered = span.enter();
                 tracing::error!(call_id, "handler panicked");
-                return respond(&*self.conn, call_id, Err(panicked()), max).await;
+                return respond(&*self.conn, call_id, Err(panicked()), &limits).await;
             }
         }
 
@@ -855,7 +865,7 @@ impl<C: Connection> State<C> {
                     *last_end.lock() = Some(Instant::now());
                 }
                 if let Ok(outcome) = outcome {
-                    respond(&*conn, call_id, outcome, max).await;
+                    respond(&*conn, call_id, outcome, &limits).await;
                 }
                 // Held until the response is handed to the transport: a client that does
                 // not read cannot have more responses waiting than the call limit.

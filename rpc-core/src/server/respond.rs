@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use crate::account::{Account, Charge, Resource};
 use crate::control::ControlQueue;
 use crate::outbound::{send_control, send_control_credits, send_message, send_status_flags};
 use crate::service::BoxMessage;
@@ -11,18 +12,40 @@ use crate::transport::{Connection, TransportError};
 use crate::wire::{Flags, FrameKind, Header};
 use crate::{Response, Status};
 
+/// What bounds a unary call's response.
+pub(super) struct Limits {
+    /// [`ServerConfig::max_message_size`](crate::ServerConfig::max_message_size).
+    pub(super) max_message_size: usize,
+    /// The connection's account, charged with what the response holds beyond
+    /// `covered` until the transport takes it.
+    pub(super) account: Account,
+    /// The bytes the call's request holds on the account (its frame length): a response
+    /// as large is held under the same charge, which the call keeps until the transport
+    /// takes the response.
+    pub(super) covered: usize,
+}
+
+/// A response may exceed its request by this much without a charge of its own (its
+/// metadata, a few fields more): at most this per call running, which the call limits
+/// bound.
+const UNCHARGED_SLACK: usize = 4096;
+
 /// Sends a handler's outcome: the response message, or its status.
 ///
 /// A response that cannot be sent as it is (over `max_message_size`, beyond the header's
 /// 32-bit length, metadata over its limit, or refused by the transport as too large) is
 /// replaced by a status naming the reason, so that the client never waits for an answer
-/// that was dropped.
+/// that was dropped. A response larger than its request is charged the difference on
+/// the connection's account (bytes held) until the transport takes it; refused there, it
+/// is replaced by `RESOURCE_EXHAUSTED`: a peer that does not read its answers cannot make
+/// the server hold more of them than its share.
 pub(super) async fn respond<C: Connection>(
     conn: &C,
     call_id: u64,
     outcome: Result<Response<BoxMessage>, Status>,
-    max_message_size: usize,
+    limits: &Limits,
 ) {
+    let max_message_size = limits.max_message_size;
     let sent = match outcome {
         Ok(response) => {
             let (metadata, message, trailers) = response.into_all_parts();
@@ -52,19 +75,12 @@ pub(super) async fn respond<C: Connection>(
                 tracing::warn!(call_id, "{}", status.message());
                 send_status_flags(conn, call_id, &status, Flags::default()).await
             } else {
-                let mut header = Header::new(FrameKind::Response, call_id);
-                header.flags = Flags::END_STREAM;
-                // Large `bytes` fields go by gathered write where the transport has one.
-                let sent = send_message(conn, header, &metadata, &*message).await;
-                match sent {
-                    Err(TransportError::TooLarge { len, max }) => {
-                        let status = Status::resource_exhausted(format!(
-                            "response frame of {len} bytes exceeds the transport's maximum of {max}"
-                        ));
-                        tracing::warn!(call_id, "{}", status.message());
+                match hold(limits, metadata.encoded_len() + len) {
+                    Err(status) => {
+                        tracing::debug!(call_id, "{}", status.message());
                         send_status_flags(conn, call_id, &status, Flags::default()).await
                     }
-                    other => other,
+                    Ok(held) => send_response(conn, call_id, &metadata, &*message, held).await,
                 }
             }
         }
@@ -76,6 +92,44 @@ pub(super) async fn respond<C: Connection>(
     if let Err(e) = sent {
         tracing::debug!(call_id, "response not sent: {e}");
     }
+}
+
+/// Sends a response message, holding `held` until the transport took it.
+async fn send_response<C: Connection>(
+    conn: &C,
+    call_id: u64,
+    metadata: &crate::Metadata,
+    message: &dyn crate::service::EncodeMessage,
+    held: Charge,
+) -> Result<(), TransportError> {
+    let mut header = Header::new(FrameKind::Response, call_id);
+    header.flags = Flags::END_STREAM;
+    // Large `bytes` fields go by gathered write where the transport has one.
+    let sent = send_message(conn, header, metadata, message).await;
+    drop(held);
+    match sent {
+        Err(TransportError::TooLarge { len, max }) => {
+            let status = Status::resource_exhausted(format!(
+                "response frame of {len} bytes exceeds the transport's maximum of {max}"
+            ));
+            tracing::warn!(call_id, "{}", status.message());
+            send_status_flags(conn, call_id, &status, Flags::default()).await
+        }
+        other => other,
+    }
+}
+
+/// Charges what a response of `len` bytes (metadata and message) holds beyond what its
+/// request's charge covers.
+fn hold(limits: &Limits, len: usize) -> Result<Charge, Status> {
+    let extra = (crate::wire::HEADER_LEN + len).saturating_sub(limits.covered);
+    if extra <= UNCHARGED_SLACK {
+        return Ok(Charge::none());
+    }
+    limits
+        .account
+        .try_charge(Resource::Bytes, extra)
+        .map_err(|e| Status::resource_exhausted(format!("a response of {len} bytes: {e}")))
 }
 
 /// A frame the connection's reader wants sent without waiting for the transport itself.
