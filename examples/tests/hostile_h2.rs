@@ -197,13 +197,21 @@ async fn zero_window_calls_are_reset_after_the_stream_idle_timeout() {
 
 /// (b) 32 connections that grant windows but stop reading the socket, eight 1 MiB replies
 /// each (coming 5 s after the requests): the server's writes stall and each connection is closed after the write
-/// timeout (the descriptors back to where they were); a good client is served.
+/// timeout (the descriptors back to where they were); a good client is served. The
+/// sending account is raised so that every connection's replies are queued at once:
+/// with the default figures (16 MiB per peer) the replies of two connections at a time
+/// are, and the others wait for the account, their sockets closed in turn as their
+/// replies come to be written (the write timeout measures the peer, not the account).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_stop_reading_are_closed_after_the_write_timeout() {
     let server = ServerProcess::start(&[
         ("RPC_GRPC_WRITE_TIMEOUT_MS", "1000"),
         ("RPC_GRPC_STREAM_IDLE_TIMEOUT_MS", "60000"),
         ("RPC_GRPC_KEEPALIVE_INTERVAL_MS", "0"),
+        ("RPC_SERVER_MAX_SENDING_BYTES", "1073741824"),
+        ("RPC_SERVER_MAX_SENDING_BYTES_PER_PEER", "1073741824"),
+        ("RPC_SERVER_MAX_HELD_BYTES", "1073741824"),
+        ("RPC_SERVER_MAX_HELD_BYTES_PER_PEER", "1073741824"),
     ]);
     good_call(server.port).await.expect("served before");
     let (rss0, fds0) = (server.rss_kib(), settled_fds(&server).await);

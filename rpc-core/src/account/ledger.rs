@@ -350,6 +350,11 @@ impl Account {
     /// server it takes the reserve's room within its fair share if the common half has
     /// none, and else waits for the common half.
     pub async fn charge(&self, resource: Resource, n: usize) -> Charge {
+        // Room now (the common case): no acquire futures. A waiter at any level makes
+        // this fail (tokio's semaphores hand freed room to waiters first).
+        if let Ok(charge) = self.try_charge(resource, n) {
+            return charge;
+        }
         let amount = self.amount(resource, n);
         let i = resource.index();
         let [connection, peer, server] = &self.levels;

@@ -122,7 +122,12 @@ async fn send_response<C: Connection>(
 /// Charges what a response of `len` bytes (metadata and message) holds beyond what its
 /// request's charge covers.
 fn hold(limits: &Limits, len: usize) -> Result<Charge, Status> {
-    let extra = (crate::wire::HEADER_LEN + len).saturating_sub(limits.covered);
+    // What the call holds, request and response, is charged up to the smallest limit at
+    // most: a response larger than it fits an account that holds nothing else.
+    let limit = limits.account.limit(Resource::Bytes);
+    let extra = (crate::wire::HEADER_LEN + len)
+        .min(limit)
+        .saturating_sub(limits.covered);
     if extra <= UNCHARGED_SLACK {
         return Ok(Charge::none());
     }

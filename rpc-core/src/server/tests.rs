@@ -43,7 +43,13 @@ impl Service for TestService {
     }
     fn call(&self, index: usize, request: Request<crate::Payload<'_>>) -> ServiceFuture {
         let payload = request.into_inner();
-        let arg = u32::from_le_bytes(payload.as_slice().try_into().unwrap_or([0; 4]));
+        // The argument: the payload's first 4 bytes (the rest only makes the request
+        // larger).
+        let arg = payload
+            .as_slice()
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_le_bytes);
         let started = self.started.clone();
         Box::pin(async move {
             started.fetch_add(1, Ordering::SeqCst);
@@ -145,6 +151,44 @@ async fn a_response_over_the_limit_is_answered_with_resource_exhausted() {
     request(&conn, 2, BIG, 900, Duration::ZERO).await;
     let (h, msg) = next(&conn).await.unwrap();
     assert_eq!((code(&h), msg.len()), (Code::Ok, 903));
+}
+
+#[tokio::test]
+async fn a_response_larger_than_its_request_is_charged_and_refused_beyond_the_account() {
+    let mut config = ServerConfig::default();
+    config.max_held_bytes_per_connection(64 << 10);
+    let (_server, conn) = serve(config, TestService::default());
+    // A response larger than the whole account fits one that holds nothing else.
+    request(&conn, 1, BIG, 100 << 10, Duration::ZERO).await;
+    let (h, msg) = next(&conn).await.unwrap();
+    assert_eq!((code(&h), msg.len()), (Code::Ok, (100 << 10) + 4));
+    // A running call holds a request of 40 KiB for a second: a 40 KiB response (of a
+    // 4-byte request) does not fit what is left, and is refused, not held.
+    let mut header = Header::new(FrameKind::Request, 2);
+    header.flags = Flags::END_STREAM;
+    header.method_id = SLEEP;
+    header.payload_len = 40 << 10;
+    send_frame(&conn, header, &Metadata::new(), |b| {
+        bytes::BufMut::put_slice(b, &1000u32.to_le_bytes());
+        bytes::BufMut::put_bytes(b, 0, (40 << 10) - 4);
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    request(&conn, 3, BIG, 40 << 10, Duration::ZERO).await;
+    let (h, msg) = next(&conn).await.unwrap();
+    let msg = std::str::from_utf8(&msg).unwrap();
+    assert_eq!((h.call_id, code(&h)), (3, Code::ResourceExhausted), "{msg}");
+    assert!(msg.contains("a response of"), "{msg}");
+    // One within what is left is answered.
+    request(&conn, 4, BIG, 16 << 10, Duration::ZERO).await;
+    let (h, msg) = next(&conn).await.unwrap();
+    assert_eq!(
+        (h.call_id, code(&h), msg.len()),
+        (4, Code::Ok, (16 << 10) + 4)
+    );
+    let (h, _) = next(&conn).await.unwrap();
+    assert_eq!((h.call_id, code(&h)), (2, Code::Ok));
 }
 
 #[tokio::test]
