@@ -370,8 +370,11 @@ pub struct ServerConfig {
     /// Most bytes of requests the server holds at once (at their in-memory size:
     /// decompressed, decoded), from their arrival until their call's response is handed
     /// to the transport, and what the HTTP/2 bridge holds of requests not yet handed
-    /// over. A request beyond it is answered `RESOURCE_EXHAUSTED` (over HTTP/2, a body
-    /// beyond it is not read: flow control holds the client). Default 128 MiB.
+    /// over; and what a unary response holds beyond its request (past 4 KiB) until the
+    /// transport takes it. A request beyond it is answered `RESOURCE_EXHAUSTED` (over
+    /// HTTP/2, a body beyond it is not read: flow control holds the client), and so is a
+    /// response beyond it. Half of it is first come, first served; the other half is
+    /// shared fairly among the peers that need it. Default 128 MiB.
     pub max_held_bytes: usize,
     /// The same per peer, over all its connections: what one address can make the
     /// server hold. Default 32 MiB.

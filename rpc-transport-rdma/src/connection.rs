@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     /// Largest frame accepted or sent.
     pub(crate) max_frame: usize,
     pub(crate) eager_limit: usize,
+    /// What the frames lent to the peer hold on a server's account.
+    pub(crate) loan_charges: crate::sending::LoanCharges,
 }
 
 /// Mutable state, under one short lock: the protocol session, the free send slots, the
@@ -175,6 +177,8 @@ pub(crate) struct RegisteredSend {
     /// Bytes of the lending budget this frame holds (rendezvous frames), released by its
     /// read-done, or by dropping it unsent.
     reserved: usize,
+    /// Its bytes on a server's account (rendezvous frames), held by its loan once lent.
+    charge: rpc_core::account::Charge,
 }
 
 impl RegisteredTarget for RegisteredSend {
@@ -519,9 +523,10 @@ impl Inner {
                 max: self.max_frame,
             });
         }
-        let (large, reserved) = if len > self.eager_limit {
-            // Budget first, then memory: a caller that waits for the peer to read what
-            // was lent before holds no buffer meanwhile.
+        let (large, reserved, charge) = if len > self.eager_limit {
+            // The account, then the budget, then memory: a caller that waits for the
+            // peer to read what was lent before holds no buffer meanwhile.
+            let charge = self.loan_charges.charge(len, &self.closed).await?;
             let reserved = self.reserve_lending(len).await?;
             let guard = Lending {
                 inner: self,
@@ -532,9 +537,9 @@ impl Inner {
                 .take(len)
                 .map_err(|e| TransportError::Other(format!("rendezvous buffer: {e}")))?;
             std::mem::forget(guard);
-            (Some(buf), reserved)
+            (Some(buf), reserved, charge)
         } else {
-            (None, 0)
+            (None, 0, rpc_core::account::Charge::none())
         };
         // From here the reservation is the frame's (released by its drop if unsent).
         let mut frame = RegisteredSend {
@@ -543,6 +548,7 @@ impl Inner {
             large,
             len,
             reserved,
+            charge,
         };
         frame.slot = Some(self.take_slot().await?);
         Ok(SendBuf {
@@ -577,7 +583,11 @@ impl Inner {
         // goes.
         let charge = std::mem::take(&mut send.reserved);
         let lent = match self.rings.lend(buf, send.len, charge) {
-            Ok(lent) => lent,
+            Ok(lent) => {
+                self.loan_charges
+                    .lent(lent.key, std::mem::take(&mut send.charge));
+                lent
+            }
             Err((_buf, e)) => {
                 state.session.release_lending(charge);
                 state.free_send.push(slot);
@@ -665,7 +675,8 @@ impl Inner {
         };
         let part = tail.into_iter().next().expect("one part");
         let len = part.len();
-        // Budget first, then the slot, as `alloc` does.
+        // The account, the budget, then the slot, as `alloc` does.
+        let account_charge = self.loan_charges.charge(len, &self.closed).await?;
         let charge = self.reserve_lending(len).await?;
         let guard = Lending {
             inner: self,
@@ -687,7 +698,10 @@ impl Inner {
             }
         }
         let lent = match self.rings.lend_shared(buf, offset, len, part, charge) {
-            Ok(lent) => lent,
+            Ok(lent) => {
+                self.loan_charges.lent(lent.key, account_charge);
+                lent
+            }
             Err(e) => {
                 state.session.release_lending(charge);
                 state.free_send.push(slot);
@@ -989,6 +1003,17 @@ impl Connection for RdmaConnection {
                 "a TCP buffer sent on an RDMA connection".into(),
             )),
         }
+    }
+
+    /// Keeps the server's account: frames lent to the peer are charged to it until
+    /// their read-done.
+    fn serving(
+        &self,
+        methods: std::sync::Arc<dyn rpc_core::MethodKinds>,
+        account: &rpc_core::account::Account,
+    ) {
+        let _ = methods;
+        self.inner.loan_charges.serving(account);
     }
 
     /// Rendezvous frames (pulled by READ into a buffer of their own) while the

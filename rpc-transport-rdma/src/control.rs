@@ -115,6 +115,7 @@ impl Inner {
             tracing::warn!(peer = %self.peer, "RDMA connection failed: {why}");
         }
         self.closed.send_replace(Some(why));
+        self.loan_charges.clear();
         self.arrived.notify_one();
         if let Err(e) = self.rings.fail() {
             tracing::debug!("moving the QP to the error state: {e}");

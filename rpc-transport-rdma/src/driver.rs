@@ -348,6 +348,7 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
             // senders.
             let mut freed = Vec::new();
             for key in keys {
+                inner.loan_charges.returned(key);
                 match inner.rings.reclaim(key) {
                     Ok(charge) => freed.push(charge),
                     Err(e) => return Err(Close::Failed(format!("ending a loan failed: {e}"))),

@@ -59,6 +59,7 @@ pub mod test_peer {
 }
 mod pool;
 mod protocol;
+mod sending;
 mod setup;
 // The only module with `unsafe` code (STYLE.md rule 4); `forbid` could not be re-allowed here.
 #[allow(unsafe_code)]

@@ -198,6 +198,7 @@ impl Connected {
             peer_certificates: side.peer_certificates().map(Arc::from),
             max_frame,
             eager_limit,
+            loan_charges: Default::default(),
         });
         crate::events::register(self.device.context.name(), qp_num, &inner);
         // Completions reaped before now are handled first.

@@ -633,6 +633,70 @@ guest_test!(
     long_lived_streams_hold_stream_slots_not_call_permits,
     streams_hold_slots()
 );
+guest_test!(
+    loans_of_one_peer_are_charged_to_its_sending_share,
+    loans_charged_per_peer()
+);
+
+/// Four connections of one peer ask for 256 KiB replies (rendezvous frames) and never
+/// read them. Each connection alone may lend up to its budget (16 MiB); what they lend
+/// together is charged to the peer's share of the server's sending bytes, here 2 MiB:
+/// at most 7 such frames over the four connections (8 would be 2 MiB and 368 bytes).
+/// Before the charge, each connection lent as many as its calls and credits allowed.
+async fn loans_charged_per_peer() {
+    let server = Server::start(
+        47106,
+        &[
+            ("RPC_SERVER_MAX_SENDING_BYTES_PER_PEER", "2097152"),
+            ("RPC_RDMA_LOAN_TIMEOUT_MS", "20000"),
+        ],
+    );
+    wait_for_port(&server.addr).await;
+    good_call(&server.addr).await;
+    let addr = server.socket();
+    const CALLS: u64 = 24;
+    let floods: Vec<_> = (0..4)
+        .map(|_| {
+            tokio::task::spawn_blocking(move || {
+                let mut peer = connect(addr);
+                let (mut sent, mut lent) = (0, 0);
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_secs(6) {
+                    if sent < CALLS && peer.credits() > 0 {
+                        let request = EchoRequest {
+                            reply_size: 256 * 1024,
+                            ..Default::default()
+                        };
+                        peer.send_frame(&echo_frame(sent + 1, &request)).unwrap();
+                        sent += 1;
+                    } else if let Ok(message) = peer.recv(Duration::from_millis(200)) {
+                        if matches!(message, Message::Rendezvous(_)) {
+                            lent += 1;
+                        }
+                    }
+                }
+                (sent, lent, peer)
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for flood in floods {
+        results.push(flood.await.unwrap());
+    }
+    let sent: u64 = results.iter().map(|r| r.0).sum();
+    let lent: u64 = results.iter().map(|r| r.1).sum();
+    eprintln!(
+        "4 connections of one peer, {sent} calls for 256 KiB replies never read: {lent} lent (the peer's sending share: 2 MiB)"
+    );
+    assert!(sent >= 16, "only {sent} calls went");
+    assert!(
+        (1..=7).contains(&lent),
+        "{lent} replies lent beyond the peer's 2 MiB"
+    );
+    // Small replies are eager (the ring, not the account): a client is served.
+    good_call(&server.addr).await;
+    drop(results);
+}
 
 const WATCH: u32 = rpc_core::codegen::method_id("/grpc.health.v1.Health/Watch");
 
