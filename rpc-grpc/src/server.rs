@@ -447,9 +447,13 @@ async fn drive<T>(
                     let slot = slot.take();
                     shared.resets.lock().accepted();
                     let call_id = shared.next_call.fetch_add(1, Ordering::Relaxed);
-                    let call = call(shared.clone(), tx.clone(), call_id, request, respond);
+                    let (shared, tx) = (shared.clone(), tx.clone());
+                    // The call's future (about 2 KiB) is built on the heap once, in its
+                    // task: the spawned future holds only the arguments and a pointer,
+                    // so spawning copies those, not the whole state (perf: the copies
+                    // of the call's future were 2-3 % of a small call's server CPU).
                     tokio::spawn(async move {
-                        call.await;
+                        Box::pin(call(shared, tx, call_id, request, respond)).await;
                         drop(slot);
                     });
                 }

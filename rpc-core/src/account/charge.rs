@@ -17,7 +17,8 @@ pub struct Charge {
     levels: Option<[OwnedSemaphorePermit; 2]>,
     /// The server's part, from its common half, its reserve, or (after a merge) both.
     common: Option<OwnedSemaphorePermit>,
-    reserve: Option<ReservePart>,
+    /// Boxed: rare (the server's common half is full), and a charge is moved often.
+    reserve: Option<Box<ReservePart>>,
     amount: u32,
 }
 
@@ -77,7 +78,7 @@ impl Charge {
     pub(super) fn new(levels: [OwnedSemaphorePermit; 2], server: Part, amount: u32) -> Charge {
         let (common, reserve) = match server {
             Part::Common(permit) => (Some(permit), None),
-            Part::Reserve(part) => (None, Some(part)),
+            Part::Reserve(part) => (None, Some(Box::new(part))),
         };
         Charge {
             levels: Some(levels),
@@ -121,7 +122,7 @@ impl Charge {
             (mine, theirs) => *mine = mine.take().or(theirs),
         }
         match (&mut self.reserve, other.reserve) {
-            (Some(mine), Some(theirs)) => mine.merge(theirs),
+            (Some(mine), Some(theirs)) => mine.merge(*theirs),
             (mine, theirs) => *mine = mine.take().or(theirs),
         }
         self.amount += other.amount;
@@ -138,12 +139,14 @@ impl Charge {
             .map(|permit| permit.split(n).expect("the charge holds n"));
         // The server's part: from the reserve first (it is the scarcer), then the
         // common half.
-        let from_reserve = self.reserve.as_ref().map_or(0, ReservePart::amount).min(n);
+        let from_reserve = self.reserve.as_ref().map_or(0, |r| r.amount()).min(n);
         let reserve = (from_reserve > 0).then(|| {
-            self.reserve
-                .as_mut()
-                .expect("it holds some")
-                .split(from_reserve)
+            Box::new(
+                self.reserve
+                    .as_mut()
+                    .expect("it holds some")
+                    .split(from_reserve),
+            )
         });
         let common = (n > from_reserve).then(|| {
             self.common
