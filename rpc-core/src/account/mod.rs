@@ -39,13 +39,13 @@
 //!   decompressed messages as they inflate.
 //!
 //! - the transports: bytes handed to them for the peer and not yet written out
-//!   ([`Resource::Sending`]: the TCP send queue, the HTTP/2 bridge's response buffer),
-//!   a wait, so a peer that does not read holds back its own responses. Requests and
-//!   responses are separate pools: a response waiting for room never waits for a request
-//!   that waits for it.
+//!   ([`Resource::Sending`]: the TCP send queue, the HTTP/2 bridge's response buffer,
+//!   RDMA's rendezvous frames lent to the peer until its read-done), a wait, so a peer
+//!   that does not read holds back its own responses. Requests and responses are
+//!   separate pools: a response waiting for room never waits for a request that waits
+//!   for it.
 //!
-//! Not charged yet (bounded per connection, by their own settings): RDMA's send ring
-//! (registered with the connection) and its lend budget.
+//! Not charged (fixed per connection, by its own setting): RDMA's registered send ring.
 //!
 //! Handshakes are the listener's, before any server account exists: they are counted by
 //! address with the same [`PeerKey`] (see `rpc-transport`'s listener).
