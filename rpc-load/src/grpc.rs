@@ -270,11 +270,20 @@ impl Target for GrpcTarget {
         };
         let result = match tokio::time::timeout(timeout, call).await {
             // The client's deadline decides, as in grpc-go: a server that enforces the same
-            // deadline may answer first, and tonic's answers CANCELLED ("Timeout expired").
-            Ok(Err(_)) if started.elapsed() >= timeout => Err(deadline_exceeded()),
+            // deadline may answer first, and tonic's own timer (it enforces the
+            // grpc-timeout it sends, and may fire a tick before ours) answers CANCELLED
+            // "Timeout expired".
+            Ok(Err(e)) if started.elapsed() >= timeout || tonic_timeout(&e) => {
+                Err(deadline_exceeded())
+            }
             Ok(result) => result,
             Err(_) => Err(deadline_exceeded()),
         };
         (result, moved.counts())
     }
+}
+
+/// tonic's client gave up at the call's grpc-timeout (its `TimeoutExpired`).
+fn tonic_timeout(e: &CallError) -> bool {
+    e.code == Code::Cancelled && e.message == "Timeout expired"
 }
