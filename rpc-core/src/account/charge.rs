@@ -4,9 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio::sync::OwnedSemaphorePermit;
-
 use super::ledger::Counters;
+use super::pool::Units;
 
 /// An amount taken from a connection's, its peer's and the server's account; given back
 /// to all three when dropped.
@@ -14,9 +13,9 @@ use super::ledger::Counters;
 #[must_use = "a charge is given back when dropped"]
 pub struct Charge {
     /// The connection's and the peer's permits; `None` for a charge of nothing.
-    levels: Option<[OwnedSemaphorePermit; 2]>,
+    levels: Option<[Units; 2]>,
     /// The server's part, from its common half, its reserve, or (after a merge) both.
-    common: Option<OwnedSemaphorePermit>,
+    common: Option<Units>,
     /// Boxed: rare (the server's common half is full), and a charge is moved often.
     reserve: Option<Box<ReservePart>>,
     amount: u32,
@@ -25,7 +24,7 @@ pub struct Charge {
 /// Where the server's part of a new charge came from.
 #[derive(Debug)]
 pub(super) enum Part {
-    Common(OwnedSemaphorePermit),
+    Common(Units),
     Reserve(ReservePart),
 }
 
@@ -33,19 +32,19 @@ pub(super) enum Part {
 /// fair share is computed from these counts).
 #[derive(Debug)]
 pub(super) struct ReservePart {
-    permit: OwnedSemaphorePermit,
+    permit: Units,
     peer: Arc<Counters>,
     i: usize,
 }
 
 impl ReservePart {
-    pub(super) fn new(permit: OwnedSemaphorePermit, peer: Arc<Counters>, i: usize) -> ReservePart {
-        peer.reserve_held[i].fetch_add(permit.num_permits(), Ordering::Relaxed);
+    pub(super) fn new(permit: Units, peer: Arc<Counters>, i: usize) -> ReservePart {
+        peer.reserve_held[i].fetch_add(permit.count(), Ordering::Relaxed);
         ReservePart { permit, peer, i }
     }
 
     fn amount(&self) -> usize {
-        self.permit.num_permits()
+        self.permit.count()
     }
 
     fn split(&mut self, n: usize) -> ReservePart {
@@ -59,11 +58,7 @@ impl ReservePart {
     }
 
     fn merge(&mut self, mut other: ReservePart) {
-        let permit = std::mem::replace(
-            &mut other.permit,
-            self.permit.split(0).expect("an empty split"),
-        );
-        self.permit.merge(permit);
+        self.permit.merge(other.permit.take_all());
         // `other` now holds nothing: its drop counts nothing off.
     }
 }
@@ -75,7 +70,7 @@ impl Drop for ReservePart {
 }
 
 impl Charge {
-    pub(super) fn new(levels: [OwnedSemaphorePermit; 2], server: Part, amount: u32) -> Charge {
+    pub(super) fn new(levels: [Units; 2], server: Part, amount: u32) -> Charge {
         let (common, reserve) = match server {
             Part::Common(permit) => (Some(permit), None),
             Part::Reserve(part) => (None, Some(Box::new(part))),

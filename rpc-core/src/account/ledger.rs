@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use tokio::sync::Semaphore;
 
 use super::charge::{Charge, Part, ReservePart};
+use super::pool::{Pool, Units};
 use super::PeerKey;
 
 /// What an account counts.
@@ -100,7 +100,7 @@ impl Limit {
             Scope::Peer => self.peer,
             Scope::Server => self.server,
         };
-        limit.clamp(1, Semaphore::MAX_PERMITS)
+        limit.clamp(1, Pool::MAX)
     }
 }
 
@@ -142,9 +142,9 @@ pub(super) struct Counters {
     /// The limit per resource (at the server: common half and reserve together).
     limits: [usize; RESOURCES],
     /// Connection and peer: the whole limit. Server: the common half.
-    free: [Arc<Semaphore>; RESOURCES],
+    free: [Arc<Pool>; RESOURCES],
     /// Server only: the reserve (the rest of the limit).
-    reserve: Option<[Arc<Semaphore>; RESOURCES]>,
+    reserve: Option<[Arc<Pool>; RESOURCES]>,
     /// Peer only: what it holds of the server's reserve.
     pub(super) reserve_held: [AtomicUsize; RESOURCES],
 }
@@ -154,10 +154,10 @@ impl Counters {
         let limits = ALL.map(|resource| limits.of(resource).at(scope));
         let (free, reserve) = match scope {
             Scope::Server => (
-                limits.map(|limit| Arc::new(Semaphore::new(limit - limit / 2))),
-                Some(limits.map(|limit| Arc::new(Semaphore::new(limit / 2)))),
+                limits.map(|limit| Arc::new(Pool::new(limit - limit / 2))),
+                Some(limits.map(|limit| Arc::new(Pool::new(limit / 2)))),
             ),
-            _ => (limits.map(|limit| Arc::new(Semaphore::new(limit))), None),
+            _ => (limits.map(|limit| Arc::new(Pool::new(limit))), None),
         };
         Counters {
             scope,
@@ -177,11 +177,7 @@ impl Counters {
     }
 
     fn held(&self, i: usize) -> usize {
-        let free = self.free[i].available_permits()
-            + self
-                .reserve
-                .as_ref()
-                .map_or(0, |r| r[i].available_permits());
+        let free = self.free[i].available() + self.reserve.as_ref().map_or(0, |r| r[i].available());
         self.limits[i] - free
     }
 }
@@ -314,10 +310,10 @@ impl Account {
         let amount = self.amount(resource, n);
         let i = resource.index();
         let [connection, peer, _] = &self.levels;
-        let Ok(connection) = connection.free[i].clone().try_acquire_many_owned(amount) else {
+        let Some(connection) = connection.free[i].try_take(amount as usize) else {
             return Err(self.exhausted(resource, 0));
         };
-        let Ok(peer) = peer.free[i].clone().try_acquire_many_owned(amount) else {
+        let Some(peer) = peer.free[i].try_take(amount as usize) else {
             return Err(self.exhausted(resource, 1));
         };
         let server = self
@@ -330,18 +326,18 @@ impl Account {
     /// within the peer's fair share; `None` when neither has room.
     fn try_server(&self, i: usize, amount: u32) -> Option<Part> {
         let [_, peer, server] = &self.levels;
-        if let Ok(permit) = server.free[i].clone().try_acquire_many_owned(amount) {
+        if let Some(permit) = server.free[i].try_take(amount as usize) {
             return Some(Part::Common(permit));
         }
         let reserve = &server.reserve.as_ref().expect("the server's counters")[i];
         // Fair: what the peer holds of the reserve, this charge included, stays within
         // what the reserve has left after it.
         let holding = peer.reserve_held[i].load(Ordering::Relaxed) + amount as usize;
-        let left = reserve.available_permits().checked_sub(amount as usize)?;
+        let left = reserve.available().checked_sub(amount as usize)?;
         if holding > left {
             return None;
         }
-        let permit = reserve.clone().try_acquire_many_owned(amount).ok()?;
+        let permit = reserve.try_take(amount as usize)?;
         Some(Part::Reserve(ReservePart::new(permit, peer.clone(), i)))
     }
 
@@ -351,7 +347,7 @@ impl Account {
     /// none, and else waits for the common half.
     pub async fn charge(&self, resource: Resource, n: usize) -> Charge {
         // Room now (the common case): no acquire futures. A waiter at any level makes
-        // this fail (tokio's semaphores hand freed room to waiters first).
+        // this fail (the pools hand freed room to waiters first).
         if let Ok(charge) = self.try_charge(resource, n) {
             return charge;
         }
@@ -387,10 +383,6 @@ impl Account {
     }
 }
 
-async fn acquire(semaphore: &Arc<Semaphore>, amount: u32) -> tokio::sync::OwnedSemaphorePermit {
-    semaphore
-        .clone()
-        .acquire_many_owned(amount)
-        .await
-        .expect("an account's semaphores are never closed")
+async fn acquire(pool: &Arc<Pool>, amount: u32) -> Units {
+    pool.take(amount as usize).await
 }

@@ -17,9 +17,10 @@
 //! server's, narrowest first, and gives it back to all three when dropped. Charging is
 //! either a refusal ([`Account::try_charge`]: the call is answered `RESOURCE_EXHAUSTED`)
 //! or a wait ([`Account::charge`]: backpressure on the one connection that waits; the
-//! counters are tokio semaphores, so waiters are served in arrival order). Nothing is
-//! allocated for what is refused, and nothing a peer does can make the server hold more
-//! than the server's figure of any resource.
+//! counters are async semaphores of their own, `pool::Pool`, that serve waiters in
+//! arrival order and give back with an atomic add). Nothing is allocated for what is
+//! refused, and nothing a peer does can make the server hold more than the server's
+//! figure of any resource.
 //!
 //! Fair shares: the server's figure of each resource is two halves. The common half is
 //! first come, first served; the reserve is drawn on only when the common half is full,
@@ -52,6 +53,7 @@
 
 mod charge;
 mod ledger;
+mod pool;
 
 pub use charge::Charge;
 pub use ledger::{Account, Exhausted, Ledger, Limit, Limits, Resource, Scope};
