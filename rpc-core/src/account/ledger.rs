@@ -8,8 +8,8 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::charge::{Charge, Part, ReservePart};
-use super::pool::{Pool, Units};
+use super::charge::Charge;
+use super::pool::Pool;
 use super::PeerKey;
 
 /// What an account counts.
@@ -237,11 +237,11 @@ impl Ledger {
             }
         };
         Account {
-            levels: [
+            levels: Arc::new([
                 Arc::new(Counters::new(&self.limits, Scope::Connection)),
                 peer,
                 self.server.clone(),
-            ],
+            ]),
         }
     }
 
@@ -256,8 +256,9 @@ impl Ledger {
 /// same account.
 #[derive(Debug, Clone)]
 pub struct Account {
-    /// Connection, peer, server: narrowest first, the order charges are taken in.
-    levels: [Arc<Counters>; 3],
+    /// Connection, peer, server: narrowest first, the order charges are taken in. One
+    /// `Arc`, so that a charge's reference to its account is one count.
+    levels: Arc<[Arc<Counters>; 3]>,
 }
 
 /// A resource exhausted at one level of the tree: why a charge was refused.
@@ -308,59 +309,90 @@ impl Account {
     /// [`Exhausted`], naming the narrowest level that has no room.
     pub fn try_charge(&self, resource: Resource, n: usize) -> Result<Charge, Exhausted> {
         let amount = self.amount(resource, n);
-        let i = resource.index();
-        let [connection, peer, _] = &self.levels;
-        let Some(connection) = connection.free[i].try_take(amount as usize) else {
+        let (i, n) = (resource.index(), amount as usize);
+        let [connection, peer, _] = &*self.levels;
+        if !connection.free[i].try_take(n) {
             return Err(self.exhausted(resource, 0));
-        };
-        let Some(peer) = peer.free[i].try_take(amount as usize) else {
+        }
+        if !peer.free[i].try_take(n) {
+            connection.free[i].give(n);
             return Err(self.exhausted(resource, 1));
+        }
+        let Some(reserve) = self.try_server(i, amount) else {
+            peer.free[i].give(n);
+            connection.free[i].give(n);
+            return Err(self.exhausted(resource, 2));
         };
-        let server = self
-            .try_server(i, amount)
-            .ok_or_else(|| self.exhausted(resource, 2))?;
-        Ok(Charge::new([connection, peer], server, amount))
+        Ok(Charge::new(self, i, amount, reserve))
     }
 
     /// The server's part of a charge: from the common half, or else from the reserve
-    /// within the peer's fair share; `None` when neither has room.
-    fn try_server(&self, i: usize, amount: u32) -> Option<Part> {
-        let [_, peer, server] = &self.levels;
-        if let Some(permit) = server.free[i].try_take(amount as usize) {
-            return Some(Part::Common(permit));
+    /// within the peer's fair share; how much came from the reserve, or `None` when
+    /// neither has room.
+    fn try_server(&self, i: usize, amount: u32) -> Option<u32> {
+        let [_, peer, server] = &*self.levels;
+        let n = amount as usize;
+        if server.free[i].try_take(n) {
+            return Some(0);
         }
         let reserve = &server.reserve.as_ref().expect("the server's counters")[i];
         // Fair: what the peer holds of the reserve, this charge included, stays within
         // what the reserve has left after it.
-        let holding = peer.reserve_held[i].load(Ordering::Relaxed) + amount as usize;
-        let left = reserve.available().checked_sub(amount as usize)?;
-        if holding > left {
+        let holding = peer.reserve_held[i].load(Ordering::Relaxed) + n;
+        let left = reserve.available().checked_sub(n)?;
+        if holding > left || !reserve.try_take(n) {
             return None;
         }
-        let permit = reserve.try_take(amount as usize)?;
-        Some(Part::Reserve(ReservePart::new(permit, peer.clone(), i)))
+        peer.reserve_held[i].fetch_add(n, Ordering::Relaxed);
+        Some(amount)
+    }
+
+    /// Gives back what a charge took: `amount` at every level, `reserve` of it to the
+    /// server's reserve.
+    pub(super) fn give_back(&self, i: usize, amount: usize, reserve: usize) {
+        let [connection, peer, server] = &*self.levels;
+        if reserve > 0 {
+            peer.reserve_held[i].fetch_sub(reserve, Ordering::Relaxed);
+            server.reserve.as_ref().expect("the server's counters")[i].give(reserve);
+        }
+        server.free[i].give(amount - reserve);
+        peer.free[i].give(amount);
+        connection.free[i].give(amount);
+    }
+
+    /// Whether `other` is this account (a clone of it).
+    pub(super) fn is(&self, other: &Account) -> bool {
+        Arc::ptr_eq(&self.levels, &other.levels)
     }
 
     /// Takes `n` of `resource` from every level, waiting (narrowest first, in arrival
     /// order at each) while one has no room: backpressure on whoever waits. At the
     /// server it takes the reserve's room within its fair share if the common half has
-    /// none, and else waits for the common half.
+    /// none, and else waits for the common half. Dropped while it waits, it holds
+    /// nothing.
     pub async fn charge(&self, resource: Resource, n: usize) -> Charge {
-        // Room now (the common case): no acquire futures. A waiter at any level makes
+        // Room now (the common case): no waiting futures. A waiter at any level makes
         // this fail (the pools hand freed room to waiters first).
         if let Ok(charge) = self.try_charge(resource, n) {
             return charge;
         }
         let amount = self.amount(resource, n);
-        let i = resource.index();
-        let [connection, peer, server] = &self.levels;
-        let connection = acquire(&connection.free[i], amount).await;
-        let peer = acquire(&peer.free[i], amount).await;
-        let server = match self.try_server(i, amount) {
-            Some(part) => part,
-            None => Part::Common(acquire(&server.free[i], amount).await),
+        let (i, n) = (resource.index(), amount as usize);
+        let [connection, peer, server] = &*self.levels;
+        connection.free[i].take(n).await;
+        let connection = Taken(&connection.free[i], n);
+        peer.free[i].take(n).await;
+        let peer = Taken(&peer.free[i], n);
+        let reserve = match self.try_server(i, amount) {
+            Some(reserve) => reserve,
+            None => {
+                server.free[i].take(n).await;
+                0
+            }
         };
-        Charge::new([connection, peer], server, amount)
+        // The charge gives them back from now on.
+        std::mem::forget((connection, peer));
+        Charge::new(self, i, amount, reserve)
     }
 
     /// The most one charge (or several held together by one holder) can ever take of
@@ -383,6 +415,12 @@ impl Account {
     }
 }
 
-async fn acquire(pool: &Arc<Pool>, amount: u32) -> Units {
-    pool.take(amount as usize).await
+/// Units taken from one pool while a charge is being put together: given back if the
+/// charge is given up before it holds them.
+struct Taken<'a>(&'a Pool, usize);
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        self.0.give(self.1);
+    }
 }

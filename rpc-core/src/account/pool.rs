@@ -1,5 +1,7 @@
 //! [`Pool`]: one counter of an account, an async semaphore whose give-back is an atomic
-//! add (a lock only while someone waits), served in arrival order.
+//! add (a lock only while someone waits), served in arrival order. It hands out no
+//! permits: what is taken is counted by the taker ([`Charge`](super::Charge)), which
+//! gives it back.
 //!
 //! tokio's semaphore takes its waiter lock on every release; an account's counters are
 //! taken and given back several times per call on every surface (a call's permit, its
@@ -50,20 +52,18 @@ impl Pool {
     }
 
     /// Takes `n` now, or nothing: nothing while anyone waits (they are served first).
-    pub(super) fn try_take(self: &Arc<Pool>, n: usize) -> Option<Units> {
+    /// What is taken is the caller's to [`give`](Pool::give) back.
+    pub(super) fn try_take(&self, n: usize) -> bool {
         if n > 0 && self.waiting.load(Ordering::SeqCst) > 0 {
-            return None;
+            return false;
         }
-        self.take_available(n).then(|| Units {
-            pool: self.clone(),
-            n,
-        })
+        self.take_available(n)
     }
 
     /// Takes `n`, waiting behind those already waiting.
-    pub(super) fn take(self: &Arc<Pool>, n: usize) -> Take {
+    pub(super) fn take(&self, n: usize) -> Take<'_> {
         Take {
-            pool: self.clone(),
+            pool: self,
             n,
             waiter: None,
         }
@@ -75,7 +75,8 @@ impl Pool {
             .is_ok()
     }
 
-    fn give(&self, n: usize) {
+    /// Gives back `n` taken before, serving whoever waits.
+    pub(super) fn give(&self, n: usize) {
         if n == 0 {
             return;
         }
@@ -104,67 +105,26 @@ impl Pool {
     }
 }
 
-/// Units taken from a pool, given back when dropped.
-#[derive(Debug)]
-#[must_use = "units are given back when dropped"]
-pub(super) struct Units {
-    pool: Arc<Pool>,
-    n: usize,
-}
-
-impl Units {
-    pub(super) fn count(&self) -> usize {
-        self.n
-    }
-
-    /// Takes `n` of these into units of their own; `None` if they hold fewer.
-    pub(super) fn split(&mut self, n: usize) -> Option<Units> {
-        self.n = self.n.checked_sub(n)?;
-        Some(Units {
-            pool: self.pool.clone(),
-            n,
-        })
-    }
-
-    /// Takes all of these into units of their own, leaving none.
-    pub(super) fn take_all(&mut self) -> Units {
-        Units {
-            pool: self.pool.clone(),
-            n: std::mem::take(&mut self.n),
-        }
-    }
-
-    /// Adds `other` (of the same pool) to these.
-    pub(super) fn merge(&mut self, mut other: Units) {
-        debug_assert!(Arc::ptr_eq(&self.pool, &other.pool), "units of one pool");
-        self.n += std::mem::take(&mut other.n);
-    }
-}
-
-impl Drop for Units {
-    fn drop(&mut self) {
-        self.pool.give(self.n);
-    }
-}
-
 /// [`Pool::take`]'s future.
+/// Once ready, the `n` units are the caller's to give back; dropped while it waits,
+/// it takes nothing.
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
-pub(super) struct Take {
-    pool: Arc<Pool>,
+pub(super) struct Take<'a> {
+    pool: &'a Pool,
     n: usize,
     waiter: Option<Arc<Waiter>>,
 }
 
-impl Future for Take {
-    type Output = Units;
+impl Future for Take<'_> {
+    type Output = ();
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Units> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         let waiter = match &this.waiter {
             None => {
-                if let Some(units) = this.pool.try_take(this.n) {
-                    return Poll::Ready(units);
+                if this.pool.try_take(this.n) {
+                    return Poll::Ready(());
                 }
                 let waiter = Arc::new(Waiter {
                     need: this.n,
@@ -188,16 +148,13 @@ impl Future for Take {
         };
         if waiter.granted.load(Ordering::Acquire) {
             this.waiter = None;
-            return Poll::Ready(Units {
-                pool: this.pool.clone(),
-                n: this.n,
-            });
+            return Poll::Ready(());
         }
         Poll::Pending
     }
 }
 
-impl Drop for Take {
+impl Drop for Take<'_> {
     fn drop(&mut self) {
         let Some(waiter) = self.waiter.take() else {
             return;
@@ -226,80 +183,68 @@ mod tests {
 
     use super::*;
 
-    /// Polls `take` once: its units if it has them now.
-    fn poll_once(take: Pin<&mut Take>) -> Option<Units> {
+    /// Polls `take` once: whether it has its units now.
+    fn ready(take: Pin<&mut Take<'_>>) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
-        match take.poll(&mut cx) {
-            Poll::Ready(units) => Some(units),
-            Poll::Pending => None,
-        }
+        take.poll(&mut cx).is_ready()
     }
 
     #[test]
-    fn units_go_back_when_dropped_split_or_merged() {
-        let pool = Arc::new(Pool::new(10));
-        let mut a = pool.try_take(6).expect("room");
+    fn what_is_taken_is_there_again_when_given_back() {
+        let pool = Pool::new(10);
+        assert!(pool.try_take(6));
         assert_eq!(pool.available(), 4);
-        assert!(pool.try_take(5).is_none());
-        let b = a.split(4).expect("holds 4");
-        assert!(a.split(3).is_none(), "a holds 2");
-        drop(b);
-        assert_eq!(pool.available(), 8);
-        let c = pool.try_take(8).expect("room");
-        a.merge(c);
-        assert_eq!(a.count(), 10);
-        let d = a.take_all();
-        drop(a);
-        assert_eq!(pool.available(), 0);
-        drop(d);
+        assert!(!pool.try_take(5));
+        assert!(pool.try_take(0));
+        pool.give(6);
         assert_eq!(pool.available(), 10);
     }
 
     #[test]
     fn waiters_are_served_in_arrival_order_and_nobody_barges() {
-        let pool = Arc::new(Pool::new(4));
-        let held = pool.try_take(4).expect("room");
+        let pool = Pool::new(4);
+        assert!(pool.try_take(4));
         let mut big = pin!(pool.take(3));
         let mut small = pin!(pool.take(1));
-        assert!(poll_once(big.as_mut()).is_none());
-        assert!(poll_once(small.as_mut()).is_none());
-        drop(held);
+        assert!(!ready(big.as_mut()));
+        assert!(!ready(small.as_mut()));
+        pool.give(4);
         // 4 free: the first waiter gets 3, the second 1; a try finds nothing left.
-        let big = poll_once(big.as_mut()).expect("served first");
-        let small = poll_once(small.as_mut()).expect("served second");
-        assert_eq!((big.count(), small.count()), (3, 1));
-        assert!(pool.try_take(1).is_none());
-        drop((big, small));
+        assert!(ready(big.as_mut()), "served first");
+        assert!(ready(small.as_mut()), "served second");
+        assert!(!pool.try_take(1));
+        pool.give(4);
 
         // While someone waits, a try that would fit is refused: the waiter is first.
-        let held = pool.try_take(3).expect("room");
+        assert!(pool.try_take(3));
         let mut waiter = pin!(pool.take(2));
-        assert!(poll_once(waiter.as_mut()).is_none());
-        assert!(pool.try_take(1).is_none(), "1 is free but someone waits");
-        drop(held);
-        assert_eq!(poll_once(waiter.as_mut()).expect("served").count(), 2);
-        assert_eq!(pool.available(), 4);
+        assert!(!ready(waiter.as_mut()));
+        assert!(!pool.try_take(1), "1 is free but someone waits");
+        pool.give(3);
+        assert!(ready(waiter.as_mut()));
+        assert_eq!(pool.available(), 2);
     }
 
     #[test]
     fn a_waiter_that_gives_up_lets_the_next_in_and_loses_nothing() {
-        let pool = Arc::new(Pool::new(4));
-        let held = pool.try_take(3).expect("room");
+        let pool = Pool::new(4);
+        assert!(pool.try_take(3));
         let mut first = Box::pin(pool.take(4));
         let mut second = pin!(pool.take(1));
-        assert!(poll_once(first.as_mut()).is_none());
-        assert!(poll_once(second.as_mut()).is_none());
+        assert!(!ready(first.as_mut()));
+        assert!(!ready(second.as_mut()));
         // The first in line goes: the second fits in what is free.
         drop(first);
-        assert_eq!(poll_once(second.as_mut()).expect("served").count(), 1);
-        drop(held);
+        assert!(ready(second.as_mut()));
+        pool.give(1);
+        pool.give(3);
         assert_eq!(pool.available(), 4);
 
         // Granted, then dropped before it was polled again: the units come back.
-        let held = pool.try_take(3).expect("room");
+        assert!(pool.try_take(3));
         let mut granted = Box::pin(pool.take(3));
-        assert!(poll_once(granted.as_mut()).is_none());
-        drop(held);
+        assert!(!ready(granted.as_mut()));
+        pool.give(3);
         assert_eq!(pool.available(), 1, "3 handed to the waiter");
         drop(granted);
         assert_eq!(pool.available(), 4);
@@ -315,22 +260,22 @@ mod tests {
                 tokio::spawn(async move {
                     for i in 0..2000 {
                         let n = 1 + (t + i) % 4;
-                        let units = if i % 3 == 0 {
-                            match pool.try_take(n) {
-                                Some(units) => units,
-                                None => continue,
+                        if i % 3 == 0 {
+                            if !pool.try_take(n) {
+                                continue;
                             }
                         } else if i % 7 == 0 {
                             // Some give up while they wait.
-                            match tokio::time::timeout(Duration::from_micros(50), pool.take(n))
+                            let take = pool.take(n);
+                            if tokio::time::timeout(Duration::from_micros(50), take)
                                 .await
+                                .is_err()
                             {
-                                Ok(units) => units,
-                                Err(_) => continue,
+                                continue;
                             }
                         } else {
-                            pool.take(n).await
-                        };
+                            pool.take(n).await;
+                        }
                         let now = holding.fetch_add(n, Ordering::SeqCst) + n;
                         assert!(now <= 10, "{now} held of 10");
                         poll_fn(|cx| {
@@ -339,7 +284,7 @@ mod tests {
                         })
                         .await;
                         holding.fetch_sub(n, Ordering::SeqCst);
-                        drop(units);
+                        pool.give(n);
                     }
                 })
             })

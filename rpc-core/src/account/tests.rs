@@ -229,3 +229,30 @@ fn a_split_charge_moves_its_reserve_share_with_it() {
     drop((both, b1, b2));
     assert_eq!(b.held(Resource::Bytes, Scope::Server), 0);
 }
+
+#[tokio::test]
+async fn a_charge_given_up_while_it_waits_holds_nothing_at_any_level() {
+    let ledger = Ledger::new(limits(10, 10, 100));
+    let a = ledger.account(addr("10.0.0.1:1"));
+    let b = ledger.account(addr("10.0.0.1:2"));
+    // The peer is full through b: a's charge takes its connection's part and waits at
+    // the peer's.
+    let full = b.try_charge(Resource::Bytes, 10).unwrap();
+    let waiting = tokio::time::timeout(Duration::from_millis(20), a.charge(Resource::Bytes, 4));
+    assert!(waiting.await.is_err(), "the peer has no room");
+    assert_eq!(a.held(Resource::Bytes, Scope::Connection), 0);
+    // Served once there is room, at every level, and given back whole.
+    let charge = tokio::spawn({
+        let a = a.clone();
+        async move { a.charge(Resource::Bytes, 4).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    drop(full);
+    let charge = charge.await.unwrap();
+    assert_eq!(a.held(Resource::Bytes, Scope::Connection), 4);
+    assert_eq!(a.held(Resource::Bytes, Scope::Peer), 4);
+    assert_eq!(a.held(Resource::Bytes, Scope::Server), 4);
+    drop(charge);
+    assert_eq!(a.held(Resource::Bytes, Scope::Server), 0);
+    assert_eq!(a.held(Resource::Bytes, Scope::Connection), 0);
+}
