@@ -15,16 +15,16 @@ pub struct Charge {
     account: Option<Account>,
     /// The resource's index.
     resource: u8,
-    amount: u32,
+    amount: usize,
     /// Of `amount`, what the server's part took from its reserve rather than its common
     /// half (counted as the peer's while held: its fair share is computed from it).
-    reserve: u32,
+    reserve: usize,
 }
 
 impl Charge {
     /// `amount` taken at every level of `account`, `reserve` of it from the server's
     /// reserve.
-    pub(super) fn new(account: &Account, resource: usize, amount: u32, reserve: u32) -> Charge {
+    pub(super) fn new(account: &Account, resource: usize, amount: usize, reserve: usize) -> Charge {
         Charge {
             account: Some(account.clone()),
             resource: resource as u8,
@@ -40,7 +40,7 @@ impl Charge {
 
     /// How much it holds.
     pub fn amount(&self) -> usize {
-        self.amount as usize
+        self.amount
     }
 
     /// Adds `other` (of the same account and resource) to this one.
@@ -57,7 +57,8 @@ impl Charge {
                 self.reserve = other.reserve;
             }
             Some(mine) => {
-                debug_assert!(
+                // Given back to the wrong account, the counters would drift for good.
+                assert!(
                     mine.is(&theirs) && self.resource == other.resource,
                     "charges of one account and resource"
                 );
@@ -69,7 +70,7 @@ impl Charge {
 
     /// Takes `n` of it (all of it, if it holds less) into a charge of its own.
     pub fn split(&mut self, n: usize) -> Charge {
-        let n = n.min(self.amount as usize) as u32;
+        let n = n.min(self.amount);
         if n == 0 || self.account.is_none() {
             return Charge::none();
         }
@@ -96,11 +97,7 @@ impl Drop for Charge {
     fn drop(&mut self) {
         if let Some(account) = &self.account {
             if self.amount > 0 {
-                account.give_back(
-                    self.resource as usize,
-                    self.amount as usize,
-                    self.reserve as usize,
-                );
+                account.give_back(self.resource as usize, self.amount, self.reserve);
             }
         }
     }

@@ -290,8 +290,8 @@ impl Account {
     /// What a charge of `n` takes: `n`, but at most the most one charge can take on its
     /// path ([`Account::limit`]: a message larger than a limit is charged as the whole of
     /// it, so it fits once that level holds nothing else).
-    fn amount(&self, resource: Resource, n: usize) -> u32 {
-        n.min(self.limit(resource)).min(u32::MAX as usize) as u32
+    fn amount(&self, resource: Resource, n: usize) -> usize {
+        n.min(self.limit(resource))
     }
 
     fn exhausted(&self, resource: Resource, level: usize) -> Exhausted {
@@ -309,7 +309,7 @@ impl Account {
     /// [`Exhausted`], naming the narrowest level that has no room.
     pub fn try_charge(&self, resource: Resource, n: usize) -> Result<Charge, Exhausted> {
         let amount = self.amount(resource, n);
-        let (i, n) = (resource.index(), amount as usize);
+        let (i, n) = (resource.index(), amount);
         let [connection, peer, _] = &*self.levels;
         if !connection.free[i].try_take(n) {
             return Err(self.exhausted(resource, 0));
@@ -329,9 +329,9 @@ impl Account {
     /// The server's part of a charge: from the common half, or else from the reserve
     /// within the peer's fair share; how much came from the reserve, or `None` when
     /// neither has room.
-    fn try_server(&self, i: usize, amount: u32) -> Option<u32> {
+    fn try_server(&self, i: usize, amount: usize) -> Option<usize> {
         let [_, peer, server] = &*self.levels;
-        let n = amount as usize;
+        let n = amount;
         if server.free[i].try_take(n) {
             return Some(0);
         }
@@ -377,7 +377,7 @@ impl Account {
             return charge;
         }
         let amount = self.amount(resource, n);
-        let (i, n) = (resource.index(), amount as usize);
+        let (i, n) = (resource.index(), amount);
         let [connection, peer, server] = &*self.levels;
         connection.free[i].take(n).await;
         let connection = Taken(&connection.free[i], n);

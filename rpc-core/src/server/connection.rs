@@ -90,7 +90,7 @@ struct Pending {
 }
 
 /// A call permit or a stream slot of the connection's account (narrowest first, in
-/// arrival order at each level: tokio's semaphores are fair).
+/// arrival order at each level: the accounts' pools serve waiters in turn).
 type Acquire = Pin<Box<dyn Future<Output = Charge> + Send>>;
 
 fn acquire(account: &Account, resource: Resource) -> Acquire {
