@@ -61,7 +61,7 @@ mod pool;
 mod protocol;
 mod sending;
 mod setup;
-// The only module with `unsafe` code (STYLE.md rule 4); `forbid` could not be re-allowed here.
+// The only module with `unsafe` code (CONTRIBUTING.md rule 4); `forbid` could not be re-allowed here.
 #[allow(unsafe_code)]
 mod verbs;
 

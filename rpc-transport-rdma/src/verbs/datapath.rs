@@ -3,7 +3,7 @@
 //!
 //! Every method that hands registered memory to the NIC is an `unsafe fn`: bounds, key,
 //! protection domain and length are checked here, and the one obligation left to the
-//! caller is the hand-over rule of STYLE.md rule 6: the range belongs to the NIC until the
+//! caller is the hand-over rule of CONTRIBUTING.md rule 6: the range belongs to the NIC until the
 //! completion of its work request is reaped (or the QP is destroyed after being flushed).
 
 use std::mem;

@@ -39,7 +39,7 @@
 //! completion is reaped. The compiler cannot see that hand-over, so the posting methods
 //! that take registered memory are `unsafe fn`: they check bounds, keys and lengths, and
 //! leave the caller one obligation, spelled out in their `# Safety` sections (the range
-//! stays registered and untouched by the CPU until the completion is reaped; see STYLE.md
+//! stays registered and untouched by the CPU until the completion is reaped; see CONTRIBUTING.md
 //! rule 6). Inline sends copy the payload during the call and are safe.
 //!
 //! # Thread safety

@@ -13,7 +13,7 @@
 //! slot index and are not `Clone`. Whoever holds the token may touch the slot's bytes;
 //! posting a work request consumes the token, and only reaping that request's completion
 //! in [`Rings::complete`] recreates it. So the CPU can never write a slot the NIC is reading,
-//! nor read one the NIC is writing (STYLE.md rule 6), and dropping a user's future cannot
+//! nor read one the NIC is writing (CONTRIBUTING.md rule 6), and dropping a user's future cannot
 //! break that: the future only ever held a token, never a posted range. READ targets
 //! ([`LargeBuf`]) are moved into the tracker for as long as their READs are posted.
 //!
