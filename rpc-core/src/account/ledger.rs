@@ -314,15 +314,16 @@ impl Account {
         if !connection.free[i].try_take(n) {
             return Err(self.exhausted(resource, 0));
         }
+        let connection = Taken(&connection.free[i], n);
         if !peer.free[i].try_take(n) {
-            connection.free[i].give(n);
             return Err(self.exhausted(resource, 1));
         }
+        let peer = Taken(&peer.free[i], n);
         let Some(reserve) = self.try_server(i, amount) else {
-            peer.free[i].give(n);
-            connection.free[i].give(n);
             return Err(self.exhausted(resource, 2));
         };
+        // The charge gives them back from now on.
+        std::mem::forget((connection, peer));
         Ok(Charge::new(self, i, amount, reserve))
     }
 
