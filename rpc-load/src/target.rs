@@ -37,6 +37,10 @@ pub trait Target: Send + Sync + 'static {
     ) -> impl Future<Output = CallOutcome> + Send;
 }
 
+/// How close to the deadline a server's giving up counts as the deadline
+/// ([`RpcTarget::at_deadline`]).
+const DEADLINE_SLACK: Duration = Duration::from_millis(10);
+
 /// The status a server stream ends with when the client stops reading it early.
 pub(crate) fn stopped_early() -> CallError {
     CallError::new(
@@ -105,6 +109,7 @@ impl<C: Connection> RpcTarget<C> {
     async fn unary(&self, message: DynamicMessage) -> Result<(), CallError> {
         let request = Request::from_parts(self.metadata.clone(), Outgoing(message), self.timeout);
         let output = &self.output;
+        let started = tokio::time::Instant::now();
         self.channel
             .unary_gathered_with(request, &self.method, |payload| match payload {
                 Payload::Borrowed(bytes) => DynamicMessage::decode(output.clone(), bytes),
@@ -112,7 +117,26 @@ impl<C: Connection> RpcTarget<C> {
             })
             .await
             .map(drop)
-            .map_err(call_error)
+            .map_err(|status| self.at_deadline(call_error(status), started.elapsed()))
+    }
+
+    /// The client's deadline decides, as in grpc-go: a server told the time left (rounded
+    /// down, and counted from later) gives up a moment before the client does, and some
+    /// answer CANCELLED then (tonic's "Timeout expired"). An error that ends the call
+    /// within `DEADLINE_SLACK` of the deadline is the deadline's.
+    fn at_deadline(&self, e: CallError, elapsed: Duration) -> CallError {
+        match self.timeout {
+            Some(t)
+                if matches!(e.code, Code::Cancelled | Code::DeadlineExceeded)
+                    && elapsed + DEADLINE_SLACK >= t =>
+            {
+                CallError::new(
+                    Code::DeadlineExceeded,
+                    format!("deadline of {t:?} exceeded"),
+                )
+            }
+            _ => e,
+        }
     }
 
     fn stream_decoder(
