@@ -33,6 +33,7 @@ mod calm;
 mod client;
 mod compress;
 mod deframe;
+mod linger;
 mod progress;
 mod server;
 mod text;

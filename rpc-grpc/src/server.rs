@@ -28,11 +28,12 @@ use rpc_core::codegen::MethodKind;
 use rpc_core::wire::{encode_head, Flags, Frame, FrameKind, Header, HEADER_LEN};
 use rpc_core::{Code, Connection, Metadata, MethodKinds, Status, TransportError, MAX_METADATA_LEN};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::calm::ResetBudget;
 use crate::compress::{Encoding, ACCEPT};
 use crate::deframe::{self, Deframer};
+use crate::linger::{self, Returned};
 use crate::progress::{Activity, Timers, Watched};
 use crate::text;
 
@@ -202,10 +203,8 @@ impl ServerConnection {
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let activity = Arc::new(Activity::default());
-        let io = Watched::new(
-            Rewind::new(io, Bytes::copy_from_slice(already_read)),
-            activity.clone(),
-        );
+        let (io, returned) = Returned::new(Rewind::new(io, Bytes::copy_from_slice(already_read)));
+        let io = Watched::new(io, activity.clone());
         let mut builder = h2::server::Builder::new();
         builder
             .max_concurrent_streams(config.max_concurrent_streams)
@@ -236,7 +235,7 @@ impl ServerConnection {
             resets: Mutex::new(ResetBudget::new(config.max_concurrent_streams)),
             calm: watch::channel(false).0,
         });
-        tokio::spawn(drive(connection, shared.clone(), tx, activity));
+        tokio::spawn(drive(connection, returned, shared.clone(), tx, activity));
         let peer = match peer_addr {
             Some(addr) => format!("grpc://{addr}"),
             None => "grpc://?".into(),
@@ -400,7 +399,8 @@ impl Drop for ServerConnection {
 /// connection's calls' tasks are alive: a client that resets streams frees HTTP/2's
 /// count at once, not the handlers it started.
 async fn drive<T>(
-    mut connection: h2::server::Connection<Watched<Rewind<T>>, Bytes>,
+    mut connection: h2::server::Connection<Watched<Returned<Rewind<T>>>, Bytes>,
+    returned: oneshot::Receiver<Rewind<T>>,
     shared: Arc<Shared>,
     tx: mpsc::Sender<ToServer>,
     activity: Arc<Activity>,
@@ -431,6 +431,9 @@ async fn drive<T>(
     let slots = Arc::new(Semaphore::new(config.max_concurrent_streams.max(1) as usize));
     let mut slot = None;
     let mut going_away = false;
+    // Whether the server's last frames are for the client to read (a GOAWAY with a
+    // reason, the end of a graceful shutdown): then the socket is closed lingering.
+    let mut linger = false;
     loop {
         if slot.is_none() {
             slot = slots.clone().try_acquire_owned().ok();
@@ -461,7 +464,10 @@ async fn drive<T>(
                     tracing::debug!("HTTP/2 connection ended: {e}");
                     break;
                 }
-                None => break,
+                None => {
+                    linger = going_away;
+                    break;
+                }
             },
             permit = slots.clone().acquire_owned(), if slot.is_none() => slot = permit.ok(),
             why = timers.closing() => {
@@ -474,6 +480,7 @@ async fn drive<T>(
                 // The GOAWAY goes out (within a bound), then the connection closes.
                 let flush = std::future::poll_fn(|cx| connection.poll_closed(cx));
                 let _ = tokio::time::timeout(Duration::from_secs(1), flush).await;
+                linger = true;
                 break;
             }
             () = set(&mut goaway), if !going_away => {
@@ -490,6 +497,10 @@ async fn drive<T>(
                 break;
             }
         }
+    }
+    drop(connection);
+    if let (true, Ok(io)) = (linger, returned.await) {
+        linger::close(io, linger::LINGER).await;
     }
     shared.ended.send_replace(true);
     // The calls' tasks end with their streams; the server sees the end once they and this
