@@ -1,0 +1,187 @@
+//! Reconnecting: one dial at a time, its failure remembered with an exponential,
+//! jittered back-off, so that many callers make no connect storm.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::shared::{start, Shared};
+use super::{Channel, Inner};
+use crate::transport::{Connection, TransportError};
+use crate::Status;
+
+/// A future that dials a new connection.
+pub(in crate::client) type Dialing<C> =
+    Pin<Box<dyn Future<Output = Result<C, TransportError>> + Send>>;
+
+pub(super) struct Redial<C> {
+    dial: Box<dyn Fn() -> Dialing<C> + Send + Sync>,
+    /// One dial at a time, held by the dial's task; callers that find it under way wait
+    /// for its result.
+    lock: Arc<tokio::sync::Mutex<()>>,
+    /// The last dial failure: until its `retry_at`, calls fail with its status (or wait,
+    /// with [`ClientConfig::wait_for_ready`]) instead of dialing again, so that many
+    /// callers make no connect storm.
+    last_failure: Mutex<Option<DialFailure>>,
+}
+
+impl<C> Redial<C> {
+    /// Redials with `dial`.
+    pub(super) fn new<F, Fut>(dial: F) -> Redial<C>
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
+    {
+        Redial {
+            dial: Box::new(move || Box::pin(dial()) as Dialing<C>),
+            lock: Arc::new(tokio::sync::Mutex::new(())),
+            last_failure: Mutex::new(None),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(super) struct DialFailure {
+    retry_at: Instant,
+    backoff: std::time::Duration,
+    status: Status,
+}
+
+/// The back-off after a first failed dial; it grows 1.6 times per further failure, up to
+/// [`MAX_REDIAL_BACKOFF`], with ±20 % jitter (gRPC's connection back-off, scaled down).
+pub const REDIAL_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest back-off between dials.
+pub const MAX_REDIAL_BACKOFF: std::time::Duration = std::time::Duration::from_secs(5);
+
+pub(in crate::client) fn next_backoff(previous: std::time::Duration) -> std::time::Duration {
+    previous.mul_f64(1.6).min(MAX_REDIAL_BACKOFF)
+}
+
+/// `backoff` ±20 %, so that many clients of one restarted server do not dial in step.
+pub(in crate::client) fn jitter(backoff: std::time::Duration) -> std::time::Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(backoff.as_nanos() as u64);
+    let unit = (hasher.finish() % 1000) as f64 / 1000.0; // [0, 1)
+    backoff.mul_f64(0.8 + 0.4 * unit)
+}
+
+/// Dials with `inner`'s redial (within the connect timeout) and records the outcome: the
+/// new connection as the current one, or the failure and the next back-off (after
+/// `failed`, the previous failure, if any).
+pub(super) async fn dial_and_record<C: Connection>(
+    inner: &Inner<C>,
+    failed: Option<DialFailure>,
+    reconnect: bool,
+) -> Result<Arc<Shared<C>>, Status> {
+    let Some(redial) = &inner.redial else {
+        return Err(Status::internal("a channel without a dialer dialled"));
+    };
+    let dialed = dial_within(inner.config.connect_timeout, (redial.dial)()).await;
+    match dialed {
+        Ok(conn) => {
+            let fresh = start(conn, &inner.config, None);
+            *inner.current.write() = Some(fresh.clone());
+            *redial.last_failure.lock() = None;
+            Ok(fresh)
+        }
+        Err(e) => {
+            let status = if reconnect {
+                Status::unavailable(format!("reconnecting failed: {e}"))
+            } else {
+                Status::unavailable(format!("connecting failed: {e}"))
+            };
+            let backoff = failed.map_or(REDIAL_BACKOFF, |f| next_backoff(f.backoff));
+            tracing::debug!(?backoff, "dial failed: {e}");
+            *redial.last_failure.lock() = Some(DialFailure {
+                retry_at: Instant::now() + jitter(backoff),
+                backoff,
+                status: status.clone(),
+            });
+            Err(status)
+        }
+    }
+}
+
+/// `dial`, failed when it takes longer than `timeout` (a channel's connect timeout).
+pub(in crate::client) async fn dial_within<C>(
+    timeout: std::time::Duration,
+    dial: impl Future<Output = Result<C, TransportError>>,
+) -> Result<C, TransportError> {
+    tokio::time::timeout(timeout, dial)
+        .await
+        .unwrap_or_else(|_| {
+            Err(TransportError::Other(format!(
+                "not connected within {timeout:?}"
+            )))
+        })
+}
+
+impl<C: Connection> Channel<C> {
+    /// The connection calls go to, replacing a failed or draining one first if this
+    /// channel reconnects. Calls in flight on a draining connection finish there. A
+    /// balanced channel picks another connection than `avoid` if it has one usable.
+    pub(super) async fn ready(&self, avoid: Option<&Shared<C>>) -> Result<Arc<Shared<C>>, Status> {
+        let usable = |shared: &Shared<C>| {
+            let calls = shared.calls.lock();
+            !calls.is_closed() && !calls.is_draining()
+        };
+        if let Some(balancer) = &self.inner.balancer {
+            return balancer.pick(avoid).await;
+        }
+        let current = self.current();
+        let Some(redial) = &self.inner.redial else {
+            // A channel without redial was made with its connection.
+            return current.ok_or_else(|| Status::unavailable("no connection"));
+        };
+        if let Some(current) = current.filter(|c| usable(c)) {
+            return Ok(current);
+        }
+        let wait_for_ready = self.inner.config.wait_for_ready;
+        loop {
+            // Held by whoever dials (the dial task below), so callers that find a dial
+            // under way wait for its outcome here.
+            let one_at_a_time = redial.lock.clone().lock_owned().await;
+            let current = self.current();
+            if let Some(current) = current.as_ref().filter(|c| usable(c)) {
+                return Ok(current.clone()); // someone else (re)connected meanwhile
+            }
+            let failed = redial.last_failure.lock().clone();
+            if let Some(failure) = &failed {
+                let left = failure.retry_at.saturating_duration_since(Instant::now());
+                if !left.is_zero() {
+                    if !wait_for_ready {
+                        return Err(failure.status.clone());
+                    }
+                    drop(one_at_a_time);
+                    tokio::time::sleep(left).await;
+                    continue;
+                }
+            }
+            match &current {
+                Some(current) => tracing::info!(peer = %current.conn.peer(), "reconnecting"),
+                None => tracing::debug!("connecting (first call of a lazy channel)"),
+            }
+            // The dial runs in a task of its own, which records its outcome: a caller
+            // whose deadline passes (or that is cancelled) mid-dial does not abort it, so
+            // a dial slower than every call's deadline still connects, and a failure
+            // still starts the back-off.
+            let inner = self.inner.clone();
+            let reconnect = current.is_some();
+            let dial = tokio::spawn(async move {
+                let _one_at_a_time = one_at_a_time;
+                dial_and_record(&inner, failed, reconnect).await
+            });
+            match dial.await {
+                Ok(Ok(fresh)) => return Ok(fresh),
+                Ok(Err(status)) if !wait_for_ready => return Err(status),
+                Ok(Err(_)) => {} // the next turn waits out the back-off
+                Err(e) => return Err(Status::internal(format!("the dial task failed: {e}"))),
+            }
+        }
+    }
+}
