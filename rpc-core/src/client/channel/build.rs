@@ -4,12 +4,10 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
 use super::redial::{dial_within, Dialing, Redial};
 use super::retry::RetryThrottle;
 use super::shared::{start, Shared};
-use super::{Channel, Inner};
+use super::{Channel, Inner, Mode};
 use crate::client::balance::{Balancer, DialFn, Discovery};
 use crate::client::target::Target;
 use crate::transport::{Connection, Dial, TransportError};
@@ -35,7 +33,45 @@ where
     move || dial(&endpoint)
 }
 
+/// `dial` as a balancer's dialer of endpoints.
+fn dial_fn<C, F, Fut>(dial: F) -> DialFn<C>
+where
+    C: Connection,
+    F: Fn(&Endpoint) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
+{
+    Arc::new(move |endpoint: &Endpoint| Box::pin(dial(endpoint)) as Dialing<C>)
+}
+
+/// A balancer over the endpoints of `target`, dialling each with `dial`.
+fn balancer_of<C, F, Fut>(config: &ClientConfig, target: Target, dial: F) -> Arc<Balancer<C>>
+where
+    C: Connection,
+    F: Fn(&Endpoint) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
+{
+    let discovery = match target {
+        Target::One(endpoint) => Discovery::Static(vec![endpoint]),
+        Target::List(endpoints) => Discovery::Static(endpoints),
+        Target::Dns(target) => Discovery::Dns(target),
+    };
+    Arc::new(Balancer::new(config.clone(), discovery, dial_fn(dial)))
+}
+
 impl<C: Connection> Channel<C> {
+    /// A channel of `mode`, with no interceptor or layer.
+    fn from_mode(config: ClientConfig, mode: Mode<C>) -> Channel<C> {
+        Channel {
+            stack: None,
+            interceptor: None,
+            inner: Arc::new(Inner {
+                mode,
+                throttle: RetryThrottle::new(&config),
+                config,
+            }),
+        }
+    }
+
     /// A channel over `conn` with default settings.
     ///
     /// # Panics
@@ -49,18 +85,8 @@ impl<C: Connection> Channel<C> {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn with_config(conn: C, config: ClientConfig) -> Channel<C> {
-        let current = RwLock::new(Some(start(conn, &config, None)));
-        Channel {
-            stack: None,
-            interceptor: None,
-            inner: Arc::new(Inner {
-                current,
-                redial: None,
-                balancer: None,
-                throttle: RetryThrottle::new(&config),
-                config,
-            }),
-        }
+        let shared = start(conn, &config, None);
+        Channel::from_mode(config, Mode::Single(shared))
     }
 
     /// A channel that connects with `dial` now, and again whenever a call finds the
@@ -89,9 +115,12 @@ impl<C: Connection> Channel<C> {
         Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
         let conn = dial_within(config.connect_timeout, dial()).await?;
-        let channel = Channel::lazy(config, dial);
-        *channel.inner.current.write() = Some(start(conn, &channel.inner.config, None));
-        Ok(channel)
+        let redial = Redial::new(dial);
+        redial.replace(start(conn, &config, None));
+        Ok(Channel::from_mode(
+            config,
+            Mode::Reconnecting(Arc::new(redial)),
+        ))
     }
 
     /// A channel that dials with `dial` only when its first call is made (so creating it
@@ -106,17 +135,7 @@ impl<C: Connection> Channel<C> {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
-        Channel {
-            stack: None,
-            interceptor: None,
-            inner: Arc::new(Inner {
-                current: RwLock::new(None),
-                redial: Some(Redial::new(dial)),
-                balancer: None,
-                throttle: RetryThrottle::new(&config),
-                config,
-            }),
-        }
+        Channel::from_mode(config, Mode::Reconnecting(Arc::new(Redial::new(dial))))
     }
 
     /// A channel to `url` (`tcp://host:port`, `auto://...`, `grpc://...`, as the
@@ -178,8 +197,8 @@ impl<C: Connection> Channel<C> {
             Target::One(endpoint) => Channel::with_reconnect(config, dialer(endpoint, dial)).await,
             target => {
                 let timeout = config.connect_timeout;
-                let channel = Channel::from_target(config, target, dial);
-                let balancer = channel.inner.balancer.as_ref().expect("balanced");
+                let balancer = balancer_of(&config, target, dial);
+                let channel = Channel::from_mode(config, Mode::Balanced(balancer.clone()));
                 match tokio::time::timeout(timeout, balancer.pick(None)).await {
                     Ok(Ok(_)) => Ok(channel),
                     Ok(Err(status)) => Err(TransportError::Other(status.message().to_owned())),
@@ -188,39 +207,6 @@ impl<C: Connection> Channel<C> {
                     ))),
                 }
             }
-        }
-    }
-
-    pub(super) fn from_target<F, Fut>(config: ClientConfig, target: Target, dial: F) -> Channel<C>
-    where
-        F: Fn(&Endpoint) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
-    {
-        let discovery = match target {
-            Target::One(endpoint) => Discovery::Static(vec![endpoint]),
-            Target::List(endpoints) => Discovery::Static(endpoints),
-            Target::Dns(target) => Discovery::Dns(target),
-        };
-        let dial: DialFn<C> =
-            Arc::new(move |endpoint: &Endpoint| Box::pin(dial(endpoint)) as Dialing<C>);
-        Channel::from_discovery(config, discovery, dial)
-    }
-
-    pub(super) fn from_discovery(
-        config: ClientConfig,
-        discovery: Discovery,
-        dial: DialFn<C>,
-    ) -> Channel<C> {
-        Channel {
-            stack: None,
-            interceptor: None,
-            inner: Arc::new(Inner {
-                current: RwLock::new(None),
-                redial: None,
-                balancer: Some(Arc::new(Balancer::new(config.clone(), discovery, dial))),
-                throttle: RetryThrottle::new(&config),
-                config,
-            }),
         }
     }
 
@@ -265,24 +251,14 @@ impl<C: Connection> Channel<C> {
         F: Fn(&Endpoint) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<C, TransportError>> + Send + 'static,
     {
-        let dial: DialFn<C> =
-            Arc::new(move |endpoint: &Endpoint| Box::pin(dial(endpoint)) as Dialing<C>);
-        Channel::from_discovery(config, Discovery::Stream(Box::pin(endpoints)), dial)
+        let discovery = Discovery::Stream(Box::pin(endpoints));
+        let balancer = Arc::new(Balancer::new(config.clone(), discovery, dial_fn(dial)));
+        Channel::from_mode(config, Mode::Balanced(balancer))
     }
 
     /// A channel over the connection `shared` alone (a balanced endpoint's health watch).
     pub(in crate::client) fn over(shared: Arc<Shared<C>>, config: ClientConfig) -> Channel<C> {
-        Channel {
-            stack: None,
-            interceptor: None,
-            inner: Arc::new(Inner {
-                current: RwLock::new(Some(shared)),
-                redial: None,
-                balancer: None,
-                throttle: RetryThrottle::new(&config),
-                config,
-            }),
-        }
+        Channel::from_mode(config, Mode::Single(shared))
     }
 
     /// A channel to `url` that connects on its first call ([`Channel::lazy`]): creating
@@ -326,7 +302,10 @@ impl<C: Connection> Channel<C> {
     {
         Ok(match Target::parse(url)? {
             Target::One(endpoint) => Channel::lazy(config, dialer(endpoint, dial)),
-            target => Channel::from_target(config, target, dial),
+            target => {
+                let balancer = balancer_of(&config, target, dial);
+                Channel::from_mode(config, Mode::Balanced(balancer))
+            }
         })
     }
 }

@@ -4,14 +4,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
 use crate::client::balance::Balancer;
 use crate::client::target::EndpointStatus;
 use crate::interceptor::Interceptor;
 use crate::layer::ClientStack;
 use crate::transport::Connection;
-use crate::ClientConfig;
+use crate::{ClientConfig, Status};
 
 mod api;
 mod build;
@@ -67,48 +65,71 @@ impl<C: Connection> fmt::Debug for Channel<C> {
         f.debug_struct("Channel")
             .field("peer", &self.peer())
             .field("in_flight", &in_flight)
-            .field("reconnects", &self.inner.redial.is_some())
+            .field("reconnects", &self.reconnects())
             .finish()
     }
 }
 
-/// What every clone shares: the current connection and how to replace it.
+/// What every clone shares: where calls go, and the settings.
 struct Inner<C: Connection> {
-    /// The connection calls go to (`None` until a lazy channel's first dial). Read-locked
-    /// for a pointer copy per call; written only when a (re)connect replaces it.
-    current: RwLock<Option<Arc<Shared<C>>>>,
-    redial: Option<Redial<C>>,
-    /// A channel over several endpoints picks a connection per call here instead
-    /// (`current` and `redial` are then unused).
-    balancer: Option<Arc<Balancer<C>>>,
+    mode: Mode<C>,
     /// Retries stop while calls fail too often ([`ClientConfig::retry`]).
     throttle: RetryThrottle,
     config: ClientConfig,
+}
+
+/// Where a channel's calls go.
+enum Mode<C: Connection> {
+    /// One connection, the channel's for its life (calls fail once it is gone).
+    Single(Arc<Shared<C>>),
+    /// A connection dialled on the first call and again whenever a call finds it failed
+    /// or draining.
+    Reconnecting(Arc<Redial<C>>),
+    /// A connection per call, picked among several endpoints' connections.
+    Balanced(Arc<Balancer<C>>),
 }
 
 impl<C: Connection> Channel<C> {
     /// The endpoints of a balanced channel and their state (empty for a channel over one
     /// connection, and before a balanced channel's first call).
     pub fn endpoints(&self) -> Vec<EndpointStatus> {
-        self.inner
-            .balancer
-            .as_ref()
-            .map_or_else(Vec::new, |balancer| balancer.endpoints())
+        match &self.inner.mode {
+            Mode::Balanced(balancer) => balancer.endpoints(),
+            Mode::Single(_) | Mode::Reconnecting(_) => Vec::new(),
+        }
     }
 
     /// Whether a call that finds its connection gone or draining can go to another one.
     fn reconnects(&self) -> bool {
-        self.inner.redial.is_some() || self.inner.balancer.is_some()
+        !matches!(self.inner.mode, Mode::Single(_))
     }
 
+    /// The connection of a channel over one connection (none before a lazy channel's
+    /// first dial, nor on a balanced channel).
     fn current(&self) -> Option<Arc<Shared<C>>> {
-        self.inner.current.read().clone()
+        match &self.inner.mode {
+            Mode::Single(shared) => Some(shared.clone()),
+            Mode::Reconnecting(redial) => redial.current(),
+            Mode::Balanced(_) => None,
+        }
+    }
+
+    /// The connection calls go to, replacing a failed or draining one first if this
+    /// channel reconnects. A balanced channel picks another connection than `avoid` if
+    /// it has one usable.
+    async fn ready(&self, avoid: Option<&Shared<C>>) -> Result<Arc<Shared<C>>, Status> {
+        match &self.inner.mode {
+            // Its failure shows when the call is inserted in its table.
+            Mode::Single(shared) => Ok(shared.clone()),
+            Mode::Reconnecting(redial) => redial.ready(&self.inner.config).await,
+            Mode::Balanced(balancer) => balancer.pick(avoid).await,
+        }
     }
 
     /// The connection's peer, for logs (`not connected` before a lazy channel's first
     /// call).
     pub fn peer(&self) -> String {
-        if let Some(balancer) = &self.inner.balancer {
+        if let Mode::Balanced(balancer) = &self.inner.mode {
             return format!("balanced over {} endpoints", balancer.endpoints().len());
         }
         self.current()
