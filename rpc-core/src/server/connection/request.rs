@@ -1,0 +1,163 @@
+//! A request frame: decoded, charged, and admitted to run now or queued for a permit.
+
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use super::spawn::panicked;
+use super::waiting::{slot_of, Pending};
+use super::State;
+use crate::account::{Charge, Resource};
+use crate::payload::Inbound;
+use crate::server::admission::{Admitted, Refused};
+use crate::server::respond::Reply;
+use crate::service::MethodKind;
+use crate::transport::Connection;
+use crate::wire::{Flags, Frame};
+use crate::{Metadata, Request, Status};
+
+impl<C: Connection> State<C> {
+    pub(super) async fn request(
+        &mut self,
+        inbound: Inbound<C::RecvBuf>,
+        draining: bool,
+    ) -> Result<(), String> {
+        let frame = Frame::parse(inbound.bytes()).map_err(|e| format!("malformed frame: {e}"))?;
+        let header = frame.header;
+        let call_id = header.call_id;
+        // A stream's entry lives while its call waits or runs, so these two cover it.
+        if self.waiting.contains(call_id) || self.running.lock().contains_key(&call_id) {
+            return Err(format!(
+                "call id {call_id:#x} is already in use by a running call"
+            ));
+        }
+        if draining {
+            self.refuse(call_id, Status::unavailable("server is shutting down"))
+                .await;
+            return Ok(());
+        }
+        let max = self.inner.config.max_message_size;
+        let status = if frame.is_discarded() || header.payload_len as usize > max {
+            Some(Status::resource_exhausted(format!(
+                "request message of {} bytes exceeds the maximum of {max}",
+                header.payload_len
+            )))
+        } else {
+            None
+        };
+        let route = self.inner.router.get(header.method_id);
+        let (status, route) = match (status, route) {
+            (Some(status), _) => (Some(status), None),
+            (None, None) => (
+                Some(Status::unimplemented(format!(
+                    "unknown method id {:#010x}",
+                    header.method_id
+                ))),
+                None,
+            ),
+            (None, Some(route)) => (None, Some(route)),
+        };
+        let metadata = match Metadata::decode(frame.metadata) {
+            Ok(metadata) => metadata,
+            Err(e) => {
+                let status = status.unwrap_or_else(|| Status::invalid_argument(e.to_string()));
+                self.reply(Reply::Status(call_id, status, Flags::default()))
+                    .await;
+                return Ok(());
+            }
+        };
+        if let Some(status) = status {
+            self.reply(Reply::Status(call_id, status, Flags::default()))
+                .await;
+            return Ok(());
+        }
+        let route = route.expect("checked");
+        let resource = slot_of(route.method.kind);
+        // What the peer sent for it, metadata included (the decoded form is about as
+        // large: strings and bytes fields own what the frame carried), charged before
+        // its message is decoded (unless the transport charged it already): past the
+        // connection's, the peer's or the server's bound the call is refused.
+        let charged = match self.conn.charges_requests() {
+            true => Ok(Charge::none()),
+            false => self.account.try_charge(Resource::Bytes, header.frame_len()),
+        };
+        let bytes = match charged {
+            Ok(bytes) => bytes,
+            Err(exhausted) => {
+                tracing::debug!(call_id, "request refused: {exhausted}");
+                let status = Status::resource_exhausted(format!(
+                    "a request of {} bytes: {exhausted}",
+                    header.frame_len()
+                ));
+                self.reply(Reply::Status(call_id, status, Flags::default()))
+                    .await;
+                return Ok(());
+            }
+        };
+        let timeout = (header.timeout_us > 0).then(|| Duration::from_micros(header.timeout_us));
+        // The deadline runs from the request's arrival, whether it waits for a permit.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // DEBUG, not INFO: an enabled span costs every call the formatting of its fields
+        // by the fmt subscriber (~5 % of a 64 B call's server CPU at c=64, perf-measured);
+        // `RUST_LOG=rpc_core=debug` turns it on.
+        let span = tracing::debug_span!("rpc", method = route.method.path, call_id);
+        // Decodes the request from the borrowed buffer (the buffer is released after
+        // this, also for a call that then waits for a permit), or from the kept frame.
+        let mut request = Request::from_parts(metadata, inbound.payload(frame.payload), timeout);
+        request.set_peer(self.peer.clone());
+        let started = if route.method.kind == MethodKind::Unary {
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                route.service.call(route.index, request)
+            }))
+            .map(|call| (call, None, None))
+            .map_err(|_| panicked())
+        } else {
+            let route = route.clone();
+            self.open_stream(&header, &route, request)
+                .map(|(call, inbox, serial)| (call, inbox, Some(serial)))
+        };
+        let (call, inbox, stream) = match started {
+            Ok(started) => started,
+            Err(status) => {
+                self.reply(Reply::Status(call_id, status, Flags::default()))
+                    .await;
+                return Ok(());
+            }
+        };
+        let pending = Pending {
+            call,
+            span,
+            inbox,
+            stream,
+            bytes,
+            covered: header.frame_len(),
+        };
+        if self.waiting.queue(resource).len() == 0 {
+            if let Ok(slot) = self.account.try_charge(resource, 1) {
+                let admitted = Admitted {
+                    call_id,
+                    deadline,
+                    call: pending,
+                };
+                self.start(admitted, slot).await;
+                return Ok(());
+            }
+        }
+        let bytes = header.frame_len();
+        let queue = self.waiting.queue(resource);
+        if let Err((refused, _)) = queue.push(call_id, bytes, deadline, pending) {
+            self.end_stream(call_id, "refused");
+            let why = match refused {
+                Refused::Calls(n) => format!("{n} calls already wait on this connection"),
+                Refused::Bytes(n) => {
+                    format!("{n} bytes of requests already wait on this connection")
+                }
+            };
+            self.refuse(
+                call_id,
+                Status::resource_exhausted(format!("too many calls in flight: {why}")),
+            )
+            .await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,193 @@
+//! Streaming calls: the ends of each open stream, and the driver that sends a handler's
+//! response stream as the client's window allows.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use futures_util::future::AbortHandle;
+use parking_lot::Mutex;
+
+use crate::outbound::{send_frame, send_message};
+use crate::service::{BoxMessage, MethodKind, ServiceFuture, StreamResponse, StreamingFuture};
+use crate::stream::{Inbox, Outbox};
+use crate::transport::Connection;
+use crate::wire::{FrameKind, Header, HEADER_LEN};
+use crate::{Metadata, Response, Status};
+
+/// Handlers running for one connection, by call id, so that a CANCEL can drop them; with
+/// a serial number, so that a finishing task removes its own entry and not that of a
+/// later call that reused the id.
+pub(super) type Running = Arc<Mutex<HashMap<u64, (u64, AbortHandle)>>>;
+
+/// The open streams of a connection's streaming calls, by call id: where the reader
+/// puts the client's messages and window updates.
+pub(super) type Streams = Arc<Mutex<HashMap<u64, StreamEnds>>>;
+
+#[derive(Default)]
+pub(super) struct StreamEnds {
+    /// Which opening of the call id this is: the task of a cancelled call must not
+    /// remove the streams of a later call that reused the id.
+    pub(super) serial: u64,
+    /// The client's messages (client-streaming and bidirectional calls).
+    pub(super) inbox: Option<Arc<Inbox>>,
+    /// The window for the server's messages (server-streaming and bidirectional calls).
+    pub(super) outbox: Option<Arc<Outbox>>,
+}
+
+impl StreamEnds {
+    /// The call is over: the handler's request stream fails (if it still reads it) and
+    /// its response stream stops.
+    pub(super) fn end(self, status: Status) {
+        if let Some(inbox) = self.inbox {
+            inbox.forget_window();
+            inbox.fail(status.clone(), true);
+        }
+        if let Some(outbox) = self.outbox {
+            outbox.close(status);
+        }
+    }
+}
+
+/// The future of a streaming call: runs the handler, then (when the server streams)
+/// sends the response headers and each message as the client's window allows; ends with
+/// the final response (the one message of a client-streaming call, else the trailers).
+pub(super) fn drive<C: Connection>(
+    conn: Arc<C>,
+    call_id: u64,
+    kind: MethodKind,
+    outbox: Option<Arc<Outbox>>,
+    call: StreamingFuture,
+    max_message_size: usize,
+) -> ServiceFuture {
+    use bytes::BufMut;
+    use futures_util::StreamExt;
+    Box::pin(async move {
+        let (metadata, body, trailers) = call.await?.into_all_parts();
+        let (mut stream, outbox) = match (body, outbox) {
+            (StreamResponse::Message(message), None) => {
+                let mut response = Response::from_parts(metadata, message);
+                *response.trailers_mut() = trailers;
+                return Ok(response);
+            }
+            (StreamResponse::Stream(stream), Some(outbox)) => (stream, outbox),
+            _ => {
+                return Err(Status::internal(format!(
+                    "the handler answered a {kind:?} method with the wrong kind of response"
+                )))
+            }
+        };
+        metadata
+            .check()
+            .map_err(|e| Status::internal(format!("response metadata: {e}")))?;
+        let unavailable = |e: crate::TransportError| match e {
+            crate::TransportError::TooLarge { .. } => Status::resource_exhausted(e.to_string()),
+            e => Status::unavailable(e.to_string()),
+        };
+        // The response headers: a response frame without END_STREAM.
+        send_frame(
+            &*conn,
+            Header::new(FrameKind::Response, call_id),
+            &metadata,
+            |_| {},
+        )
+        .await
+        .map_err(unavailable)?;
+        let limit = max_message_size.min(u32::MAX as usize);
+        let too_large = |len: usize| {
+            Status::resource_exhausted(format!(
+                "response message of {len} bytes exceeds the maximum of {limit}"
+            ))
+        };
+        // Small messages that are ready together go out in one buffer where the
+        // transport takes several frames per buffer: one queueing and one write (TCP) or
+        // one batch message (RDMA) for a run of them, as HTTP/2 packs messages into DATA
+        // frames.
+        let max_frames = conn.max_frames_per_buffer();
+        let batch_max = if max_frames > 1 {
+            conn.gather_min().unwrap_or(BATCH_BYTES).min(BATCH_BYTES)
+        } else {
+            0
+        };
+        // A message pulled for a batch that it did not fit: the next one's first.
+        let mut carry: Option<(BoxMessage, usize)> = None;
+        loop {
+            let (message, len) = match carry.take() {
+                Some(carried) => carried,
+                None => match stream.next().await {
+                    Some(item) => {
+                        let message = item?;
+                        let len = message.encoded_len();
+                        if len > limit {
+                            return Err(too_large(len));
+                        }
+                        (message, len)
+                    }
+                    None => break,
+                },
+            };
+            outbox.reserve(HEADER_LEN + len).await?;
+            if HEADER_LEN + len >= batch_max {
+                let header = Header::new(FrameKind::Message, call_id);
+                send_message(&*conn, header, &Metadata::new(), &*message)
+                    .await
+                    .map_err(unavailable)?;
+                continue;
+            }
+            let mut batch = vec![(message, len)];
+            let mut bytes = HEADER_LEN + len;
+            let mut end = None;
+            // Whatever the stream has ready now, while the window and the batch allow:
+            // the window read once, what the batch takes subtracted once.
+            let mut window = outbox.window();
+            let mut taken = 0;
+            while batch.len() < max_frames && window > 0 {
+                let mut cx = Context::from_waker(Waker::noop());
+                match stream.as_mut().poll_next(&mut cx) {
+                    Poll::Ready(Some(Ok(next))) => {
+                        let len = next.encoded_len();
+                        if len > limit {
+                            end = Some(Err(too_large(len)));
+                            break;
+                        }
+                        if bytes + HEADER_LEN + len >= batch_max {
+                            carry = Some((next, len));
+                            break;
+                        }
+                        window -= (HEADER_LEN + len) as i64;
+                        taken += HEADER_LEN + len;
+                        bytes += HEADER_LEN + len;
+                        batch.push((next, len));
+                    }
+                    Poll::Ready(Some(Err(status))) => {
+                        end = Some(Err(status));
+                        break;
+                    }
+                    Poll::Ready(None) => {
+                        end = Some(Ok(()));
+                        break;
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            outbox.take(taken);
+            let mut buf = conn.alloc(bytes).await.map_err(unavailable)?;
+            for (message, len) in &batch {
+                let mut header = Header::new(FrameKind::Message, call_id);
+                header.payload_len = *len as u32;
+                buf.put_slice(&header.encode());
+                message.encode_to(&mut buf);
+            }
+            conn.send(buf).await.map_err(unavailable)?;
+            match end {
+                Some(Ok(())) => break,
+                Some(Err(status)) => return Err(status),
+                None => {}
+            }
+        }
+        Ok(Response::from_parts(trailers, Box::new(()) as BoxMessage))
+    })
+}
+
+/// The largest run of small stream messages sent in one buffer.
+pub(super) const BATCH_BYTES: usize = 32 * 1024;
