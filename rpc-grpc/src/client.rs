@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::compress::{Encoding, ACCEPT};
 use crate::deframe::{self, Deframer};
-use crate::server::{control, frame, set};
+use crate::frames::{control, frame, set};
 use crate::{text, GrpcConfig};
 
 /// Frames queued for the channel before call tasks wait.

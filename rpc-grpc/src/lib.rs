@@ -32,14 +32,16 @@ use tokio::io::{AsyncRead, AsyncWrite};
 mod calm;
 mod client;
 mod compress;
+mod config;
 mod deframe;
+mod frames;
 mod linger;
 mod progress;
 mod server;
 mod text;
 
 pub use compress::Encoding;
-pub use server::GrpcConfig;
+pub use config::GrpcConfig;
 
 use client::ClientConnection;
 use server::ServerConnection;

@@ -1,0 +1,164 @@
+//! The HTTP/2 connection's driver: accepts streams while the connection has room for
+//! their calls, watches its progress and keepalive, answers rapid reset and GOAWAY, and
+//! closes the socket lingering.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::RecvStream;
+use http::Request;
+use rpc_core::account::Charge;
+use rpc_core::wire::FrameKind;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::call::call;
+use super::rewind::Rewind;
+use super::{Shared, ToServer};
+use crate::frames::{control, set};
+use crate::linger::{self, Returned};
+use crate::progress::{Activity, Timers, Watched};
+
+/// Runs the HTTP/2 connection: accepts calls (once the server told its methods) until
+/// the client goes, the server closes, a graceful shutdown completes, or the connection
+/// misbehaves (writes make no progress, a keepalive PING goes unanswered, rapid reset).
+///
+/// A stream is accepted only while fewer than `max_concurrent_streams` of this
+/// connection's calls' tasks are alive: a client that resets streams frees HTTP/2's
+/// count at once, not the handlers it started.
+pub(super) async fn drive<T>(
+    mut connection: h2::server::Connection<Watched<Returned<Rewind<T>>>, Bytes>,
+    returned: oneshot::Receiver<Rewind<T>>,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<ToServer>,
+    activity: Arc<Activity>,
+) where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut ready = shared.ready.subscribe();
+    let mut goaway = shared.goaway.subscribe();
+    let mut closed = shared.closed.subscribe();
+    let mut calm = shared.calm.subscribe();
+    tokio::select! {
+        () = set(&mut ready) => {}
+        () = set(&mut closed) => {
+            shared.ended.send_replace(true);
+            return;
+        }
+    }
+    let config = &shared.config;
+    let keepalive = config
+        .keepalive_interval
+        .map(|i| (i, config.keepalive_timeout));
+    let mut timers = Timers::new(
+        config.write_timeout,
+        keepalive,
+        activity,
+        connection.ping_pong(),
+    );
+    let slots = Arc::new(Semaphore::new(config.max_concurrent_streams.max(1) as usize));
+    let mut slot = None;
+    let mut going_away = false;
+    // Whether the server's last frames are for the client to read (a GOAWAY with a
+    // reason, the end of a graceful shutdown): then the socket is closed lingering.
+    let mut linger = false;
+    loop {
+        if slot.is_none() {
+            slot = slots.clone().try_acquire_owned().ok();
+        }
+        tokio::select! {
+            accepted = next_stream(&mut connection, slot.is_some()) => match accepted {
+                // A stream that crossed the GOAWAY (opened during HTTP/2's graceful
+                // shutdown, before the client knew): refused, so that the client sends
+                // it again elsewhere. The server is no longer reading new calls.
+                Some(Ok((_, mut respond))) if going_away => {
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                }
+                Some(Ok((request, respond))) => {
+                    let slot = slot.take();
+                    shared.resets.lock().accepted();
+                    let call_id = shared.next_call.fetch_add(1, Ordering::Relaxed);
+                    let (shared, tx) = (shared.clone(), tx.clone());
+                    // The call's future (about 2 KiB) is built on the heap once, in its
+                    // task: the spawned future holds only the arguments and a pointer,
+                    // so spawning copies those, not the whole state (perf: the copies
+                    // of the call's future were 2-3 % of a small call's server CPU).
+                    tokio::spawn(async move {
+                        Box::pin(call(shared, tx, call_id, request, respond)).await;
+                        drop(slot);
+                    });
+                }
+                Some(Err(e)) => {
+                    tracing::debug!("HTTP/2 connection ended: {e}");
+                    break;
+                }
+                None => {
+                    linger = going_away;
+                    break;
+                }
+            },
+            permit = slots.clone().acquire_owned(), if slot.is_none() => slot = permit.ok(),
+            why = timers.closing() => {
+                tracing::debug!("HTTP/2 connection closed: {why}");
+                break;
+            }
+            () = set(&mut calm) => {
+                tracing::debug!("HTTP/2 connection closed: the client resets the streams it opens");
+                connection.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                // The GOAWAY goes out (within a bound), then the connection closes.
+                let flush = std::future::poll_fn(|cx| connection.poll_closed(cx));
+                let _ = tokio::time::timeout(Duration::from_secs(1), flush).await;
+                linger = true;
+                break;
+            }
+            () = set(&mut goaway), if !going_away => {
+                going_away = true;
+                // HTTP/2 refuses new streams from here on and closes once the open ones are
+                // done (this loop goes on polling it, which flushes their last frames).
+                connection.graceful_shutdown();
+                // The server waits for the client's acknowledgement of its GOAWAY: the
+                // refusal of new streams is what it would acknowledge. Never waits here.
+                let _ = tx.try_send((control(FrameKind::GoAway, 0), Charge::none()));
+            }
+            () = set(&mut closed) => {
+                connection.abrupt_shutdown(h2::Reason::NO_ERROR);
+                break;
+            }
+        }
+    }
+    drop(connection);
+    if let (true, Ok(io)) = (linger, returned.await) {
+        linger::close(io, linger::LINGER).await;
+    }
+    shared.ended.send_replace(true);
+    // The calls' tasks end with their streams; the server sees the end once they and this
+    // sender are gone.
+}
+
+/// A stream the client opened: its request and the handle of its response.
+pub(super) type Accepted = (Request<RecvStream>, SendResponse<Bytes>);
+
+/// The connection's next stream when `accept`; else drives the connection (its reads,
+/// writes and PINGs) without taking one, resolving only when it ends.
+pub(super) fn next_stream<T>(
+    connection: &mut h2::server::Connection<T, Bytes>,
+    accept: bool,
+) -> impl std::future::Future<Output = Option<Result<Accepted, h2::Error>>> + '_
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    std::future::poll_fn(move |cx| {
+        if accept {
+            return connection.poll_accept(cx);
+        }
+        match connection.poll_closed(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(None),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+}

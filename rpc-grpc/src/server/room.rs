@@ -1,0 +1,74 @@
+//! Room on the connection's account for a request stream's next chunk, taken before
+//! the chunk is read.
+
+use rpc_core::account::{Account, Charge, Resource};
+
+/// The largest DATA frame a client may send (HTTP/2's default `SETTINGS_MAX_FRAME_SIZE`,
+/// which this server keeps): the most one chunk of a body can be.
+pub(super) const CHUNK: usize = 16 * 1024;
+
+/// Room on the connection's account for a request stream's next body chunk, taken
+/// before the chunk is read; when there is none, waited for without holding up the rest
+/// of the call (the server's frames, its responses), so that a call never waits for room
+/// that only its own queued messages could free.
+pub(super) struct Room {
+    pub(super) account: Account,
+    pub(super) reserved: Charge,
+    pub(super) waiting: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Charge> + Send>>>,
+}
+
+impl Room {
+    pub(super) fn new(account: Account) -> Room {
+        Room {
+            account,
+            reserved: Charge::none(),
+            waiting: None,
+        }
+    }
+
+    /// Whether a chunk may be read now, `held` being what the call's message in
+    /// progress holds; if not, a wait for room has started ([`Room::granted`]).
+    pub(super) fn ready(&mut self, held: &Charge) -> bool {
+        if self.waiting.is_some() {
+            return false;
+        }
+        let limit = self.account.limit(Resource::Bytes);
+        let room = limit.saturating_sub(held.amount() + self.reserved.amount());
+        if self.reserved.amount() >= CHUNK || room == 0 {
+            // Room for a chunk, or a message charged as the whole of the limit already.
+            return true;
+        }
+        let want = (CHUNK - self.reserved.amount()).min(room);
+        match self.account.try_charge(Resource::Bytes, want) {
+            Ok(more) => {
+                self.reserved.merge(more);
+                true
+            }
+            Err(_) => {
+                let account = self.account.clone();
+                self.waiting = Some(Box::pin(async move {
+                    account.charge(Resource::Bytes, want).await
+                }));
+                false
+            }
+        }
+    }
+
+    pub(super) fn is_waiting(&self) -> bool {
+        self.waiting.is_some()
+    }
+
+    /// Resolves once the room waited for is granted.
+    pub(super) async fn granted(&mut self) {
+        if let Some(waiting) = self.waiting.as_mut() {
+            let more = waiting.await;
+            self.reserved.merge(more);
+            self.waiting = None;
+        }
+    }
+
+    /// A chunk of `n` bytes arrived: its room moves to `held`.
+    pub(super) fn take(&mut self, held: &mut Charge, n: usize) {
+        held.merge(self.reserved.split(n));
+    }
+}
