@@ -1,0 +1,73 @@
+//! Received stream messages' payloads, taken from their frames without copying large
+//! ones.
+
+use bytes::Bytes;
+
+/// The payload of a received `Message` frame as owned bytes: a slice of the frame if the
+/// transport lets go of it (large frames), else a copy (a small frame's receive slot must
+/// not stay pinned while the message waits to be read).
+pub(crate) fn take_payload<C: crate::Connection>(
+    conn: &C,
+    buf: C::RecvBuf,
+    header: &crate::wire::Header,
+) -> Bytes {
+    if header.payload_len == 0 {
+        return Bytes::new();
+    }
+    let start = crate::wire::HEADER_LEN + header.meta_len as usize;
+    let end = start + header.payload_len as usize;
+    match conn.keep(buf) {
+        Ok(frame) => frame.slice(start..end),
+        Err(buf) => Bytes::copy_from_slice(&buf[start..end]),
+    }
+}
+
+/// The payloads of a run of `Message` frames of one stream, with the frame bytes each
+/// is charged: slices of the frames the transport lets go of (large ones), the others
+/// copied together into one allocation (so that a small frame's receive slot or shared
+/// read buffer is not pinned while its message waits, as [`take_payload`] does, but with
+/// one allocation per run). The consumer reads a stream in order, so a run's allocation
+/// is freed by the time later messages are read: what stays pinned is what the stream's
+/// window counts, plus at most one run.
+pub(crate) fn take_payloads<C: crate::Connection>(
+    conn: &C,
+    frames: impl ExactSizeIterator<Item = (C::RecvBuf, crate::wire::Header)>,
+) -> Vec<(usize, Bytes)> {
+    pub(super) enum Taken<B> {
+        Kept(Bytes),
+        Copy(B, std::ops::Range<usize>),
+    }
+    let mut taken = Vec::with_capacity(frames.len());
+    let mut copied = 0;
+    for (buf, header) in frames {
+        let start = crate::wire::HEADER_LEN + header.meta_len as usize;
+        let range = start..start + header.payload_len as usize;
+        let item = if range.is_empty() {
+            Taken::Kept(Bytes::new())
+        } else {
+            match conn.keep(buf) {
+                Ok(frame) => Taken::Kept(frame.slice(range)),
+                Err(buf) => {
+                    copied += range.len();
+                    Taken::Copy(buf, range)
+                }
+            }
+        };
+        taken.push((header.frame_len(), item));
+    }
+    let mut arena = bytes::BytesMut::with_capacity(copied);
+    for (_, item) in &taken {
+        if let Taken::Copy(buf, range) = item {
+            arena.extend_from_slice(&buf[range.clone()]);
+        }
+    }
+    let mut arena = arena.freeze();
+    taken
+        .into_iter()
+        .map(|(charged, item)| match item {
+            Taken::Kept(bytes) => (charged, bytes),
+            // Dropping the frame here hands its receive resources back.
+            Taken::Copy(_, range) => (charged, arena.split_to(range.len())),
+        })
+        .collect()
+}
