@@ -4,11 +4,10 @@
 mod balance;
 mod calls;
 mod channel;
-mod dns;
 mod target;
 
+pub use balance::EndpointStatus;
 pub use channel::{Channel, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
-pub use target::EndpointStatus;
 
 #[cfg(test)]
 mod tests;

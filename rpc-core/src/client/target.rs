@@ -1,7 +1,7 @@
 //! What a channel connects to: one endpoint, a list (`tcp://h1:p1,h2:p2`), or a DNS name
 //! (`dns:///name:port`).
 
-use super::dns::DnsTarget;
+use super::balance::dns::DnsTarget;
 use crate::{Endpoint, ParseEndpointError};
 
 /// A parsed target.
@@ -28,24 +28,6 @@ impl Target {
             .collect::<Result<Vec<Endpoint>, _>>()
             .map(Target::List)
     }
-}
-
-/// One endpoint of a balanced channel and its state
-/// ([`Channel::endpoints`](crate::Channel::endpoints)).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct EndpointStatus {
-    /// The endpoint.
-    pub endpoint: Endpoint,
-    /// Whether it has a connection that takes new calls (open, not draining).
-    pub connected: bool,
-    /// Its health as last reported by its `grpc.health.v1` watch: `None` while unknown
-    /// (no answer yet, or not connected).
-    pub serving: Option<bool>,
-    /// Whether it is resting after calls failed in a row (passive ejection).
-    pub ejected: bool,
-    /// Calls in flight on its connection.
-    pub in_flight: usize,
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::client::balance::Balancer;
-use crate::client::target::EndpointStatus;
+use crate::client::balance::EndpointStatus;
 use crate::interceptor::Interceptor;
 use crate::layer::ClientStack;
 use crate::transport::Connection;

@@ -147,7 +147,7 @@ impl DnsTarget {
         }
         let mut seen = std::collections::HashSet::new();
         addresses.retain(|addr| seen.insert(*addr));
-        super::balance::subset(&mut addresses, seed, max);
+        super::subset(&mut addresses, seed, max);
         addresses
             .into_iter()
             .map(|addr| {

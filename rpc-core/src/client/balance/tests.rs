@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
+use super::endpoint::{AtomicState, Health as HealthState, Phase};
+use super::health::HealthCheckResponse;
 use super::*;
 use crate::memory::{self, MemoryConnection};
 use crate::service::{
@@ -380,8 +382,8 @@ fn a_success_after_an_ejection_resets_the_streak() {
     let state = EndpointState {
         conn_event: tokio::sync::Notify::new(),
         changed: Arc::default(),
-        phase: std::sync::atomic::AtomicU8::new(READY),
-        health: std::sync::atomic::AtomicU8::new(SERVING),
+        phase: AtomicState::new(Phase::Ready),
+        health: AtomicState::new(HealthState::Serving),
         last_error: parking_lot::Mutex::new(None),
         health_since: parking_lot::Mutex::new(None),
         failures: std::sync::atomic::AtomicU32::new(0),
@@ -416,8 +418,8 @@ fn a_removed_endpoint_is_not_ejected_again() {
     let state = EndpointState {
         conn_event: tokio::sync::Notify::new(),
         changed: Arc::default(),
-        phase: std::sync::atomic::AtomicU8::new(READY),
-        health: std::sync::atomic::AtomicU8::new(SERVING),
+        phase: AtomicState::new(Phase::Ready),
+        health: AtomicState::new(HealthState::Serving),
         last_error: parking_lot::Mutex::new(None),
         health_since: parking_lot::Mutex::new(None),
         failures: std::sync::atomic::AtomicU32::new(0),
@@ -500,8 +502,7 @@ async fn an_unresolvable_srv_target_loses_only_itself() {
         ],
     );
     let target =
-        super::super::dns::DnsTarget::parse(&format!("dns://127.0.0.1:{}/_s._tcp.t", dns.port()))
-            .unwrap();
+        super::dns::DnsTarget::parse(&format!("dns://127.0.0.1:{}/_s._tcp.t", dns.port())).unwrap();
     let resolver = target.resolver().unwrap();
     let resolved = target.resolve(&resolver, "tcp", usize::MAX, 0).await;
     eprintln!("{resolved:?}");
@@ -523,8 +524,7 @@ async fn thousands_of_addresses_give_at_most_max_endpoints() {
     }
     let dns = test_dns::Dnsmasq::start(&hosts, &[]);
     let target =
-        super::super::dns::DnsTarget::parse(&format!("dns://127.0.0.1:{}/big.t:1", dns.port()))
-            .unwrap();
+        super::dns::DnsTarget::parse(&format!("dns://127.0.0.1:{}/big.t:1", dns.port())).unwrap();
     let resolver = target.resolver().unwrap();
     let resolved = target
         .resolve(&resolver, "tcp", usize::MAX, 0)

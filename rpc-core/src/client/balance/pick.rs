@@ -1,0 +1,193 @@
+//! The pick of an endpoint per call: power of two choices on calls in flight, or round
+//! robin, among the usable endpoints.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::endpoint::{Health, Phase};
+use super::{Balancer, Resolution, Sub};
+use crate::client::channel::Shared;
+use crate::transport::Connection;
+use crate::{LbStrategy, Status};
+
+/// Two different indices below `n` (at least 2) from the random `r`.
+pub(super) fn distinct_pair(r: u64, n: usize) -> (usize, usize) {
+    let i = (r % n as u64) as usize;
+    let j = ((r >> 32) % (n as u64 - 1)) as usize;
+    (i, if j >= i { j + 1 } else { j })
+}
+
+/// What one pick found.
+pub(super) enum Pick<C: Connection> {
+    Ready(Arc<Shared<C>>),
+    /// Nothing usable yet, but something is under way (a dial, a first health answer,
+    /// the first resolution).
+    Wait,
+    Fail(Status),
+}
+
+impl<C: Connection> Balancer<C> {
+    pub(super) fn random(&self) -> u64 {
+        // SplitMix64 over a shared counter: cheap, and different for concurrent picks.
+        let mut z = self
+            .next
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub(super) fn try_pick(&self, avoid: Option<&Shared<C>>) -> Pick<C> {
+        let subs = self.endpoints.read().clone();
+        let n = subs.len();
+        let now = Instant::now();
+        let mut ejected = None;
+        if n > 0 {
+            // The others first, when one is to be avoided; then all.
+            let others: Option<Vec<Arc<Sub<C>>>> = avoid.filter(|_| n > 1).map(|avoid| {
+                subs.iter()
+                    .filter(|sub| !sub.holds(avoid))
+                    .cloned()
+                    .collect()
+            });
+            let picked = others
+                .filter(|others| !others.is_empty())
+                .and_then(|others| self.choose(&others, now, &mut ejected))
+                .or_else(|| self.choose(&subs, now, &mut ejected));
+            if let Some(shared) = picked {
+                return Pick::Ready(shared);
+            }
+        }
+        // Only ejected endpoints are usable: they are used rather than none.
+        if let Some((shared, _)) = ejected {
+            return Pick::Ready(shared);
+        }
+        match &*self.resolution.lock() {
+            Resolution::Pending(since) if since.elapsed() < self.config.connect_timeout => {
+                return Pick::Wait
+            }
+            Resolution::Pending(_) => {
+                return Pick::Fail(Status::unavailable(format!(
+                    "no endpoints found within {:?}",
+                    self.config.connect_timeout
+                )))
+            }
+            Resolution::Failed(status) if n == 0 => return Pick::Fail(status.clone()),
+            _ => {}
+        }
+        if n == 0 {
+            return Pick::Fail(Status::unavailable("no endpoints (discovery found none)"));
+        }
+        let mut not_serving = 0;
+        let mut error = None;
+        for sub in subs.iter() {
+            let state = &sub.state;
+            let last_error = state.last_error.lock().clone();
+            match state.phase.load() {
+                // A first dial: worth waiting for. A dial after failures is not (the
+                // endpoint is failing until it connects), as gRPC's TRANSIENT_FAILURE.
+                Phase::Connecting if last_error.is_none() => return Pick::Wait,
+                Phase::Ready => match state.health.load() {
+                    Health::Unknown => {
+                        let since = *state.health_since.lock();
+                        if since.is_none_or(|t| t.elapsed() < self.config.connect_timeout) {
+                            return Pick::Wait;
+                        }
+                        not_serving += 1;
+                    }
+                    Health::NotServing => not_serving += 1,
+                    Health::Serving => {}
+                },
+                Phase::Connecting | Phase::Failed => {}
+            }
+            if error.is_none() {
+                error = last_error;
+            }
+        }
+        Pick::Fail(match error {
+            Some(error) => Status::unavailable(format!(
+                "no endpoint of {n} is usable ({not_serving} not serving); last error: {}",
+                error.message()
+            )),
+            None => Status::unavailable(format!(
+                "no endpoint of {n} is usable ({not_serving} not serving)"
+            )),
+        })
+    }
+
+    /// A usable endpoint of `subs` by the configured strategy.
+    pub(super) fn choose(
+        &self,
+        subs: &[Arc<Sub<C>>],
+        now: Instant,
+        ejected: &mut Option<(Arc<Shared<C>>, usize)>,
+    ) -> Option<Arc<Shared<C>>> {
+        match self.config.balance.strategy {
+            LbStrategy::PowerOfTwoChoices => self.two_choices(subs, now, ejected),
+            LbStrategy::RoundRobin => self.round_robin(subs, now, ejected),
+        }
+    }
+
+    /// Power of two choices: two endpoints drawn at random, the one with fewer calls in
+    /// flight; when either is not usable, two drawn among the usable ones.
+    pub(super) fn two_choices(
+        &self,
+        subs: &[Arc<Sub<C>>],
+        now: Instant,
+        ejected: &mut Option<(Arc<Shared<C>>, usize)>,
+    ) -> Option<Arc<Shared<C>>> {
+        let n = subs.len();
+        if n == 1 {
+            return subs[0].usable(now, ejected).map(|(shared, _)| shared);
+        }
+        let r = self.random();
+        let (i, j) = distinct_pair(r, n);
+        let a = subs[i].usable(now, ejected);
+        let b = subs[j].usable(now, ejected);
+        if let (Some(a), Some(b)) = (&a, &b) {
+            return Some(if b.1 < a.1 { b.0.clone() } else { a.0.clone() });
+        }
+        // Some are not usable: choose among those that are, so that none is favoured
+        // for being next to one that is down.
+        let mut usable: Vec<(Arc<Shared<C>>, usize)> = subs
+            .iter()
+            .filter_map(|sub| sub.usable(now, ejected))
+            .collect();
+        match usable.len() {
+            0 => None,
+            1 => usable.pop().map(|(shared, _)| shared),
+            m => {
+                let (i, j) = distinct_pair(r.rotate_left(17), m);
+                let (a, b) = (&usable[i], &usable[j]);
+                Some(if b.1 < a.1 { b.0.clone() } else { a.0.clone() })
+            }
+        }
+    }
+
+    /// Each usable endpoint in turn.
+    pub(super) fn round_robin(
+        &self,
+        subs: &[Arc<Sub<C>>],
+        now: Instant,
+        ejected: &mut Option<(Arc<Shared<C>>, usize)>,
+    ) -> Option<Arc<Shared<C>>> {
+        let mut usable: Vec<Arc<Shared<C>>> = subs
+            .iter()
+            .filter_map(|sub| sub.usable(now, ejected).map(|(shared, _)| shared))
+            .collect();
+        if usable.is_empty() {
+            return None;
+        }
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed) as usize % usable.len();
+        Some(usable.swap_remove(turn))
+    }
+}
+
+pub(super) fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
