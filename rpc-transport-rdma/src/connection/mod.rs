@@ -1,0 +1,375 @@
+//! [`RdmaConnection`]: one RC queue pair with its rings, as an `rpc_core::Connection`.
+//!
+//! Sending a frame of `len` bytes:
+//! - `len <= eager limit`: `alloc` waits for a free send slot and a data credit, the frame
+//!   is encoded into the slot right after the 16-byte prefix, `send` posts one SEND.
+//! - otherwise (rendezvous): `alloc` reserves room in the lending limit, takes a lendable
+//!   buffer from the connection's pool plus a slot and a credit; the frame is encoded into
+//!   the buffer; `send` lends it (`Rings::lend`) and sends the descriptor (offset, key of
+//!   the connection's own protection domain); the peer's read-done ends the loan and the
+//!   buffer returns to the pool.
+//!
+//! Receiving: whoever polls the shared completion queue (`completion.rs`, `driver.rs`)
+//! hands eager frames up in their receive slot (re-posted when the [`RecvBuf`] is
+//! dropped) and pulls rendezvous frames with RDMA READ into a buffer of the local pool.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rpc_core::wire::HEADER_LEN;
+use rpc_core::{Connection, FrameSink, TransportError, MAX_METADATA_LEN};
+use tokio::sync::{watch, Notify};
+
+use crate::completion::Membership;
+use crate::counters::{Counters, RdmaCounters};
+use crate::pool::LargePool;
+use crate::protocol::session::{Close, Session};
+use crate::protocol::MAX_BATCH;
+use crate::verbs::{Error, Rings, SendBuf, SendSlot, Target};
+mod message;
+mod received;
+mod send;
+
+pub use self::message::MessageBuf;
+pub use self::received::RecvBuf;
+pub(crate) use self::received::{KeptBytes, Received, SlotHold};
+use self::send::Batch;
+pub(crate) use self::send::RegisteredSend;
+
+/// An established RDMA connection. Cheap to share: clones of the inner state are held by
+/// its task, the ping task, a shared CQ's poller while it handles its completions and
+/// every outstanding buffer.
+#[derive(Debug)]
+pub struct RdmaConnection {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// State shared by the connection, its driver and its buffers.
+///
+/// Field order is drop order: the rings (and with them the QP) go first, so the NIC is
+/// done with every buffer before the lent ones and the pools are released.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) rings: Rings,
+    /// Its place on a shared completion queue (left after the QP is destroyed).
+    pub(crate) completion: Membership,
+    pub(crate) state: Mutex<State>,
+    /// Woken when a send slot or credits come back, or the connection fails.
+    pub(crate) space: Notify,
+    /// Set once with the reason the connection ended.
+    pub(crate) closed: watch::Sender<Option<Close>>,
+    pub(crate) counters: Arc<Counters>,
+    /// Where received frames go once the runtime asked for them to be pushed
+    /// ([`Connection::push_to`]); until then they wait in the session for `recv`.
+    pub(crate) upward: Mutex<Upward>,
+    /// The first completion error after the end was logged.
+    pub(crate) cause_logged: AtomicBool,
+    /// Frames sent and received (also counted by the shared CQ, which spins for replies
+    /// while more were sent than received there).
+    pub(crate) frames: crate::completion::FrameCounts,
+    /// Woken when frames wait for `recv`, or the connection ends.
+    pub(crate) arrived: Notify,
+    pub(crate) tx_pool: LargePool,
+    pub(crate) rx_pool: LargePool,
+    /// Message buffers: lendable, never kept idle (each is registered for one use).
+    pub(crate) msg_pool: LargePool,
+    /// Registered memory of received frames the application keeps.
+    pub(crate) kept: Arc<KeptBytes>,
+    pub(crate) peer: String,
+    /// The side channel's peer address.
+    pub(crate) peer_addr: Option<std::net::SocketAddr>,
+    /// The certificate chain the peer presented on the side channel under TLS.
+    pub(crate) peer_certificates: Option<Arc<[bytes::Bytes]>>,
+    /// Largest frame accepted or sent.
+    pub(crate) max_frame: usize,
+    pub(crate) eager_limit: usize,
+    /// What the frames lent to the peer hold on a server's account.
+    pub(crate) loan_charges: crate::sending::LoanCharges,
+}
+
+/// Mutable state, under one short lock: the protocol session, the free send slots, the
+/// sends in flight and the batch waiting for them.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) session: Session<RecvBuf>,
+    pub(crate) free_send: Vec<SendSlot>,
+    /// SENDs posted and not completed.
+    pub(crate) in_flight: u32,
+    /// Eager frames waiting to go as one message.
+    pub(crate) batch: Option<Batch>,
+}
+
+impl State {
+    /// Posts the first `len` bytes of `slot` as one SEND and counts it in flight; on
+    /// failure the slot goes back to the free ones. Every SEND goes through here, under
+    /// the state lock: so the advertised count written in the slot cannot be overtaken
+    /// by a later message that advertised less, and `in_flight` (which releases a
+    /// waiting batch as completions come) is exact.
+    pub(crate) fn post(&mut self, rings: &Rings, slot: SendSlot, len: usize) -> Result<(), Error> {
+        match rings.post_send(slot, len) {
+            Ok(()) => {
+                self.in_flight += 1;
+                Ok(())
+            }
+            Err((slot, e)) => {
+                self.free_send.push(slot);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The runtime's receive path, when it takes frames from the completion path.
+#[derive(Default)]
+pub(crate) struct Upward {
+    pub(crate) sink: Option<Arc<dyn FrameSink<RecvBuf>>>,
+    /// The driver finished: the sink, set now or later, has (or gets) the end.
+    pub(crate) ended: bool,
+    /// The connection handle is gone: nobody will receive (frames are dropped, not
+    /// kept: a kept frame holds the connection's state alive).
+    pub(crate) receiver_gone: bool,
+}
+
+impl std::fmt::Debug for Upward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upward")
+            .field("sink", &self.sink.is_some())
+            .field("ended", &self.ended)
+            .field("receiver_gone", &self.receiver_gone)
+            .finish()
+    }
+}
+
+impl Inner {
+    /// Counts a frame sent, here and on the shared CQ.
+    pub(crate) fn frame_sent(&self) {
+        self.frames.sent.fetch_add(1, Ordering::Relaxed);
+        self.completion.shared().frame_sent();
+    }
+
+    /// Counts a frame received, here and on the shared CQ.
+    pub(crate) fn frame_received(&self) {
+        self.frames.received.fetch_add(1, Ordering::Relaxed);
+        self.completion.shared().frame_received();
+    }
+
+    /// How the connection ended, for the runtime: `Ok` for a clean close.
+    pub(crate) fn end_result(&self) -> Result<(), TransportError> {
+        match &*self.closed.borrow() {
+            Some(why) if !why.is_clean() => Err(why.into()),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn close_error(&self) -> TransportError {
+        match &*self.closed.borrow() {
+            Some(why) => why.into(),
+            None => TransportError::Closed,
+        }
+    }
+
+    pub(crate) fn counters(&self) -> RdmaCounters {
+        self.counters.snapshot(
+            self.tx_pool.registrations() + self.rx_pool.registrations(),
+            (self.rings.send_slots(), self.rings.recv_slots()),
+            self.kept.held.load(Ordering::Relaxed) as u64,
+        )
+    }
+}
+
+impl RdmaConnection {
+    /// This connection's transport counters.
+    pub fn counters(&self) -> RdmaCounters {
+        self.inner.counters()
+    }
+
+    /// Largest frame that travels eagerly (by one SEND) on this connection.
+    pub fn eager_limit(&self) -> usize {
+        self.inner.eager_limit
+    }
+
+    /// A buffer of `len` bytes for a large message field, in this connection's
+    /// registered memory (as eRPC's `alloc_msg_buffer`): fill it, [`MessageBuf::freeze`]
+    /// it into `Bytes`, put those in a message's `bytes` field, and a call on this
+    /// connection lends the field from where it lies instead of copying it. It counts
+    /// against [`RdmaConfig::keep_bytes`](crate::RdmaConfig::keep_bytes) while held;
+    /// beyond that (or if registering fails) the buffer is ordinary heap memory, and the
+    /// field is copied when sent, as any other.
+    ///
+    /// Each buffer is registered for its own use and deregistered when the last of its
+    /// `Bytes` is dropped (a registration per buffer: worth it for large fields), so that
+    /// the peer, which may read it once it was lent, never sees anything else in it. Fill
+    /// it only with what this connection's peer may see.
+    pub fn message_buf(&self, len: usize) -> MessageBuf {
+        MessageBuf::registered(&self.inner, len).unwrap_or_else(|| MessageBuf::heap(len))
+    }
+
+    /// [`Connection::push_to`] while nobody polls.
+    fn push_waiting(&self, sink: Arc<dyn FrameSink<RecvBuf>>) -> bool {
+        let ended = {
+            let mut upward = self.inner.upward.lock();
+            if upward.sink.is_some() {
+                return false;
+            }
+            upward.sink = Some(sink.clone());
+            upward.ended
+        };
+        // Outside the `upward` lock: the sink's work may drop this handle, whose drop
+        // takes it.
+        let waiting = self.inner.state.lock().session.take_ready();
+        for frame in waiting {
+            sink.frame(frame);
+        }
+        if ended {
+            sink.closed(self.inner.end_result());
+        }
+        true
+    }
+}
+
+impl Connection for RdmaConnection {
+    type SendBuf = SendBuf;
+    type RecvBuf = RecvBuf;
+
+    async fn alloc(&self, len: usize) -> Result<SendBuf, TransportError> {
+        self.inner.alloc(len).await
+    }
+
+    async fn send(&self, frame: SendBuf) -> Result<(), TransportError> {
+        match frame.target {
+            Target::Registered(send) => {
+                if frame.filled != frame.cap {
+                    return Err(TransportError::Other(format!(
+                        "frame of {} bytes sent with {} written",
+                        frame.cap, frame.filled
+                    )));
+                }
+                self.inner.send(send)
+            }
+            Target::Bytes(_) => Err(TransportError::Other(
+                "a TCP buffer sent on an RDMA connection".into(),
+            )),
+        }
+    }
+
+    /// Frames back to back in one eager buffer go as one batch message (the receiver
+    /// splits and checks them as it does the batches this transport makes itself).
+    fn max_frames_per_buffer(&self) -> usize {
+        usize::from(MAX_BATCH)
+    }
+
+    /// Fields of more than a slot's worth: those that lie in a kept received frame are
+    /// lent from where they are (the frame's first bytes inline in the descriptor);
+    /// others are copied.
+    fn gather_min(&self) -> Option<usize> {
+        Some(self.inner.eager_limit + 1)
+    }
+
+    async fn send_gathered(
+        &self,
+        head: SendBuf,
+        tail: Vec<bytes::Bytes>,
+    ) -> Result<(), TransportError> {
+        match head.target {
+            Target::Registered(send) if head.filled == head.cap => {
+                self.inner.send_gathered(send, tail).await
+            }
+            Target::Registered(_) => Err(TransportError::Other(format!(
+                "frame head of {} bytes sent with {} written",
+                head.cap, head.filled
+            ))),
+            Target::Bytes(_) => Err(TransportError::Other(
+                "a TCP buffer sent on an RDMA connection".into(),
+            )),
+        }
+    }
+
+    /// Keeps the server's account: frames lent to the peer are charged to it until
+    /// their read-done.
+    fn serving(
+        &self,
+        methods: std::sync::Arc<dyn rpc_core::MethodKinds>,
+        account: &rpc_core::account::Account,
+    ) {
+        let _ = methods;
+        self.inner.loan_charges.serving(account);
+    }
+
+    /// Rendezvous frames (pulled by READ into a buffer of their own) while the
+    /// connection's [`RdmaConfig::keep_bytes`](crate::RdmaConfig::keep_bytes) has room;
+    /// never eager ones, which hold a receive slot (and with it the peer's credit).
+    fn keep(&self, frame: RecvBuf) -> Result<bytes::Bytes, RecvBuf> {
+        frame.keep()
+    }
+
+    /// Takes the next frame the session has in order; when there is none, polls the
+    /// completion queue itself (under load the next frame is usually there: no hop
+    /// through the driver), and only then waits for the driver.
+    async fn recv(&self) -> Result<Option<RecvBuf>, TransportError> {
+        let inner = &self.inner;
+        loop {
+            let notified = inner.arrived.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a wake-up in between is not lost.
+            notified.as_mut().enable();
+            {
+                let mut state = inner.state.lock();
+                if let Some(frame) = state.session.poll_deliver() {
+                    return Ok(Some(frame));
+                }
+                if state.session.is_closed() {
+                    drop(state);
+                    return inner.end_result().map(|()| None);
+                }
+            }
+            match crate::driver::progress(inner) {
+                Ok(0) => notified.await,
+                Ok(_) => {}
+                Err(why) => inner.fail(why),
+            }
+        }
+    }
+
+    fn close(&self) {
+        self.inner.close_gracefully();
+    }
+
+    fn push_to(&self, sink: Arc<dyn FrameSink<RecvBuf>>) -> bool {
+        // Nobody polls meanwhile, so the frames waiting now go up before any later ones.
+        self.inner
+            .completion
+            .shared()
+            .exclusive(|| self.push_waiting(sink))
+    }
+
+    fn peer(&self) -> String {
+        self.inner.peer.clone()
+    }
+
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.inner.peer_addr
+    }
+
+    fn peer_certificates(&self) -> Option<Arc<[bytes::Bytes]>> {
+        self.inner.peer_certificates.clone()
+    }
+}
+
+impl Drop for RdmaConnection {
+    fn drop(&mut self) {
+        self.inner.close_gracefully();
+        // Frames nobody will receive hold the connection's state: let them go.
+        let waiting = {
+            let mut upward = self.inner.upward.lock();
+            upward.receiver_gone = true;
+            self.inner.state.lock().session.take_ready()
+        };
+        drop(waiting);
+    }
+}
+
+/// Frame-size limit for a payload limit.
+pub(crate) fn max_frame(max_message_size: usize) -> usize {
+    HEADER_LEN + MAX_METADATA_LEN + max_message_size
+}
