@@ -309,6 +309,7 @@ impl Context {
         self.gid
     }
 
+    #[cfg(test)]
     /// The IPv4 address the chosen GID encodes.
     pub(crate) fn local_ip(&self) -> Option<Ipv4Addr> {
         ipv4_of_gid(&self.gid)

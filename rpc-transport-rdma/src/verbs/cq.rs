@@ -155,6 +155,7 @@ impl CompletionQueue {
         self.depth
     }
 
+    #[cfg(test)]
     /// The channel this CQ reports to, if any.
     pub(crate) fn channel(&self) -> Option<&Arc<CompChannel>> {
         self.channel.as_ref()
@@ -216,11 +217,6 @@ impl CompletionQueue {
     /// The raw CQ, for the sibling wrappers' verbs calls.
     pub(crate) fn as_ptr(&self) -> *mut ibv_cq {
         self.ptr.as_ptr()
-    }
-
-    /// The device this CQ belongs to.
-    pub(crate) fn context(&self) -> &Arc<Context> {
-        &self.ctx
     }
 }
 

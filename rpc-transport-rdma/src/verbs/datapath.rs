@@ -10,14 +10,19 @@ use std::mem;
 use std::ptr;
 use std::sync::Arc;
 
+#[cfg(test)]
+use rdma_sys::{bind_mw_t, ibv_access_flags, ibv_mw_bind_info};
 use rdma_sys::{
-    bind_mw_t, ibv_access_flags, ibv_mw_bind_info, ibv_poll_cq, ibv_post_recv, ibv_post_send,
-    ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wr_opcode, rdma_t,
+    ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge,
+    ibv_wc, ibv_wr_opcode, rdma_t,
 };
 
 use super::cq::CompletionQueue;
 use super::error::{Error, Result};
-use super::mr::{Access, MemoryRegion};
+#[cfg(test)]
+use super::mr::Access;
+use super::mr::MemoryRegion;
+#[cfg(test)]
 use super::mw::MemoryWindow;
 use super::qp::QueuePair;
 use super::qp_state::{QpStage, RecvReady, Rts};
@@ -235,6 +240,7 @@ impl QueuePair<Rts> {
         unsafe { self.post_send_sge(wr_id, &mut sge, opts) }
     }
 
+    #[cfg(test)]
     /// Posts an inline SEND of `data`, which is copied into the WQE during the call, so
     /// `data` may be any memory and is free again on return.
     ///
@@ -314,6 +320,7 @@ impl QueuePair<Rts> {
         self.post(&mut wr, "ibv_post_send(READ)")
     }
 
+    #[cfg(test)]
     /// Binds `mw` over `mr[offset..offset + len]` for remote READ by this QP's peer (a
     /// `BIND_MW` work request; the window is usable by the peer once the bind is
     /// processed, which the send queue does in order, before any later SEND). Returns the
@@ -376,6 +383,7 @@ impl QueuePair<Rts> {
         Ok(rkey)
     }
 
+    #[cfg(test)]
     /// Invalidates the window (or region) with `rkey` (`LOCAL_INV`): once this work
     /// request completes, the key no longer grants the peer anything. Safe: it only
     /// revokes access.

@@ -13,7 +13,7 @@
 //! | `qp.rs`       | [`QueuePair`] set-up: RC, typed `Reset -> Init -> Rtr -> Rts`  |
 //! | `qp_state.rs` | the typed QP states and the queried [`QpState`]                |
 //! | `datapath.rs` | the hot path: posting work requests and polling completions    |
-//! | `tracker.rs`  | [`Rings`]: rings, slot tokens, the completion tracker          |
+//! | `tracker/`    | [`Rings`]: rings, slot tokens, loans, the completion tracker   |
 //! | `sendbuf.rs`  | [`SendBuf`]: `bytes::BufMut` over a send slot or pool buffer   |
 //! | `wc.rs`       | [`Completion`], [`WcStatus`], [`WcOpcode`]: plain-Rust results |
 //! | `error.rs`    | [`Error`]: every set-up failure, typed                         |
@@ -49,9 +49,8 @@
 //! queue access with their own locks, e.g. the rxe provider's `sq.lock`/`rq.lock`/`cq.lock`
 //! spinlocks). That is what every `unsafe impl Send/Sync` below relies on.
 
-// Items are used by the transport modules the lead adds next; until then only the tests use
-// some of them.
-#![allow(dead_code, unused_imports)]
+// Items used only by the verbs tests (memory windows, queried QP states, inline sends) are
+// compiled only for them (`cfg(test)`), the hostile test peer only with its feature.
 
 mod async_event;
 mod context;
@@ -59,11 +58,13 @@ mod cq;
 mod datapath;
 mod error;
 mod mr;
+#[cfg(test)]
 mod mw;
 mod pd;
 mod qp;
 mod qp_state;
 mod sendbuf;
+#[cfg(feature = "test-peer")]
 #[cfg(feature = "test-peer")]
 pub(crate) mod test_peer;
 mod tracker;
@@ -74,19 +75,24 @@ mod tests;
 
 pub(crate) use async_event::AsyncEvent;
 pub use context::rdma_available;
-pub(crate) use context::{Context, Mtu, PortInfo, PORT_NUM};
+pub(crate) use context::{Context, Mtu};
 pub(crate) use cq::{register_channel, CompChannel, CompletionQueue};
 pub(crate) use datapath::{wc_buffer, RemoteBuf, SendOptions, MAX_RECV_BATCH};
 pub(crate) use error::{Error, Result};
 pub(crate) use mr::{Access, MemoryRegion};
+#[cfg(test)]
 pub(crate) use mw::MemoryWindow;
 pub(crate) use pd::ProtectionDomain;
 pub(crate) use qp::{QpConfig, QpEndpoint, QueuePair};
-pub(crate) use qp_state::{Init, QpStage, QpState, RecvReady, Reset, Rtr, Rts};
+#[cfg(test)]
+pub(crate) use qp_state::QpState;
+pub(crate) use qp_state::{Init, RecvReady, Rts};
 pub use sendbuf::SendBuf;
 pub(crate) use sendbuf::{RegisteredTarget, Target};
 pub(crate) use tracker::{Event, Lent, PreparedRings, RecvSlot, RingGeometry, Rings, SendSlot};
-pub(crate) use wc::{Completion, WcOpcode, WcStatus, WrId};
+#[cfg(test)]
+pub(crate) use wc::WcOpcode;
+pub(crate) use wc::{Completion, WcStatus, WrId};
 
 /// Default number of entries of a completion queue.
 ///

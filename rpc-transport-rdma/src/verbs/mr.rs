@@ -35,7 +35,9 @@ pub(crate) enum Access {
     Lendable,
     /// No remote access of its own (its rkey is useless to a peer), but memory windows
     /// may be bound over it (`IBV_ACCESS_MW_BIND`); addressed from 0 like
-    /// [`Access::Lendable`]. For lending per transfer through windows (`mw.rs`).
+    /// [`Access::Lendable`]. For lending per transfer through windows (`mw.rs`); used by
+    /// the verbs tests only, until lending moves to windows.
+    #[cfg(test)]
     Windowed,
 }
 
@@ -122,14 +124,16 @@ impl MemoryRegion {
                 // fit in an i32.
                 unsafe { ibv_reg_mr(pd.as_ptr(), buf.as_ptr().cast(), len, flags.0 as i32) }
             }
-            Access::Lendable | Access::Windowed => {
-                flags |= if access == Access::Lendable {
-                    ibv_access_flags::IBV_ACCESS_REMOTE_READ
-                } else {
-                    ibv_access_flags::IBV_ACCESS_MW_BIND
-                };
+            Access::Lendable => {
+                flags |= ibv_access_flags::IBV_ACCESS_REMOTE_READ;
                 // SAFETY: as above; ibv_reg_mr_iova2(3) registers the same memory with the
                 // NIC-visible base address 0 (every SGE and window then uses offsets).
+                unsafe { ibv_reg_mr_iova2(pd.as_ptr(), buf.as_ptr().cast(), len, 0, flags.0) }
+            }
+            #[cfg(test)]
+            Access::Windowed => {
+                flags |= ibv_access_flags::IBV_ACCESS_MW_BIND;
+                // SAFETY: as for `Access::Lendable`.
                 unsafe { ibv_reg_mr_iova2(pd.as_ptr(), buf.as_ptr().cast(), len, 0, flags.0) }
             }
         };
@@ -160,11 +164,14 @@ impl MemoryRegion {
     /// [`Access::Windowed`] regions, registered with IOVA 0.
     pub(crate) fn nic_addr(&self) -> u64 {
         match self.access {
-            Access::Lendable | Access::Windowed => 0,
+            Access::Lendable => 0,
+            #[cfg(test)]
+            Access::Windowed => 0,
             Access::Local | Access::RemoteRead => self.addr(),
         }
     }
 
+    #[cfg(test)]
     /// The raw registration, for the sibling wrappers' verbs calls (window binds).
     pub(super) fn as_ptr(&self) -> *mut ibv_mr {
         self.mr.as_ptr()
@@ -173,11 +180,6 @@ impl MemoryRegion {
     /// Length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    /// Always `false`: a region has at least one byte.
-    pub(crate) fn is_empty(&self) -> bool {
-        false
     }
 
     /// The local key, for SGEs of work requests posted on QPs of the same PD.
@@ -237,6 +239,7 @@ impl MemoryRegion {
     /// # Errors
     ///
     /// [`Error::OutOfBounds`] if the range is not inside the region.
+    #[cfg(any(test, feature = "test-peer"))]
     pub(crate) fn slice_mut(&mut self, offset: usize, len: usize) -> Result<&mut [u8]> {
         self.check_range(offset, len)?;
         // SAFETY: as in `slice`, and `&mut self` makes this the only reference.
@@ -255,16 +258,7 @@ impl MemoryRegion {
         unsafe { slice::from_raw_parts_mut(self.buf.as_ptr(), self.len) }
     }
 
-    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::OutOfBounds`] if the range is not inside the region.
-    pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        dst.copy_from_slice(self.slice(offset, dst.len())?);
-        Ok(())
-    }
-
+    #[cfg(test)]
     /// Copies `src` into the region starting at `offset`.
     ///
     /// # Errors

@@ -8,16 +8,20 @@ use std::mem;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
+#[cfg(test)]
+use rdma_sys::ibv_query_qp;
 use rdma_sys::{
     ibv_access_flags, ibv_create_qp, ibv_destroy_qp, ibv_gid, ibv_modify_qp, ibv_qp, ibv_qp_attr,
-    ibv_qp_attr_mask, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, ibv_query_qp,
+    ibv_qp_attr_mask, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type,
 };
 
 use super::context::{Mtu, PORT_NUM};
 use super::cq::CompletionQueue;
 use super::error::{check_ret, Error, Result};
 use super::pd::ProtectionDomain;
-use super::qp_state::{Init, QpStage, QpState, Reset, Rtr, Rts};
+#[cfg(test)]
+use super::qp_state::QpState;
+use super::qp_state::{Init, QpStage, Reset, Rtr, Rts};
 use super::{DEFAULT_MAX_RECV_WR, DEFAULT_MAX_SEND_WR, MAX_INLINE};
 
 /// Default local ACK timeout exponent: 4.096 µs × 2^14 ≈ 67 ms before a retransmission.
@@ -97,7 +101,10 @@ pub(super) struct QpInner {
     timeout: u8,
     retry_cnt: u8,
     pub(super) pd: Arc<ProtectionDomain>,
+    /// Held, never read: the QP's CQs must outlive it (libibverbs' destruction order).
+    #[allow(dead_code, reason = "held for the destruction order, never read")]
     send_cq: Arc<CompletionQueue>,
+    #[allow(dead_code, reason = "held for the destruction order, never read")]
     recv_cq: Arc<CompletionQueue>,
 }
 
@@ -205,16 +212,6 @@ impl QueuePair<Reset> {
         self.modify(&mut attr, mask, "ibv_modify_qp(INIT)")?;
         Ok(self.advance())
     }
-
-    /// Convenience: `RESET -> INIT -> RTR -> RTS` towards `remote`. Use the single steps
-    /// instead when RECVs must be posted in INIT before the peer can send.
-    ///
-    /// # Errors
-    ///
-    /// As the single transitions.
-    pub(crate) fn connect(self, remote: &QpEndpoint) -> Result<QueuePair<Rts>> {
-        self.into_init()?.into_rtr(remote)?.into_rts()
-    }
 }
 
 impl QueuePair<Init> {
@@ -320,20 +317,12 @@ impl<S: QpStage> QueuePair<S> {
     }
 
     /// The protection domain of the QP; memory posted on it must be registered there.
+    #[cfg(feature = "test-peer")]
     pub(crate) fn pd(&self) -> &Arc<ProtectionDomain> {
         &self.inner.pd
     }
 
-    /// The CQ that receives send-side completions.
-    pub(crate) fn send_cq(&self) -> &Arc<CompletionQueue> {
-        &self.inner.send_cq
-    }
-
-    /// The CQ that receives receive completions.
-    pub(crate) fn recv_cq(&self) -> &Arc<CompletionQueue> {
-        &self.inner.recv_cq
-    }
-
+    #[cfg(test)]
     /// Queries the QP's actual state (it may have moved to `Error` on its own).
     ///
     /// # Errors

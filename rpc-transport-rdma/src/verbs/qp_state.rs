@@ -4,6 +4,7 @@
 /// The state a QP is in, as reported by `ibv_query_qp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg(test)]
 pub(crate) enum QpState {
     /// `IBV_QPS_RESET`: just created.
     Reset,

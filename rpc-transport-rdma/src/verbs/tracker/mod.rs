@@ -20,100 +20,33 @@
 //! Field order matters: the QP is dropped (and with it every posted work request) before
 //! the rings and the READ targets it might still reference.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rdma_sys::ibv_wc;
 use slab::Slab;
 
-use super::{
-    Access, Completion, CompletionQueue, Error, Init, MemoryRegion, ProtectionDomain, QpConfig,
-    QpEndpoint, QueuePair, RemoteBuf, Result, Rts, SendOptions, WcStatus, WrId,
-};
 use crate::pool::LargeBuf;
+use crate::verbs::{
+    Completion, Error, ProtectionDomain, QueuePair, RemoteBuf, Result, Rts, SendOptions, WcStatus,
+    WrId,
+};
+mod loans;
+mod prepared;
+mod ring;
+mod slots;
 
-/// Work-request id tags (top byte of the 64-bit id); the rest is the slot index or the
-/// READ's key in the tracker.
-const TAG_SEND: u64 = 1 << 56;
-const TAG_RECV: u64 = 2 << 56;
-const TAG_READ: u64 = 3 << 56;
-const TAG_MASK: u64 = 0xff << 56;
+pub(crate) use self::loans::Lent;
+use self::loans::Loan;
+pub(crate) use self::prepared::PreparedRings;
+use self::ring::Ring;
+pub(crate) use self::ring::RingGeometry;
+pub(crate) use self::slots::{Event, RecvSlot, SendSlot};
+use self::slots::{TAG_MASK, TAG_READ, TAG_RECV, TAG_SEND};
 
 /// Distinguishes tokens of different [`Rings`], so a token can never address another
 /// connection's memory.
-static NEXT_RINGS_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Exclusive ownership of one send slot: its bytes may be written.
-#[derive(Debug)]
-pub(crate) struct SendSlot {
-    rings: u64,
-    index: u32,
-}
-
-/// Exclusive ownership of one received slot: its first `len` bytes hold a message.
-#[derive(Debug)]
-pub(crate) struct RecvSlot {
-    rings: u64,
-    index: u32,
-    len: u32,
-}
-
-impl RecvSlot {
-    /// Bytes the peer sent into this slot.
-    pub(crate) fn len(&self) -> usize {
-        self.len as usize
-    }
-}
-
-/// A completion, with the ownership it returns.
-#[derive(Debug)]
-pub(crate) enum Event {
-    /// A SEND completed: its slot is free again.
-    Sent {
-        slot: SendSlot,
-        status: std::result::Result<(), WcStatus>,
-    },
-    /// A message arrived in `slot` (on success).
-    Received {
-        slot: Option<RecvSlot>,
-        status: std::result::Result<(), WcStatus>,
-    },
-    /// Every chunk of a READ completed: `buf` holds the data (on success).
-    Read {
-        buf: LargeBuf,
-        tag: u64,
-        status: std::result::Result<(), WcStatus>,
-    },
-}
-
-/// A buffer lent to the peer (by its own key, valid for this connection's QP only: the
-/// connection's own PD), owned by the tracker until the loan ends.
-#[derive(Debug)]
-struct Loan {
-    /// Held until the loan ends, so the lent memory stays registered and unchanged.
-    buf: LoanBuf,
-    charge: usize,
-}
-
-/// What a loan holds.
-#[derive(Debug)]
-enum LoanBuf {
-    /// A rendezvous buffer the frame was encoded into.
-    Pool(LargeBuf),
-    /// A received frame the application kept and sends on (its `Bytes` keep the buffer
-    /// from going back to the pool; nothing writes to it while they live).
-    Shared(Arc<LargeBuf>, bytes::Bytes),
-}
-
-/// What the peer is told of a loan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Lent {
-    /// Names the loan in [`Rings::reclaim`].
-    pub(crate) key: u32,
-    /// Offset 0 in the lent region, and its key.
-    pub(crate) remote: RemoteBuf,
-}
+pub(super) static NEXT_RINGS_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A READ whose chunks are posted.
 #[derive(Debug)]
@@ -122,166 +55,6 @@ struct PendingRead {
     tag: u64,
     remaining: u32,
     status: std::result::Result<(), WcStatus>,
-}
-
-/// Geometry of a connection's rings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RingGeometry {
-    /// Send slots to start with.
-    pub(crate) send_slots: u32,
-    /// Receive slots to start with (the credits first granted to the peer).
-    pub(crate) recv_slots: u32,
-    /// Slots either ring may grow to (the QP is created for this many).
-    pub(crate) max_slots: u32,
-    /// Bytes per slot.
-    pub(crate) slot_size: u32,
-}
-
-/// Segments a ring may have: the first, then each growth.
-const MAX_SEGMENTS: usize = 8;
-
-/// A ring of slots registered in segments as it grows: segment `k` holds slots
-/// `start..start + len`. Segments are only ever added, and live as long as the ring.
-#[derive(Debug)]
-struct Ring {
-    segments: [OnceLock<Segment>; MAX_SEGMENTS],
-    /// Slots in all segments.
-    slots: AtomicU32,
-    slot_size: usize,
-}
-
-#[derive(Debug)]
-struct Segment {
-    start: u32,
-    len: u32,
-    region: MemoryRegion,
-}
-
-impl Ring {
-    fn new(pd: &Arc<ProtectionDomain>, slots: u32, slot_size: u32) -> Result<Ring> {
-        let ring = Ring {
-            segments: Default::default(),
-            slots: AtomicU32::new(0),
-            slot_size: slot_size as usize,
-        };
-        ring.grow(pd, slots)?;
-        Ok(ring)
-    }
-
-    fn slots(&self) -> u32 {
-        self.slots.load(Ordering::Acquire)
-    }
-
-    /// The region holding slot `index`, and the slot's offset in it.
-    ///
-    /// # Panics
-    /// If the slot is outside the ring (a bug: tokens are made only for its slots).
-    fn locate(&self, index: u32) -> (&MemoryRegion, usize) {
-        for segment in self.segments.iter().map_while(OnceLock::get) {
-            if (segment.start..segment.start + segment.len).contains(&index) {
-                let offset = (index - segment.start) as usize * self.slot_size;
-                return (&segment.region, offset);
-            }
-        }
-        panic!("slot {index} outside its ring");
-    }
-
-    /// Registers a segment of `n` more slots (callers serialize growth): the new slots'
-    /// indices, or `None` if every segment is in use.
-    fn grow(&self, pd: &Arc<ProtectionDomain>, n: u32) -> Result<Option<std::ops::Range<u32>>> {
-        let Some(free) = self.segments.iter().find(|s| s.get().is_none()) else {
-            return Ok(None);
-        };
-        let start = self.slots();
-        let region = MemoryRegion::new(pd, self.slot_size * n as usize, Access::Local)?;
-        if free
-            .set(Segment {
-                start,
-                len: n,
-                region,
-            })
-            .is_err()
-        {
-            panic!("ring growth is serialized by its callers");
-        }
-        self.slots.store(start + n, Ordering::Release);
-        Ok(Some(start..start + n))
-    }
-}
-
-/// A connection's QP in INIT with its rings registered and every receive slot posted:
-/// what exists before the peer's endpoint is known.
-#[derive(Debug)]
-pub(crate) struct PreparedRings {
-    qp: QueuePair<Init>,
-    send: Ring,
-    recv: Ring,
-    pd: Arc<ProtectionDomain>,
-    geometry: RingGeometry,
-    id: u64,
-}
-
-impl PreparedRings {
-    /// Creates the QP on `cq`, registers both rings in `pd` (no remote access) and posts
-    /// every receive slot.
-    ///
-    /// # Errors
-    /// Any verbs failure (QP creation, registration, e.g. over the memlock limit, posting).
-    pub(crate) fn new(
-        pd: &Arc<ProtectionDomain>,
-        cq: &Arc<CompletionQueue>,
-        qp_config: &QpConfig,
-        geometry: RingGeometry,
-    ) -> Result<PreparedRings> {
-        let send = Ring::new(pd, geometry.send_slots, geometry.slot_size)?;
-        let recv = Ring::new(pd, geometry.recv_slots, geometry.slot_size)?;
-        let qp = QueuePair::new(pd, cq, cq, qp_config)?.into_init()?;
-        post_segment(&qp, &recv, 0..geometry.recv_slots)?;
-        Ok(PreparedRings {
-            qp,
-            send,
-            recv,
-            pd: pd.clone(),
-            geometry,
-            id: NEXT_RINGS_ID.fetch_add(1, Ordering::Relaxed),
-        })
-    }
-
-    /// The local QP number.
-    pub(crate) fn qp_num(&self) -> u32 {
-        self.qp.qp_num()
-    }
-
-    /// What the peer needs to connect to this QP.
-    pub(crate) fn endpoint(&self) -> QpEndpoint {
-        self.qp.endpoint()
-    }
-
-    /// Connects to the peer (INIT -> RTR -> RTS) and hands out every send slot.
-    ///
-    /// # Errors
-    /// A failed state transition.
-    pub(crate) fn connect(self, remote: &QpEndpoint) -> Result<(Rings, Vec<SendSlot>)> {
-        let qp = self.qp.into_rtr(remote)?.into_rts()?;
-        let slots = (0..self.geometry.send_slots)
-            .map(|index| SendSlot {
-                rings: self.id,
-                index,
-            })
-            .collect();
-        let rings = Rings {
-            qp,
-            reads: Mutex::new(Slab::new()),
-            loans: Mutex::new(Slab::new()),
-            send: self.send,
-            recv: self.recv,
-            growing: Mutex::new(()),
-            pd: self.pd,
-            geometry: self.geometry,
-            id: self.id,
-        };
-        Ok((rings, slots))
-    }
 }
 
 /// A connected QP with its rings and the completion tracker. See the module docs.
@@ -304,7 +77,7 @@ pub(crate) struct Rings {
 
 /// Posts every slot of `indices` (one whole segment, just registered or at set-up) as
 /// a RECV.
-fn post_segment<S: super::RecvReady>(
+fn post_segment<S: crate::verbs::RecvReady>(
     qp: &QueuePair<S>,
     ring: &Ring,
     indices: std::ops::Range<u32>,
@@ -590,100 +363,6 @@ impl Rings {
                 "completion with an unknown work-request id"
             ),
         }
-    }
-
-    /// Lends `buf[..len]` to the peer by the buffer's own key (an [`Access::Lendable`]
-    /// region of the connection's own PD: useless to any other QP); the tracker owns the
-    /// buffer until [`Rings::reclaim`]. (Lending per transfer through memory windows is
-    /// shown on rxe by the verbs tests, and not used: rxe replays binds on retransmission,
-    /// see docs/limits.md, "Memory isolation".)
-    ///
-    /// # Errors
-    /// `len` beyond the buffer, or a buffer registered otherwise; `buf` is given back.
-    pub(crate) fn lend(
-        &self,
-        buf: LargeBuf,
-        len: usize,
-        charge: usize,
-    ) -> std::result::Result<Lent, (LargeBuf, Error)> {
-        if let Err(e) = buf.region().check_range(0, len) {
-            return Err((buf, e));
-        }
-        if buf.region().access() != Access::Lendable {
-            return Err((
-                buf,
-                Error::Unsupported {
-                    what: "lending a buffer not registered as lendable",
-                },
-            ));
-        }
-        let rkey = buf.region().rkey();
-        let loan = Loan {
-            buf: LoanBuf::Pool(buf),
-            charge,
-        };
-        let key = self.loans.lock().insert(loan) as u32;
-        Ok(Lent {
-            key,
-            remote: RemoteBuf { addr: 0, rkey },
-        })
-    }
-
-    /// Lends `buf[offset..offset + len]`, a received frame the application kept (of this
-    /// connection's READ targets, [`Access::Lendable`] in its own PD), by the buffer's own
-    /// key; `hold` (the application's bytes in it) is held with it until
-    /// [`Rings::reclaim`], so the buffer neither returns to its pool nor changes meanwhile.
-    ///
-    /// # Errors
-    /// The range beyond the buffer, or a buffer registered otherwise.
-    pub(crate) fn lend_shared(
-        &self,
-        buf: Arc<LargeBuf>,
-        offset: usize,
-        len: usize,
-        hold: bytes::Bytes,
-        charge: usize,
-    ) -> Result<Lent> {
-        buf.region().check_range(offset, len)?;
-        if buf.region().access() != Access::Lendable {
-            return Err(Error::Unsupported {
-                what: "lending a buffer not registered as lendable",
-            });
-        }
-        let rkey = buf.region().rkey();
-        let loan = Loan {
-            buf: LoanBuf::Shared(buf, hold),
-            charge,
-        };
-        let key = self.loans.lock().insert(loan) as u32;
-        Ok(Lent {
-            key,
-            remote: RemoteBuf {
-                addr: offset as u64,
-                rkey,
-            },
-        })
-    }
-
-    /// Ends a loan: the buffer goes back to its pool; returns the charge it was lent with.
-    ///
-    /// # Errors
-    /// An unknown or already reclaimed key.
-    pub(crate) fn reclaim(&self, key: u32) -> Result<usize> {
-        let mut loans = self.loans.lock();
-        if !loans.contains(key as usize) {
-            return Err(Error::Unsupported {
-                what: "reclaiming a loan that is not lent",
-            });
-        }
-        let loan = loans.remove(key as usize);
-        drop(loans);
-        Ok(loan.charge)
-    }
-
-    /// Loans not yet reclaimed.
-    pub(crate) fn loans(&self) -> usize {
-        self.loans.lock().len()
     }
 
     /// Moves the QP to the error state: every posted work request completes (flushed).
