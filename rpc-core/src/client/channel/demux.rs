@@ -83,93 +83,124 @@ pub(super) fn dispatch<C: Connection>(shared: &Shared<C>, buf: C::RecvBuf) -> Re
             )));
         }
     };
-    let call_id = header.call_id;
     match header.kind {
-        FrameKind::Response => {
-            let mut calls = shared.calls.lock();
-            if let Some(Waiter::Stream(inbox, _)) = calls.get(call_id) {
-                let inbox = inbox.clone();
-                let end = header.flags.contains(Flags::END_STREAM);
-                if end {
-                    if let Some(Waiter::Stream(_, Some(outbox))) = calls.take(call_id) {
-                        outbox.close(Status::cancelled("the call ended"));
-                    }
-                }
-                drop(calls);
-                return stream_response(&inbox, &buf, end);
-            }
-            if !header.flags.contains(Flags::END_STREAM) {
-                // Response headers for a call that expects one response: the server
-                // streams this method (client and server disagree on its kind).
-                if let Some(waiter) = calls.take(call_id) {
-                    drop(calls);
-                    let status = Status::internal(
-                        "the server answered with a stream: the client and the server \
-                         disagree on the method's kind",
-                    );
-                    waiter.fail(status);
-                    shared.control.cancel_stream(call_id);
-                }
-                return Ok(());
-            }
-            if !calls.complete(call_id, Ok(buf)) {
-                tracing::trace!(call_id, "response to a call no longer waiting");
-            }
+        FrameKind::Response => response(shared, buf, &header),
+        FrameKind::Message => message(shared, buf, &header),
+        FrameKind::WindowUpdate => window_update(shared, &header),
+        FrameKind::Ping => {
+            shared.control.pong(header.call_id);
+            Ok(())
         }
-        FrameKind::Message => {
-            let calls = shared.calls.lock();
-            let Some(Waiter::Stream(inbox, _)) = calls.get(call_id) else {
-                tracing::trace!(call_id, "message for a stream no longer open");
-                return Ok(());
-            };
-            let inbox = inbox.clone();
-            drop(calls);
-            if header.flags.contains(Flags::DISCARDED) {
-                inbox.fail(too_large(header.payload_len as usize), true);
-                if shared.calls.lock().take(call_id).is_some() {
-                    shared.control.cancel_stream(call_id);
-                }
-                return Ok(());
-            }
-            if header.flags.contains(Flags::END_STREAM) {
-                return Err(Status::unavailable(format!(
-                    "protocol violation by the server: stream {call_id:#x} ended by a message frame"
-                )));
-            }
-            let payload = crate::stream::take_payload(&*shared.conn, buf, &header);
-            inbox.push(header.frame_len(), payload).map_err(|e| {
-                Status::unavailable(format!("protocol violation by the server: {e}"))
-            })?;
-        }
-        FrameKind::WindowUpdate => {
-            let calls = shared.calls.lock();
-            let outbox = match calls.get(call_id) {
-                Some(Waiter::Upload(_, outbox) | Waiter::Stream(_, Some(outbox))) => outbox.clone(),
-                _ => return Ok(()),
-            };
-            drop(calls);
-            outbox.grant(header.credits).map_err(|e| {
-                Status::unavailable(format!("protocol violation by the server: {e}"))
-            })?;
-        }
-        FrameKind::Ping => shared.control.pong(header.call_id),
         FrameKind::GoAway => {
-            tracing::debug!(peer = %shared.conn.peer(), "server is going away (GOAWAY)");
-            let mut calls = shared.calls.lock();
-            let first = !calls.is_draining();
-            let acknowledge = calls.drain();
-            drop(calls);
-            if acknowledge {
-                shared.control.goaway();
-            }
-            // Once: a server repeating GOAWAY does not wake every waiting pick again.
-            if first {
-                shared.changed();
+            go_away(shared);
+            Ok(())
+        }
+        kind => {
+            tracing::trace!(?kind, "ignoring frame");
+            Ok(())
+        }
+    }
+}
+
+/// A response frame: a unary call's answer, or a stream's headers or end.
+fn response<C: Connection>(
+    shared: &Shared<C>,
+    buf: C::RecvBuf,
+    header: &Header,
+) -> Result<(), Status> {
+    let call_id = header.call_id;
+    let mut calls = shared.calls.lock();
+    if let Some(Waiter::Stream(inbox, _)) = calls.get(call_id) {
+        let inbox = inbox.clone();
+        let end = header.flags.contains(Flags::END_STREAM);
+        if end {
+            if let Some(Waiter::Stream(_, Some(outbox))) = calls.take(call_id) {
+                outbox.close(Status::cancelled("the call ended"));
             }
         }
-        kind => tracing::trace!(?kind, "ignoring frame"),
+        drop(calls);
+        return stream_response(&inbox, &buf, end);
+    }
+    if !header.flags.contains(Flags::END_STREAM) {
+        // Response headers for a call that expects one response: the server
+        // streams this method (client and server disagree on its kind).
+        if let Some(waiter) = calls.take(call_id) {
+            drop(calls);
+            let status = Status::internal(
+                "the server answered with a stream: the client and the server \
+                 disagree on the method's kind",
+            );
+            waiter.fail(status);
+            shared.control.cancel_stream(call_id);
+        }
+        return Ok(());
+    }
+    if !calls.complete(call_id, Ok(buf)) {
+        tracing::trace!(call_id, "response to a call no longer waiting");
     }
     Ok(())
+}
+
+/// A message of a response stream, queued in its inbox.
+fn message<C: Connection>(
+    shared: &Shared<C>,
+    buf: C::RecvBuf,
+    header: &Header,
+) -> Result<(), Status> {
+    let call_id = header.call_id;
+    let calls = shared.calls.lock();
+    let Some(Waiter::Stream(inbox, _)) = calls.get(call_id) else {
+        tracing::trace!(call_id, "message for a stream no longer open");
+        return Ok(());
+    };
+    let inbox = inbox.clone();
+    drop(calls);
+    if header.flags.contains(Flags::DISCARDED) {
+        inbox.fail(too_large(header.payload_len as usize), true);
+        if shared.calls.lock().take(call_id).is_some() {
+            shared.control.cancel_stream(call_id);
+        }
+        return Ok(());
+    }
+    if header.flags.contains(Flags::END_STREAM) {
+        return Err(Status::unavailable(format!(
+            "protocol violation by the server: stream {call_id:#x} ended by a message frame"
+        )));
+    }
+    let payload = crate::stream::take_payload(&*shared.conn, buf, header);
+    inbox
+        .push(header.frame_len(), payload)
+        .map_err(|e| Status::unavailable(format!("protocol violation by the server: {e}")))
+}
+
+/// More window for a request stream.
+fn window_update<C: Connection>(shared: &Shared<C>, header: &Header) -> Result<(), Status> {
+    let calls = shared.calls.lock();
+    let outbox = match calls.get(header.call_id) {
+        Some(Waiter::Upload(_, outbox) | Waiter::Stream(_, Some(outbox))) => outbox.clone(),
+        _ => return Ok(()),
+    };
+    drop(calls);
+    outbox
+        .grant(header.credits)
+        .map_err(|e| Status::unavailable(format!("protocol violation by the server: {e}")))
+}
+
+/// The server is going away: no new calls here, the GOAWAY acknowledged once the calls
+/// sent before it are accounted for.
+fn go_away<C: Connection>(shared: &Shared<C>) {
+    tracing::debug!(peer = %shared.conn.peer(), "server is going away (GOAWAY)");
+    let mut calls = shared.calls.lock();
+    let first = !calls.is_draining();
+    let acknowledge = calls.drain();
+    drop(calls);
+    if acknowledge {
+        shared.control.goaway();
+    }
+    // Once: a server repeating GOAWAY does not wake every waiting pick again.
+    if first {
+        shared.changed();
+    }
 }
 
 /// A response frame of a server-streaming or bidirectional call: its headers, or (`end`)

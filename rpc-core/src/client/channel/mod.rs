@@ -148,3 +148,21 @@ impl<C: Connection> Channel<C> {
         self.current().is_some_and(|c| c.calls.lock().is_closed())
     }
 }
+
+/// Refuses a request whose message or metadata is over the channel's limits before
+/// anything is sent.
+fn check_request(
+    config: &ClientConfig,
+    payload_len: usize,
+    metadata: &crate::Metadata,
+) -> Result<(), Status> {
+    let max = config.max_message_size.min(u32::MAX as usize);
+    if payload_len > max {
+        return Err(Status::resource_exhausted(format!(
+            "request message of {payload_len} bytes exceeds the maximum of {max}"
+        )));
+    }
+    metadata
+        .check()
+        .map_err(|e| Status::resource_exhausted(e.to_string()))
+}

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::redial::jitter;
 use super::unary::{is_refused, response_code, SplitFn};
-use super::Channel;
+use super::{check_request, Channel};
 use crate::payload::Inbound;
 use crate::service::MethodDescriptor;
 use crate::transport::Connection;
@@ -75,16 +75,8 @@ impl<C: Connection> Channel<C> {
         let config = &self.inner.config;
         let timeout = timeout.or(config.timeout);
         let payload_len = message.encoded_len();
-        let max = config.max_message_size.min(u32::MAX as usize);
-        if payload_len > max {
-            return Err(Status::resource_exhausted(format!(
-                "request message of {payload_len} bytes exceeds the maximum of {max}"
-            )));
-        }
+        check_request(config, payload_len, &metadata)?;
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        metadata
-            .check()
-            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
 
         let exchange = async {
             let mut retries = 0;
@@ -121,27 +113,15 @@ impl<C: Connection> Channel<C> {
                         continue;
                     }
                 }
-                // A failure the retry policy covers goes again, after a back-off, to a
-                // usable connection (another endpoint, on a balanced channel), unless
-                // failures are so frequent that retries are throttled.
-                if let Some(policy) = &config.retry {
-                    let code = match &result {
-                        Ok(frame) => response_code(frame.bytes()),
-                        Err(status) => status.code(),
-                    };
-                    if code == Code::Ok {
-                        self.inner.throttle.success();
-                    } else if policy.retries(method, code) {
-                        let allowed = self.inner.throttle.failure();
-                        let backoff = jitter(policy.backoff(attempts));
-                        let in_time = deadline.is_none_or(|d| Instant::now() + backoff < d);
-                        if allowed && in_time && attempts < policy.max_attempts.min(MAX_ATTEMPTS) {
-                            tracing::debug!(attempts, ?code, "retrying the call (retry policy)");
-                            tokio::time::sleep(backoff).await;
-                            attempts += 1;
-                            continue;
-                        }
-                    }
+                let code = match &result {
+                    Ok(frame) => response_code(frame.bytes()),
+                    Err(status) => status.code(),
+                };
+                if let Some(backoff) = self.policy_retry(method, code, attempts, deadline) {
+                    tracing::debug!(attempts, ?code, "retrying the call (retry policy)");
+                    tokio::time::sleep(backoff).await;
+                    attempts += 1;
+                    continue;
                 }
                 return result;
             }
@@ -155,5 +135,30 @@ impl<C: Connection> Channel<C> {
             },
             None => exchange.await,
         }
+    }
+
+    /// Whether attempt number `attempts`, which ended with `code`, goes again: the
+    /// back-off to wait first when the retry policy covers the code, failures are not so
+    /// frequent that retries are throttled, and the back-off ends before the deadline.
+    /// The retry goes to a usable connection (another endpoint, on a balanced channel).
+    fn policy_retry(
+        &self,
+        method: &MethodDescriptor,
+        code: Code,
+        attempts: u32,
+        deadline: Option<Instant>,
+    ) -> Option<std::time::Duration> {
+        let policy = self.inner.config.retry.as_ref()?;
+        if code == Code::Ok {
+            self.inner.throttle.success();
+            return None;
+        }
+        if !policy.retries(method, code) {
+            return None;
+        }
+        let allowed = self.inner.throttle.failure();
+        let backoff = jitter(policy.backoff(attempts));
+        let in_time = deadline.is_none_or(|d| Instant::now() + backoff < d);
+        (allowed && in_time && attempts < policy.max_attempts.min(MAX_ATTEMPTS)).then_some(backoff)
     }
 }

@@ -10,8 +10,8 @@ use futures_util::future::{AbortHandle, Abortable};
 use futures_util::StreamExt;
 
 use super::shared::Shared;
-use super::Channel;
-use crate::client::calls::{NotAdmitted, Waiter};
+use super::{check_request, Channel};
+use crate::client::calls::{NotAdmitted, Outcome, Waiter};
 use crate::outbound::send_frame;
 use crate::payload::{self, Inbound};
 use crate::service::{MethodDescriptor, MethodKind};
@@ -197,52 +197,18 @@ impl<C: Connection> Channel<C> {
         let timeout = timeout.or(config.timeout);
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let payload_len = message.map_or(0, |m| m.encoded_len());
-        let max = config.max_message_size.min(u32::MAX as usize);
-        if payload_len > max {
-            return Err(Status::resource_exhausted(format!(
-                "request message of {payload_len} bytes exceeds the maximum of {max}"
-            )));
-        }
-        metadata
-            .check()
-            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
+        check_request(config, payload_len, metadata)?;
         let window = config
             .stream_window
             .clamp(1, crate::wire::MAX_STREAM_WINDOW as u32);
         let open = async {
-            let mut inbox = None;
-            let mut outbox = None;
-            let mut response = None;
-            let mut picks = 0;
-            let (shared, call_id) = loop {
-                let shared = self.ready(None).await?;
-                let inserted = shared.calls.lock().insert_with(|call_id| {
-                    // The server grants the request stream's window when the call starts.
-                    let outgoing = kind
-                        .client_streams()
-                        .then(|| Arc::new(Outbox::closed_window()));
-                    outbox.clone_from(&outgoing);
-                    if kind.server_streams() {
-                        let incoming =
-                            Arc::new(Inbox::new(call_id, shared.control.clone(), window, window));
-                        inbox = Some(incoming.clone());
-                        Waiter::Stream(incoming, outgoing)
-                    } else {
-                        let (tx, rx) = tokio::sync::oneshot::channel();
-                        response = Some(rx);
-                        Waiter::Upload(tx, outgoing.expect("client-streaming"))
-                    }
-                });
-                match inserted {
-                    Ok(call_id) => break (shared, call_id),
-                    // Nothing was sent: a channel with other connections picks again.
-                    Err(_) if self.reconnects() && picks < 3 => picks += 1,
-                    Err(NotAdmitted::Closed(status)) => return Err(status),
-                    Err(NotAdmitted::Draining) => {
-                        return Err(Status::unavailable("server is shutting down (GOAWAY)"))
-                    }
-                }
-            };
+            let Registered {
+                shared,
+                call_id,
+                inbox,
+                outbox,
+                response,
+            } = self.register(kind, window).await?;
             let mut guard = StreamGuard {
                 shared: shared.clone(),
                 call_id,
@@ -287,4 +253,57 @@ impl<C: Connection> Channel<C> {
             None => open.await,
         }
     }
+
+    /// A place for a streaming call of `kind` in the call table of a usable connection,
+    /// with its request stream's outbox (its window granted when the call starts) and its
+    /// response inbox (of `window`) or one-response waiter.
+    async fn register(&self, kind: MethodKind, window: u32) -> Result<Registered<C>, Status> {
+        let mut picks = 0;
+        loop {
+            let shared = self.ready(None).await?;
+            let (mut inbox, mut outbox, mut response) = (None, None, None);
+            let inserted = shared.calls.lock().insert_with(|call_id| {
+                let outgoing = kind
+                    .client_streams()
+                    .then(|| Arc::new(Outbox::closed_window()));
+                outbox.clone_from(&outgoing);
+                if kind.server_streams() {
+                    let incoming =
+                        Arc::new(Inbox::new(call_id, shared.control.clone(), window, window));
+                    inbox = Some(incoming.clone());
+                    Waiter::Stream(incoming, outgoing)
+                } else {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    response = Some(rx);
+                    Waiter::Upload(tx, outgoing.expect("client-streaming"))
+                }
+            });
+            match inserted {
+                Ok(call_id) => {
+                    return Ok(Registered {
+                        shared,
+                        call_id,
+                        inbox,
+                        outbox,
+                        response,
+                    })
+                }
+                // Nothing was sent: a channel with other connections picks again.
+                Err(_) if self.reconnects() && picks < 3 => picks += 1,
+                Err(NotAdmitted::Closed(status)) => return Err(status),
+                Err(NotAdmitted::Draining) => {
+                    return Err(Status::unavailable("server is shutting down (GOAWAY)"))
+                }
+            }
+        }
+    }
+}
+
+/// A streaming call registered in a connection's call table, nothing sent yet.
+struct Registered<C: Connection> {
+    shared: Arc<Shared<C>>,
+    call_id: u64,
+    inbox: Option<Arc<Inbox>>,
+    outbox: Option<Arc<Outbox>>,
+    response: Option<tokio::sync::oneshot::Receiver<Outcome<C::RecvBuf>>>,
 }
