@@ -17,7 +17,6 @@ use tracing::Instrument;
 
 use crate::account::{Account, Charge, Resource};
 use crate::control::ControlQueue;
-use crate::server::admission::Admission;
 use crate::server::lifetime::{self, Due, Lifetime};
 use crate::server::respond::{responder, Reply};
 use crate::server::Inner;
@@ -50,33 +49,13 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
             tokio::spawn(responder(conn.clone(), replies_rx, control.clone()).in_current_span());
         // Every handler task holds a clone of `alive`; `done` yields None once all are gone.
         let (alive, done) = mpsc::channel::<()>(1);
-        let lifetime = Lifetime::new(
-            lifetime::Settings {
-                idle: config.max_connection_idle,
-                age: config.max_connection_age,
-                grace: config.max_connection_age_grace,
-            },
-            Instant::now(),
-            std::hash::BuildHasher::hash_one(
-                &std::collections::hash_map::RandomState::new(),
-                conn.peer(),
-            ),
-        );
+        let lifetime = lifetime_of(config, &conn.peer());
         let last_end = lifetime.watches_idle().then(Arc::default);
         let mut state = State {
             account,
             lifetime,
             last_end,
-            waiting: Waiting {
-                calls: Admission::new(
-                    config.max_queued_calls_per_connection,
-                    config.max_queued_bytes_per_connection,
-                ),
-                streams: Admission::new(
-                    config.max_queued_calls_per_connection,
-                    config.max_queued_bytes_per_connection,
-                ),
-            },
+            waiting: Waiting::new(config),
             running: Arc::default(),
             streams: Arc::default(),
             control,
@@ -94,37 +73,61 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
             conn: conn.clone(),
         };
         let graceful = state.run(done).await;
-        if !graceful {
-            // The peer is gone: nobody can receive these handlers' responses.
-            for (_, (_, handle)) in state.running.lock().drain() {
-                handle.abort();
-            }
-            for (_, ends) in state.streams.lock().drain() {
-                ends.end(Status::unavailable("connection closed"));
-            }
-            conn.close();
-        }
-        drop(state);
-        // Let the responder send what the reader queued (refusals during a drain), but
-        // not for long: a peer that stopped reading is the transport's to time out.
-        if tokio::time::timeout(Duration::from_secs(5), responder)
-            .await
-            .is_err()
-        {
-            tracing::debug!("replies still queued at close");
-        }
-        // Awaited, not left to a drop: a server process exits once its connections are
-        // done, and the transport's last writes (responses, refusals) must not die with it.
-        if tokio::time::timeout(Duration::from_secs(5), conn.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::debug!("the transport's close did not finish within 5 s");
-        }
+        close(state, graceful, responder).await;
         tracing::debug!("connection closed");
     }
     .instrument(span)
     .await
+}
+
+/// A connection's lifetime policy from the server's settings; `peer` seeds its jitter.
+fn lifetime_of(config: &crate::ServerConfig, peer: &str) -> Lifetime {
+    let settings = lifetime::Settings {
+        idle: config.max_connection_idle,
+        age: config.max_connection_age,
+        grace: config.max_connection_age_grace,
+    };
+    let seed =
+        std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), peer);
+    Lifetime::new(settings, Instant::now(), seed)
+}
+
+/// The connection's end, after its reader loop: unless the end was graceful the peer is
+/// gone and its handlers are stopped; then the responder's queued replies and the
+/// transport's last writes get a bounded time.
+async fn close<C: Connection>(
+    state: State<C>,
+    graceful: bool,
+    responder: tokio::task::JoinHandle<()>,
+) {
+    let conn = state.conn.clone();
+    if !graceful {
+        // The peer is gone: nobody can receive these handlers' responses.
+        for (_, (_, handle)) in state.running.lock().drain() {
+            handle.abort();
+        }
+        for (_, ends) in state.streams.lock().drain() {
+            ends.end(Status::unavailable("connection closed"));
+        }
+        conn.close();
+    }
+    drop(state);
+    // Let the responder send what the reader queued (refusals during a drain), but
+    // not for long: a peer that stopped reading is the transport's to time out.
+    if tokio::time::timeout(Duration::from_secs(5), responder)
+        .await
+        .is_err()
+    {
+        tracing::debug!("replies still queued at close");
+    }
+    // Awaited, not left to a drop: a server process exits once its connections are
+    // done, and the transport's last writes (responses, refusals) must not die with it.
+    if tokio::time::timeout(Duration::from_secs(5), conn.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("the transport's close did not finish within 5 s");
+    }
 }
 
 /// One connection's serving state; owned by its reader loop.
@@ -221,61 +224,86 @@ impl<C: Connection> State<C> {
                 () = sleep_until(drain_end), if drain_end.is_some() && handlers_done => Event::DrainTimeout,
             };
             match event {
-                Event::Received(Ok(Some(buf))) => match self.handle(buf, drain.is_some()).await {
-                    Ok(Acknowledged(true)) => acknowledged = true,
-                    Ok(Acknowledged(false)) => {}
-                    Err(reason) => {
-                        tracing::warn!("closing connection: {reason}");
-                        return false;
-                    }
+                Event::Received(received) => match self.received(received, drain.is_some()).await {
+                    Some(acknowledges) => acknowledged |= acknowledges,
+                    None => return false,
                 },
-                Event::Received(Ok(None)) => {
-                    tracing::debug!("peer closed the connection");
-                    return false;
-                }
-                Event::Received(Err(e)) => {
-                    tracing::warn!("closing connection: {e}");
-                    return false;
-                }
                 Event::Admitted(resource, slot) => {
                     if let Some(admitted) = self.waiting.queue(resource).pop() {
                         self.start(admitted, slot).await;
                     }
                 }
-                Event::Expiry => {
-                    self.touched();
-                    for expired in self.waiting.expire(Instant::now()) {
-                        self.end_stream(expired.call_id, "deadline exceeded");
-                        let status = Status::deadline_exceeded(
-                            "deadline exceeded while waiting for a concurrency permit",
-                        );
-                        self.reply(Reply::Status(expired.call_id, status, Flags::default()))
-                            .await;
-                    }
-                }
+                Event::Expiry => self.expire_waiting().await,
                 Event::Lifetime => {
-                    let now = Instant::now();
-                    let last_end = self.last_end.as_ref().and_then(|e| *e.lock());
-                    match self.lifetime.check(now, self.busy(), last_end) {
-                        Due::Nothing => {}
-                        Due::Drain(why) => {
-                            tracing::debug!("{why}: closing the connection gracefully");
-                            self.start_draining().await;
-                            self.lifetime.draining(now);
-                            drain = Some(now);
-                        }
-                        Due::Close => {
-                            tracing::debug!(
-                                "max_connection_age_grace: closing with calls in flight"
-                            );
-                            return false;
-                        }
+                    if !self.lifetime_due(&mut drain).await {
+                        return false;
                     }
                 }
                 Event::Shutdown(true) => {}
                 Event::Shutdown(false) => return false,
                 Event::HandlersDone => handlers_done = true,
                 Event::DrainTimeout => {}
+            }
+        }
+    }
+
+    /// What the transport gave the reader: whether it was the client's GOAWAY, or `None`
+    /// when the connection ends (the peer closed it, it failed, or a frame broke the
+    /// protocol).
+    async fn received(
+        &mut self,
+        received: Result<Option<C::RecvBuf>, crate::TransportError>,
+        draining: bool,
+    ) -> Option<bool> {
+        match received {
+            Ok(Some(buf)) => match self.handle(buf, draining).await {
+                Ok(Acknowledged(acknowledges)) => Some(acknowledges),
+                Err(reason) => {
+                    tracing::warn!("closing connection: {reason}");
+                    None
+                }
+            },
+            Ok(None) => {
+                tracing::debug!("peer closed the connection");
+                None
+            }
+            Err(e) => {
+                tracing::warn!("closing connection: {e}");
+                None
+            }
+        }
+    }
+
+    /// Answers the calls whose deadline passed while they waited for a permit or slot.
+    async fn expire_waiting(&mut self) {
+        self.touched();
+        for expired in self.waiting.expire(Instant::now()) {
+            self.end_stream(expired.call_id, "deadline exceeded");
+            let status = Status::deadline_exceeded(
+                "deadline exceeded while waiting for a concurrency permit",
+            );
+            self.reply(Reply::Status(expired.call_id, status, Flags::default()))
+                .await;
+        }
+    }
+
+    /// What the connection's lifetime policy says now: drain (starting it, `drain` set),
+    /// or close at once (false: the age's grace is over with calls in flight).
+    async fn lifetime_due(&mut self, drain: &mut Option<Instant>) -> bool {
+        let now = Instant::now();
+        let last_end = self.last_end.as_ref().and_then(|e| *e.lock());
+        match self.lifetime.check(now, self.busy(), last_end) {
+            Due::Nothing => true,
+            Due::Drain(why) => {
+                tracing::debug!("{why}: closing the connection gracefully");
+                self.start_draining().await;
+                self.lifetime.draining(now);
+                *drain = Some(now);
+                true
+            }
+            Due::Close => {
+                tracing::debug!("max_connection_age_grace: closing with calls in flight");
+                false
             }
         }
     }

@@ -53,6 +53,20 @@ pub(super) struct Waiting {
 }
 
 impl Waiting {
+    /// Empty queues bounded by the server's per-connection settings.
+    pub(super) fn new(config: &crate::ServerConfig) -> Waiting {
+        let queue = || {
+            Admission::new(
+                config.max_queued_calls_per_connection,
+                config.max_queued_bytes_per_connection,
+            )
+        };
+        Waiting {
+            calls: queue(),
+            streams: queue(),
+        }
+    }
+
     pub(super) fn queue(&mut self, resource: Resource) -> &mut Admission<Pending> {
         match resource {
             Resource::Calls => &mut self.calls,
