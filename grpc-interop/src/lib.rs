@@ -96,208 +96,243 @@ fn request_channel<T: Send + 'static>() -> (
 pub async fn run_case(channel: Channel, case: &str) -> Result<(), String> {
     let mut client = TestServiceClient::new(channel.clone()).max_decoding_message_size(4 << 20);
     match case {
-        "empty_unary" => {
-            client
-                .empty_call(Empty {})
-                .await
-                .map_err(failed("EmptyCall"))?;
-            Ok(())
-        }
-        "large_unary" => {
-            let response = client
-                .unary_call(SimpleRequest {
-                    response_size: 314_159,
-                    payload: zeros(271_828),
-                    ..Default::default()
-                })
-                .await
-                .map_err(failed("UnaryCall"))?
-                .into_inner();
-            let len = body_len(&response.payload);
-            check(len == 314_159, || {
-                format!("response of {len} bytes, not 314159")
-            })
-        }
-        "client_streaming" => {
-            let sizes = [27_182, 8, 1_828, 45_904];
-            let requests =
-                futures_util::stream::iter(sizes.map(|size| StreamingInputCallRequest {
-                    payload: zeros(size),
-                    ..Default::default()
-                }));
-            let response = client
-                .streaming_input_call(requests)
-                .await
-                .map_err(failed("StreamingInputCall"))?
-                .into_inner();
-            check(response.aggregated_payload_size == 74_922, || {
-                format!(
-                    "aggregated size {}, not 74922",
-                    response.aggregated_payload_size
-                )
-            })
-        }
-        "server_streaming" => {
-            let sizes = [31_415, 9, 2_653, 58_979];
-            let request = StreamingOutputCallRequest {
-                response_parameters: sizes
-                    .iter()
-                    .map(|&size| ResponseParameters {
-                        size,
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            };
-            let mut stream = client
-                .streaming_output_call(request)
-                .await
-                .map_err(failed("StreamingOutputCall"))?
-                .into_inner();
-            let mut got = Vec::new();
-            while let Some(response) = stream.message().await.map_err(failed("stream"))? {
-                got.push(body_len(&response.payload) as i32);
-            }
-            check(got == sizes, || format!("sizes {got:?}, not {sizes:?}"))
-        }
-        "ping_pong" => {
-            let (tx, requests) = request_channel();
-            tx.send(output_request(&PING_PONG[..1]))
-                .await
-                .map_err(|_| "closed")?;
-            let mut responses = client
-                .full_duplex_call(requests)
-                .await
-                .map_err(failed("FullDuplexCall"))?
-                .into_inner();
-            for (i, &(size, _)) in PING_PONG.iter().enumerate() {
-                if i > 0 {
-                    tx.send(output_request(&PING_PONG[i..=i]))
-                        .await
-                        .map_err(|_| "closed")?;
-                }
-                let response = responses
-                    .message()
-                    .await
-                    .map_err(failed("stream"))?
-                    .ok_or_else(|| format!("stream ended before response {i}"))?;
-                let len = body_len(&response.payload);
-                check(len == size as usize, || {
-                    format!("response {i}: {len} bytes, not {size}")
-                })?;
-            }
-            drop(tx);
-            let end = responses.message().await.map_err(failed("end"))?;
-            check(end.is_none(), || "a response after the last request".into())
-        }
-        "empty_stream" => {
-            let mut responses = client
-                .full_duplex_call(futures_util::stream::empty())
-                .await
-                .map_err(failed("FullDuplexCall"))?
-                .into_inner();
-            let first = responses.message().await.map_err(failed("stream"))?;
-            check(first.is_none(), || "a response to no request".into())
-        }
+        "empty_unary" => empty_unary(&mut client).await,
+        "large_unary" => large_unary(&mut client).await,
+        "client_streaming" => client_streaming(&mut client).await,
+        "server_streaming" => server_streaming(&mut client).await,
+        "ping_pong" => ping_pong(&mut client).await,
+        "empty_stream" => empty_stream(&mut client).await,
         "status_code_and_message" => echoed_status(&mut client, "test status message").await,
-        "special_status_message" => {
-            let message = "\t\ntest with whitespace\r\nand Unicode BMP ☺ and non-BMP 😈\t\n";
-            echoed_status(&mut client, message).await
-        }
+        "special_status_message" => special_status_message(&mut client).await,
         "custom_metadata" => custom_metadata(&mut client).await,
-        "unimplemented_method" => {
-            let status = client
-                .unimplemented_call(Empty {})
-                .await
-                .err()
-                .ok_or("UnimplementedCall succeeded")?;
-            check(status.code() == Code::Unimplemented, || {
-                format!("{status:?}")
-            })
-        }
-        "unimplemented_service" => {
-            let status = UnimplementedServiceClient::new(channel)
-                .unimplemented_call(Empty {})
-                .await
-                .err()
-                .ok_or("UnimplementedService succeeded")?;
-            check(status.code() == Code::Unimplemented, || {
-                format!("{status:?}")
-            })
-        }
-        "cancel_after_begin" => {
-            let (tx, requests) = request_channel::<StreamingInputCallRequest>();
-            let mut call_client = client.clone();
-            let call =
-                tokio::spawn(async move { call_client.streaming_input_call(requests).await });
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            call.abort();
-            let outcome = call.await;
-            check(outcome.is_err(), || {
-                format!("the call completed: {outcome:?}")
-            })?;
-            drop(tx);
-            client
-                .empty_call(Empty {})
-                .await
-                .map_err(failed("EmptyCall after"))?;
-            Ok(())
-        }
-        "cancel_after_first_response" => {
-            let (tx, requests) = request_channel();
-            tx.send(output_request(&PING_PONG[..1]))
-                .await
-                .map_err(|_| "closed")?;
-            let mut responses = client
-                .full_duplex_call(requests)
-                .await
-                .map_err(failed("FullDuplexCall"))?
-                .into_inner();
-            let first = responses
-                .message()
-                .await
-                .map_err(failed("stream"))?
-                .ok_or("none")?;
-            check(body_len(&first.payload) == 31_415, || {
-                "first response size".into()
-            })?;
-            drop(responses);
-            drop(tx);
-            client
-                .empty_call(Empty {})
-                .await
-                .map_err(failed("EmptyCall after"))?;
-            Ok(())
-        }
-        "timeout_on_sleeping_server" => {
-            let (tx, requests) = request_channel();
-            tx.send(StreamingOutputCallRequest {
-                payload: zeros(27_182),
+        "unimplemented_method" => unimplemented_method(&mut client).await,
+        "unimplemented_service" => unimplemented_service(&channel).await,
+        "cancel_after_begin" => cancel_after_begin(&mut client).await,
+        "cancel_after_first_response" => cancel_after_first_response(&mut client).await,
+        "timeout_on_sleeping_server" => timeout_on_sleeping_server(&mut client).await,
+        other => Err(format!("unknown test case {other:?}")),
+    }
+}
+
+/// The `empty_unary` case.
+async fn empty_unary(client: &mut TestServiceClient<Channel>) -> Result<(), String> {
+    client
+        .empty_call(Empty {})
+        .await
+        .map_err(failed("EmptyCall"))?;
+    Ok(())
+}
+
+/// The `large_unary` case.
+async fn large_unary(client: &mut TestServiceClient<Channel>) -> Result<(), String> {
+    let response = client
+        .unary_call(SimpleRequest {
+            response_size: 314_159,
+            payload: zeros(271_828),
+            ..Default::default()
+        })
+        .await
+        .map_err(failed("UnaryCall"))?
+        .into_inner();
+    let len = body_len(&response.payload);
+    check(len == 314_159, || {
+        format!("response of {len} bytes, not 314159")
+    })
+}
+
+/// The `client_streaming` case.
+async fn client_streaming(client: &mut TestServiceClient<Channel>) -> Result<(), String> {
+    let sizes = [27_182, 8, 1_828, 45_904];
+    let requests = futures_util::stream::iter(sizes.map(|size| StreamingInputCallRequest {
+        payload: zeros(size),
+        ..Default::default()
+    }));
+    let response = client
+        .streaming_input_call(requests)
+        .await
+        .map_err(failed("StreamingInputCall"))?
+        .into_inner();
+    check(response.aggregated_payload_size == 74_922, || {
+        format!(
+            "aggregated size {}, not 74922",
+            response.aggregated_payload_size
+        )
+    })
+}
+
+/// The `server_streaming` case.
+async fn server_streaming(client: &mut TestServiceClient<Channel>) -> Result<(), String> {
+    let sizes = [31_415, 9, 2_653, 58_979];
+    let request = StreamingOutputCallRequest {
+        response_parameters: sizes
+            .iter()
+            .map(|&size| ResponseParameters {
+                size,
                 ..Default::default()
             })
-            .await
-            .map_err(|_| "closed")?;
-            let mut request = Request::new(requests);
-            request.set_timeout(Duration::from_millis(1));
-            let outcome = match client.full_duplex_call(request).await {
-                Ok(response) => response.into_inner().message().await.map(|_| ()),
-                Err(status) => Err(status),
-            };
-            drop(tx);
-            match outcome {
-                Err(status) if status.code() == Code::DeadlineExceeded => Ok(()),
-                // tonic's own timer, when it fires before the server's answer arrives (a
-                // loaded machine), ends the call with CANCELLED "Timeout expired".
-                Err(status)
-                    if status.code() == Code::Cancelled
-                        && status.message() == "Timeout expired" =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}, not DEADLINE_EXCEEDED")),
-            }
+            .collect(),
+        ..Default::default()
+    };
+    let mut stream = client
+        .streaming_output_call(request)
+        .await
+        .map_err(failed("StreamingOutputCall"))?
+        .into_inner();
+    let mut got = Vec::new();
+    while let Some(response) = stream.message().await.map_err(failed("stream"))? {
+        got.push(body_len(&response.payload) as i32);
+    }
+    check(got == sizes, || format!("sizes {got:?}, not {sizes:?}"))
+}
+
+/// The `ping_pong` case.
+async fn ping_pong(client: &mut TestServiceClient<Channel>) -> Result<(), String> {
+    let (tx, requests) = request_channel();
+    tx.send(output_request(&PING_PONG[..1]))
+        .await
+        .map_err(|_| "closed")?;
+    let mut responses = client
+        .full_duplex_call(requests)
+        .await
+        .map_err(failed("FullDuplexCall"))?
+        .into_inner();
+    for (i, &(size, _)) in PING_PONG.iter().enumerate() {
+        if i > 0 {
+            tx.send(output_request(&PING_PONG[i..=i]))
+                .await
+                .map_err(|_| "closed")?;
         }
-        other => Err(format!("unknown test case {other:?}")),
+        let response = responses
+            .message()
+            .await
+            .map_err(failed("stream"))?
+            .ok_or_else(|| format!("stream ended before response {i}"))?;
+        let len = body_len(&response.payload);
+        check(len == size as usize, || {
+            format!("response {i}: {len} bytes, not {size}")
+        })?;
+    }
+    drop(tx);
+    let end = responses.message().await.map_err(failed("end"))?;
+    check(end.is_none(), || "a response after the last request".into())
+}
+
+/// The `empty_stream` case.
+async fn empty_stream(client: &mut TestServiceClient<Channel>) -> Result<(), String> {
+    let mut responses = client
+        .full_duplex_call(futures_util::stream::empty())
+        .await
+        .map_err(failed("FullDuplexCall"))?
+        .into_inner();
+    let first = responses.message().await.map_err(failed("stream"))?;
+    check(first.is_none(), || "a response to no request".into())
+}
+
+/// The `special_status_message` case.
+async fn special_status_message(client: &mut TestServiceClient<Channel>) -> Result<(), String> {
+    let message = "\t\ntest with whitespace\r\nand Unicode BMP ☺ and non-BMP 😈\t\n";
+    echoed_status(client, message).await
+}
+
+/// The `unimplemented_method` case.
+async fn unimplemented_method(client: &mut TestServiceClient<Channel>) -> Result<(), String> {
+    let status = client
+        .unimplemented_call(Empty {})
+        .await
+        .err()
+        .ok_or("UnimplementedCall succeeded")?;
+    check(status.code() == Code::Unimplemented, || {
+        format!("{status:?}")
+    })
+}
+
+/// The `unimplemented_service` case.
+async fn unimplemented_service(channel: &Channel) -> Result<(), String> {
+    let status = UnimplementedServiceClient::new(channel.clone())
+        .unimplemented_call(Empty {})
+        .await
+        .err()
+        .ok_or("UnimplementedService succeeded")?;
+    check(status.code() == Code::Unimplemented, || {
+        format!("{status:?}")
+    })
+}
+
+/// The `cancel_after_begin` case.
+async fn cancel_after_begin(client: &mut TestServiceClient<Channel>) -> Result<(), String> {
+    let (tx, requests) = request_channel::<StreamingInputCallRequest>();
+    let mut call_client = client.clone();
+    let call = tokio::spawn(async move { call_client.streaming_input_call(requests).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    call.abort();
+    let outcome = call.await;
+    check(outcome.is_err(), || {
+        format!("the call completed: {outcome:?}")
+    })?;
+    drop(tx);
+    client
+        .empty_call(Empty {})
+        .await
+        .map_err(failed("EmptyCall after"))?;
+    Ok(())
+}
+
+/// The `cancel_after_first_response` case.
+async fn cancel_after_first_response(
+    client: &mut TestServiceClient<Channel>,
+) -> Result<(), String> {
+    let (tx, requests) = request_channel();
+    tx.send(output_request(&PING_PONG[..1]))
+        .await
+        .map_err(|_| "closed")?;
+    let mut responses = client
+        .full_duplex_call(requests)
+        .await
+        .map_err(failed("FullDuplexCall"))?
+        .into_inner();
+    let first = responses
+        .message()
+        .await
+        .map_err(failed("stream"))?
+        .ok_or("none")?;
+    check(body_len(&first.payload) == 31_415, || {
+        "first response size".into()
+    })?;
+    drop(responses);
+    drop(tx);
+    client
+        .empty_call(Empty {})
+        .await
+        .map_err(failed("EmptyCall after"))?;
+    Ok(())
+}
+
+/// The `timeout_on_sleeping_server` case.
+async fn timeout_on_sleeping_server(client: &mut TestServiceClient<Channel>) -> Result<(), String> {
+    let (tx, requests) = request_channel();
+    tx.send(StreamingOutputCallRequest {
+        payload: zeros(27_182),
+        ..Default::default()
+    })
+    .await
+    .map_err(|_| "closed")?;
+    let mut request = Request::new(requests);
+    request.set_timeout(Duration::from_millis(1));
+    let outcome = match client.full_duplex_call(request).await {
+        Ok(response) => response.into_inner().message().await.map(|_| ()),
+        Err(status) => Err(status),
+    };
+    drop(tx);
+    match outcome {
+        Err(status) if status.code() == Code::DeadlineExceeded => Ok(()),
+        // tonic's own timer, when it fires before the server's answer arrives (a
+        // loaded machine), ends the call with CANCELLED "Timeout expired".
+        Err(status)
+            if status.code() == Code::Cancelled && status.message() == "Timeout expired" =>
+        {
+            Ok(())
+        }
+        other => Err(format!("{other:?}, not DEADLINE_EXCEEDED")),
     }
 }
 
