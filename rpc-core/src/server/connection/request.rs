@@ -10,12 +10,16 @@ use crate::account::{Charge, Resource};
 use crate::payload::Inbound;
 use crate::server::admission::{Admitted, Refused};
 use crate::server::respond::Reply;
+use crate::server::router::Route;
 use crate::service::MethodKind;
 use crate::transport::Connection;
-use crate::wire::{Flags, Frame};
+use crate::wire::{Flags, Frame, Header};
 use crate::{Metadata, Request, Status};
 
 impl<C: Connection> State<C> {
+    /// A request frame: refused while draining, answered with a status when it cannot
+    /// run, else charged, its handler's future made, and admitted (or queued). An error
+    /// ends the connection (a malformed frame, a call id in use).
     pub(super) async fn request(
         &mut self,
         inbound: Inbound<C::RecvBuf>,
@@ -35,59 +39,18 @@ impl<C: Connection> State<C> {
                 .await;
             return Ok(());
         }
-        let max = self.inner.config.max_message_size;
-        let status = if frame.is_discarded() || header.payload_len as usize > max {
-            Some(Status::resource_exhausted(format!(
-                "request message of {} bytes exceeds the maximum of {max}",
-                header.payload_len
-            )))
-        } else {
-            None
-        };
-        let route = self.inner.router.get(header.method_id);
-        let (status, route) = match (status, route) {
-            (Some(status), _) => (Some(status), None),
-            (None, None) => (
-                Some(Status::unimplemented(format!(
-                    "unknown method id {:#010x}",
-                    header.method_id
-                ))),
-                None,
-            ),
-            (None, Some(route)) => (None, Some(route)),
-        };
-        let metadata = match Metadata::decode(frame.metadata) {
-            Ok(metadata) => metadata,
-            Err(e) => {
-                let status = status.unwrap_or_else(|| Status::invalid_argument(e.to_string()));
+        let (route, metadata) = match self.route(&frame) {
+            Ok(routed) => routed,
+            Err(status) => {
                 self.reply(Reply::Status(call_id, status, Flags::default()))
                     .await;
                 return Ok(());
             }
         };
-        if let Some(status) = status {
-            self.reply(Reply::Status(call_id, status, Flags::default()))
-                .await;
-            return Ok(());
-        }
-        let route = route.expect("checked");
         let resource = slot_of(route.method.kind);
-        // What the peer sent for it, metadata included (the decoded form is about as
-        // large: strings and bytes fields own what the frame carried), charged before
-        // its message is decoded (unless the transport charged it already): past the
-        // connection's, the peer's or the server's bound the call is refused.
-        let charged = match self.conn.charges_requests() {
-            true => Ok(Charge::none()),
-            false => self.account.try_charge(Resource::Bytes, header.frame_len()),
-        };
-        let bytes = match charged {
+        let bytes = match self.charge_request(&header) {
             Ok(bytes) => bytes,
-            Err(exhausted) => {
-                tracing::debug!(call_id, "request refused: {exhausted}");
-                let status = Status::resource_exhausted(format!(
-                    "a request of {} bytes: {exhausted}",
-                    header.frame_len()
-                ));
+            Err(status) => {
                 self.reply(Reply::Status(call_id, status, Flags::default()))
                     .await;
                 return Ok(());
@@ -131,6 +94,60 @@ impl<C: Connection> State<C> {
             bytes,
             covered: header.frame_len(),
         };
+        self.admit(call_id, resource, deadline, pending).await;
+        Ok(())
+    }
+
+    /// The request's route and metadata; the status to answer instead when its message is
+    /// over the limit, its method unknown, or its metadata malformed.
+    fn route(&self, frame: &Frame<'_>) -> Result<(&Route, Metadata), Status> {
+        let header = &frame.header;
+        let max = self.inner.config.max_message_size;
+        if frame.is_discarded() || header.payload_len as usize > max {
+            return Err(Status::resource_exhausted(format!(
+                "request message of {} bytes exceeds the maximum of {max}",
+                header.payload_len
+            )));
+        }
+        let Some(route) = self.inner.router.get(header.method_id) else {
+            return Err(Status::unimplemented(format!(
+                "unknown method id {:#010x}",
+                header.method_id
+            )));
+        };
+        let metadata = Metadata::decode(frame.metadata)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        Ok((route, metadata))
+    }
+
+    /// What the peer sent for the request, metadata included (the decoded form is about
+    /// as large: strings and bytes fields own what the frame carried), charged before its
+    /// message is decoded (unless the transport charged it already); past the
+    /// connection's, the peer's or the server's bound, the status that refuses the call.
+    fn charge_request(&self, header: &Header) -> Result<Charge, Status> {
+        if self.conn.charges_requests() {
+            return Ok(Charge::none());
+        }
+        self.account
+            .try_charge(Resource::Bytes, header.frame_len())
+            .map_err(|exhausted| {
+                tracing::debug!(call_id = header.call_id, "request refused: {exhausted}");
+                Status::resource_exhausted(format!(
+                    "a request of {} bytes: {exhausted}",
+                    header.frame_len()
+                ))
+            })
+    }
+
+    /// Starts the call now if nothing waits before it and its permit or slot is free;
+    /// else queues it, or refuses it when the connection's queue is full.
+    async fn admit(
+        &mut self,
+        call_id: u64,
+        resource: Resource,
+        deadline: Option<Instant>,
+        pending: Pending,
+    ) {
         if self.waiting.queue(resource).len() == 0 {
             if let Ok(slot) = self.account.try_charge(resource, 1) {
                 let admitted = Admitted {
@@ -139,10 +156,10 @@ impl<C: Connection> State<C> {
                     call: pending,
                 };
                 self.start(admitted, slot).await;
-                return Ok(());
+                return;
             }
         }
-        let bytes = header.frame_len();
+        let bytes = pending.covered;
         let queue = self.waiting.queue(resource);
         if let Err((refused, _)) = queue.push(call_id, bytes, deadline, pending) {
             self.end_stream(call_id, "refused");
@@ -158,6 +175,5 @@ impl<C: Connection> State<C> {
             )
             .await;
         }
-        Ok(())
     }
 }
