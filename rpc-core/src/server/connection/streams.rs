@@ -9,7 +9,9 @@ use futures_util::future::AbortHandle;
 use parking_lot::Mutex;
 
 use crate::outbound::{send_frame, send_message};
-use crate::service::{BoxMessage, MethodKind, ServiceFuture, StreamResponse, StreamingFuture};
+use crate::service::{
+    BoxMessage, BoxMessageStream, MethodKind, ServiceFuture, StreamResponse, StreamingFuture,
+};
 use crate::stream::{Inbox, Outbox};
 use crate::transport::Connection;
 use crate::wire::{FrameKind, Header, HEADER_LEN};
@@ -60,11 +62,9 @@ pub(super) fn drive<C: Connection>(
     call: StreamingFuture,
     max_message_size: usize,
 ) -> ServiceFuture {
-    use bytes::BufMut;
-    use futures_util::StreamExt;
     Box::pin(async move {
         let (metadata, body, trailers) = call.await?.into_all_parts();
-        let (mut stream, outbox) = match (body, outbox) {
+        let (stream, outbox) = match (body, outbox) {
             (StreamResponse::Message(message), None) => {
                 let mut response = Response::from_parts(metadata, message);
                 *response.trailers_mut() = trailers;
@@ -80,10 +80,6 @@ pub(super) fn drive<C: Connection>(
         metadata
             .check()
             .map_err(|e| Status::internal(format!("response metadata: {e}")))?;
-        let unavailable = |e: crate::TransportError| match e {
-            crate::TransportError::TooLarge { .. } => Status::resource_exhausted(e.to_string()),
-            e => Status::unavailable(e.to_string()),
-        };
         // The response headers: a response frame without END_STREAM.
         send_frame(
             &*conn,
@@ -93,22 +89,68 @@ pub(super) fn drive<C: Connection>(
         )
         .await
         .map_err(unavailable)?;
-        let limit = max_message_size.min(u32::MAX as usize);
-        let too_large = |len: usize| {
-            Status::resource_exhausted(format!(
-                "response message of {len} bytes exceeds the maximum of {limit}"
-            ))
-        };
-        // Small messages that are ready together go out in one buffer where the
-        // transport takes several frames per buffer: one queueing and one write (TCP) or
-        // one batch message (RDMA) for a run of them, as HTTP/2 packs messages into DATA
-        // frames.
+        let sender = StreamSender::new(conn, call_id, outbox, max_message_size);
+        sender.send_all(stream).await?;
+        Ok(Response::from_parts(trailers, Box::new(()) as BoxMessage))
+    })
+}
+
+/// A transport's failure to send a stream's message, as the call's status.
+fn unavailable(e: crate::TransportError) -> Status {
+    match e {
+        crate::TransportError::TooLarge { .. } => Status::resource_exhausted(e.to_string()),
+        e => Status::unavailable(e.to_string()),
+    }
+}
+
+/// Sends a handler's response stream as the client's window allows.
+///
+/// Small messages that are ready together go out in one buffer where the transport takes
+/// several frames per buffer: one queueing and one write (TCP) or one batch message
+/// (RDMA) for a run of them, as HTTP/2 packs messages into DATA frames.
+struct StreamSender<C: Connection> {
+    conn: Arc<C>,
+    call_id: u64,
+    outbox: Arc<Outbox>,
+    /// The largest message.
+    limit: usize,
+    /// Frames one buffer may carry (1: no batches).
+    max_frames: usize,
+    /// Messages whose frames reach this many bytes go alone; 0 without batches.
+    batch_max: usize,
+}
+
+/// What ended a batch early: the stream's end, or its failure.
+type End = Option<Result<(), Status>>;
+
+impl<C: Connection> StreamSender<C> {
+    fn new(conn: Arc<C>, call_id: u64, outbox: Arc<Outbox>, max_message_size: usize) -> Self {
         let max_frames = conn.max_frames_per_buffer();
         let batch_max = if max_frames > 1 {
             conn.gather_min().unwrap_or(BATCH_BYTES).min(BATCH_BYTES)
         } else {
             0
         };
+        StreamSender {
+            conn,
+            call_id,
+            outbox,
+            limit: max_message_size.min(u32::MAX as usize),
+            max_frames,
+            batch_max,
+        }
+    }
+
+    fn too_large(&self, len: usize) -> Status {
+        Status::resource_exhausted(format!(
+            "response message of {len} bytes exceeds the maximum of {}",
+            self.limit
+        ))
+    }
+
+    /// Sends every message of `stream`, then returns; its first error ends the call.
+    async fn send_all(&self, mut stream: BoxMessageStream) -> Result<(), Status> {
+        use futures_util::StreamExt;
         // A message pulled for a batch that it did not fit: the next one's first.
         let mut carry: Option<(BoxMessage, usize)> = None;
         loop {
@@ -118,75 +160,92 @@ pub(super) fn drive<C: Connection>(
                     Some(item) => {
                         let message = item?;
                         let len = message.encoded_len();
-                        if len > limit {
-                            return Err(too_large(len));
+                        if len > self.limit {
+                            return Err(self.too_large(len));
                         }
                         (message, len)
                     }
-                    None => break,
+                    None => return Ok(()),
                 },
             };
-            outbox.reserve(HEADER_LEN + len).await?;
-            if HEADER_LEN + len >= batch_max {
-                let header = Header::new(FrameKind::Message, call_id);
-                send_message(&*conn, header, &Metadata::new(), &*message)
+            self.outbox.reserve(HEADER_LEN + len).await?;
+            if HEADER_LEN + len >= self.batch_max {
+                let header = Header::new(FrameKind::Message, self.call_id);
+                send_message(&*self.conn, header, &Metadata::new(), &*message)
                     .await
                     .map_err(unavailable)?;
                 continue;
             }
             let mut batch = vec![(message, len)];
-            let mut bytes = HEADER_LEN + len;
-            let mut end = None;
-            // Whatever the stream has ready now, while the window and the batch allow:
-            // the window read once, what the batch takes subtracted once.
-            let mut window = outbox.window();
-            let mut taken = 0;
-            while batch.len() < max_frames && window > 0 {
-                let mut cx = Context::from_waker(Waker::noop());
-                match stream.as_mut().poll_next(&mut cx) {
-                    Poll::Ready(Some(Ok(next))) => {
-                        let len = next.encoded_len();
-                        if len > limit {
-                            end = Some(Err(too_large(len)));
-                            break;
-                        }
-                        if bytes + HEADER_LEN + len >= batch_max {
-                            carry = Some((next, len));
-                            break;
-                        }
-                        window -= (HEADER_LEN + len) as i64;
-                        taken += HEADER_LEN + len;
-                        bytes += HEADER_LEN + len;
-                        batch.push((next, len));
-                    }
-                    Poll::Ready(Some(Err(status))) => {
-                        end = Some(Err(status));
-                        break;
-                    }
-                    Poll::Ready(None) => {
-                        end = Some(Ok(()));
-                        break;
-                    }
-                    Poll::Pending => break,
-                }
-            }
-            outbox.take(taken);
-            let mut buf = conn.alloc(bytes).await.map_err(unavailable)?;
-            for (message, len) in &batch {
-                let mut header = Header::new(FrameKind::Message, call_id);
-                header.payload_len = *len as u32;
-                buf.put_slice(&header.encode());
-                message.encode_to(&mut buf);
-            }
-            conn.send(buf).await.map_err(unavailable)?;
+            let (bytes, end) = self.gather(&mut stream, &mut batch, &mut carry);
+            self.send_batch(&batch, bytes).await?;
             match end {
-                Some(Ok(())) => break,
+                Some(Ok(())) => return Ok(()),
                 Some(Err(status)) => return Err(status),
                 None => {}
             }
         }
-        Ok(Response::from_parts(trailers, Box::new(()) as BoxMessage))
-    })
+    }
+
+    /// Adds to `batch` whatever the stream has ready now, while the window and the batch
+    /// allow (the window read once, what the batch takes subtracted once); a message
+    /// that does not fit is left in `carry`. The batch's bytes, and the stream's end if
+    /// it came.
+    fn gather(
+        &self,
+        stream: &mut BoxMessageStream,
+        batch: &mut Vec<(BoxMessage, usize)>,
+        carry: &mut Option<(BoxMessage, usize)>,
+    ) -> (usize, End) {
+        let mut bytes: usize = batch.iter().map(|(_, len)| HEADER_LEN + len).sum();
+        let mut window = self.outbox.window();
+        let mut taken = 0;
+        let mut end = None;
+        while batch.len() < self.max_frames && window > 0 {
+            let mut cx = Context::from_waker(Waker::noop());
+            match stream.as_mut().poll_next(&mut cx) {
+                Poll::Ready(Some(Ok(next))) => {
+                    let len = next.encoded_len();
+                    if len > self.limit {
+                        end = Some(Err(self.too_large(len)));
+                        break;
+                    }
+                    if bytes + HEADER_LEN + len >= self.batch_max {
+                        *carry = Some((next, len));
+                        break;
+                    }
+                    window -= (HEADER_LEN + len) as i64;
+                    taken += HEADER_LEN + len;
+                    bytes += HEADER_LEN + len;
+                    batch.push((next, len));
+                }
+                Poll::Ready(Some(Err(status))) => {
+                    end = Some(Err(status));
+                    break;
+                }
+                Poll::Ready(None) => {
+                    end = Some(Ok(()));
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        self.outbox.take(taken);
+        (bytes, end)
+    }
+
+    /// Sends `batch` (of `bytes` in frames) in one buffer.
+    async fn send_batch(&self, batch: &[(BoxMessage, usize)], bytes: usize) -> Result<(), Status> {
+        use bytes::BufMut;
+        let mut buf = self.conn.alloc(bytes).await.map_err(unavailable)?;
+        for (message, len) in batch {
+            let mut header = Header::new(FrameKind::Message, self.call_id);
+            header.payload_len = *len as u32;
+            buf.put_slice(&header.encode());
+            message.encode_to(&mut buf);
+        }
+        self.conn.send(buf).await.map_err(unavailable)
+    }
 }
 
 /// The largest run of small stream messages sent in one buffer.
