@@ -106,67 +106,16 @@ impl Call {
         } else if self.kind.server_streams() {
             self.window = i64::from(rpc_core::wire::INITIAL_STREAM_WINDOW);
         }
-        let uri = http::Uri::builder()
-            .scheme(self.shared.scheme.clone())
-            .authority(self.shared.authority.clone())
-            .path_and_query(path)
-            .build()
-            .map_err(|e| (Status::internal(format!("{path}: {e}")), Flags::default()))?;
-        let mut http = Request::builder()
-            .method("POST")
-            .uri(uri)
-            .body(())
-            .map_err(|e| (Status::internal(e.to_string()), Flags::default()))?;
-        let headers = http.headers_mut();
-        headers.insert("content-type", HeaderValue::from_static("application/grpc"));
-        headers.insert("te", HeaderValue::from_static("trailers"));
-        headers.insert(
-            "user-agent",
-            HeaderValue::from_static(concat!("rpc-grpc/", env!("CARGO_PKG_VERSION"))),
-        );
-        headers.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT));
-        let request_encoding = self.shared.config.send_compression;
-        if let Some(encoding) = request_encoding {
-            headers.insert("grpc-encoding", HeaderValue::from_static(encoding.name()));
-        }
-        self.request_encoding = request_encoding;
-        if header.timeout_us > 0 {
-            let timeout = format_timeout(Duration::from_micros(header.timeout_us));
-            headers.insert(
-                "grpc-timeout",
-                HeaderValue::from_str(&timeout).expect("ASCII"),
-            );
-        }
-        text::append_metadata(headers, &metadata);
+        let http = self.http_request(path, &header, &metadata)?;
 
         let shared = self.shared.clone();
         let unavailable = |e: h2::Error| shared.stream_error(&e);
-        // Waits while the server's limit of concurrent streams is reached (frames from
-        // the channel wait in their queue; a cancel is seen once the stream is open).
-        let mut h2 = self.shared.h2.clone().ready().await.map_err(unavailable)?;
-        let one_request = !self.kind.client_streams();
-        let (response, mut body_out) = h2.send_request(http, false).map_err(unavailable)?;
-        if one_request {
-            body_out
-                .send_data(deframe::frame_with(frame.payload, request_encoding), true)
-                .map_err(unavailable)?;
-            self.out_ended = true;
-        } else {
-            // The request stream's window: the channel may send this much ahead.
-            let mut grant = Header::new(FrameKind::WindowUpdate, self.call_id);
-            grant.credits = self.shared.config.stream_window;
-            if self
-                .to_channel(Bytes::copy_from_slice(&grant.encode()))
-                .await
-                .is_err()
-            {
-                return Ok(());
-            }
-        }
+        let Some((response, mut body_out)) = self.open(http, frame.payload).await? else {
+            return Ok(()); // the channel went
+        };
         let mut response = std::pin::pin!(response);
         let mut body: Option<RecvStream> = None;
         let mut deframer = Deframer::for_responses();
-        let max = self.shared.config.max_message_size;
         let limit = self.shared.config.stream_window as usize;
         loop {
             if let Some(head) = self.head.take() {
@@ -206,38 +155,137 @@ impl Call {
                         Some(Ok(chunk)) => {
                             let stream = body.as_mut().expect("reading");
                             let _ = stream.flow_control().release_capacity(chunk.len());
-                            deframer.push(&chunk);
-                            deframer.set_encoding(self.response_encoding);
-                            while let Some(message) = deframer.next(max).map_err(|s| {
-                                body_out.send_reset(h2::Reason::CANCEL);
-                                (s, Flags::default())
-                            })? {
-                                self.on_message(message)?;
-                            }
+                            self.on_data(&chunk, &mut deframer, &mut body_out)?;
                         }
                         Some(Err(e)) => return Err(self.shared.stream_error(&e)),
                         None => {
-                            let mut stream = body.take().expect("reading");
-                            let trailers = stream.trailers().await.map_err(unavailable)?;
-                            if deframer.held() > 0 {
-                                return Err((Status::internal("the response ended inside a message"), Flags::default()));
-                            }
-                            self.last = Some(self.on_trailers(trailers.unwrap_or_default())?);
+                            let stream = body.take().expect("reading");
+                            self.on_body_end(stream, &deframer).await?;
                         }
                     }
                 }
                 wait = Self::wait_stream(&mut body_out, &self.out), if !self.out.is_empty() => {
-                    match wait {
-                        Some(capacity) => self.sent(&mut body_out, capacity).await?,
-                        None => {
-                            // The server reset the request stream; the response tells why.
-                            self.out.clear();
-                            self.out_ended = true;
-                        }
-                    }
+                    self.sent(&mut body_out, wait).await?;
                 }
             }
         }
+    }
+
+    /// Opens the call's HTTP/2 stream, waiting while the server's limit of concurrent
+    /// streams is reached (frames from the channel wait in their queue; a cancel is seen
+    /// once the stream is open), and sends a unary or server-streaming call's one message
+    /// (`payload`), or grants the channel the request stream's window. `None` when the
+    /// channel went meanwhile.
+    async fn open(
+        &mut self,
+        http: Request<()>,
+        payload: &[u8],
+    ) -> Result<Option<(h2::client::ResponseFuture, SendStream<Bytes>)>, (Status, Flags)> {
+        let shared = self.shared.clone();
+        let unavailable = |e: h2::Error| shared.stream_error(&e);
+        let mut h2 = self.shared.h2.clone().ready().await.map_err(unavailable)?;
+        let (response, mut body_out) = h2.send_request(http, false).map_err(unavailable)?;
+        if !self.kind.client_streams() {
+            body_out
+                .send_data(deframe::frame_with(payload, self.request_encoding), true)
+                .map_err(unavailable)?;
+            self.out_ended = true;
+            return Ok(Some((response, body_out)));
+        }
+        // The request stream's window: the channel may send this much ahead.
+        let mut grant = Header::new(FrameKind::WindowUpdate, self.call_id);
+        grant.credits = self.shared.config.stream_window;
+        match self
+            .to_channel(Bytes::copy_from_slice(&grant.encode()))
+            .await
+        {
+            Ok(()) => Ok(Some((response, body_out))),
+            Err(()) => Ok(None),
+        }
+    }
+
+    /// The response body ended: its trailers end the call (a message cut short is an
+    /// error).
+    async fn on_body_end(
+        &mut self,
+        mut body: RecvStream,
+        deframer: &Deframer,
+    ) -> Result<(), (Status, Flags)> {
+        let trailers = body
+            .trailers()
+            .await
+            .map_err(|e| self.shared.stream_error(&e))?;
+        if deframer.held() > 0 {
+            return Err((
+                Status::internal("the response ended inside a message"),
+                Flags::default(),
+            ));
+        }
+        self.last = Some(self.on_trailers(trailers.unwrap_or_default())?);
+        Ok(())
+    }
+
+    /// The HTTP/2 request that opens the call: `path`, gRPC's headers, the timeout the
+    /// channel's `header` tells, the request encoding, and the call's `metadata`.
+    fn http_request(
+        &mut self,
+        path: &'static str,
+        header: &Header,
+        metadata: &Metadata,
+    ) -> Result<Request<()>, (Status, Flags)> {
+        let uri = http::Uri::builder()
+            .scheme(self.shared.scheme.clone())
+            .authority(self.shared.authority.clone())
+            .path_and_query(path)
+            .build()
+            .map_err(|e| (Status::internal(format!("{path}: {e}")), Flags::default()))?;
+        let mut http = Request::builder()
+            .method("POST")
+            .uri(uri)
+            .body(())
+            .map_err(|e| (Status::internal(e.to_string()), Flags::default()))?;
+        let headers = http.headers_mut();
+        headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+        headers.insert("te", HeaderValue::from_static("trailers"));
+        headers.insert(
+            "user-agent",
+            HeaderValue::from_static(concat!("rpc-grpc/", env!("CARGO_PKG_VERSION"))),
+        );
+        headers.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT));
+        let request_encoding = self.shared.config.send_compression;
+        if let Some(encoding) = request_encoding {
+            headers.insert("grpc-encoding", HeaderValue::from_static(encoding.name()));
+        }
+        self.request_encoding = request_encoding;
+        if header.timeout_us > 0 {
+            let timeout = format_timeout(Duration::from_micros(header.timeout_us));
+            headers.insert(
+                "grpc-timeout",
+                HeaderValue::from_str(&timeout).expect("ASCII"),
+            );
+        }
+        text::append_metadata(headers, metadata);
+        Ok(http)
+    }
+
+    /// A chunk of the response body: the messages it completes go to the channel's
+    /// queue; a malformed or oversized message resets the request stream.
+    fn on_data(
+        &mut self,
+        chunk: &Bytes,
+        deframer: &mut Deframer,
+        body_out: &mut SendStream<Bytes>,
+    ) -> Result<(), (Status, Flags)> {
+        let max = self.shared.config.max_message_size;
+        deframer.push(chunk);
+        deframer.set_encoding(self.response_encoding);
+        while let Some(message) = deframer.next(max).map_err(|s| {
+            body_out.send_reset(h2::Reason::CANCEL);
+            (s, Flags::default())
+        })? {
+            self.on_message(message)?;
+        }
+        Ok(())
     }
 
     /// A frame from the channel for this call; `true` if it cancels the call.
@@ -289,13 +337,20 @@ impl Call {
         .await
     }
 
-    /// Sends what HTTP/2 allows of the queued request messages in one DATA frame; each
-    /// message that went out whole gives the channel its window back.
+    /// Sends what HTTP/2 allows (`capacity`) of the queued request messages in one DATA
+    /// frame; each message that went out whole gives the channel its window back. `None`:
+    /// the server reset the request stream, nothing more is sent.
     pub(super) async fn sent(
         &mut self,
         stream: &mut SendStream<Bytes>,
-        mut capacity: usize,
+        capacity: Option<usize>,
     ) -> Result<(), (Status, Flags)> {
+        let Some(mut capacity) = capacity else {
+            // The server reset the request stream; the response tells why.
+            self.out.clear();
+            self.out_ended = true;
+            return Ok(());
+        };
         let mut data = BytesMut::new();
         let mut granted = 0usize;
         while capacity > 0 {
