@@ -243,15 +243,18 @@ pub(crate) struct Timers {
 }
 
 impl Timers {
-    /// Timers of a connection whose I/O notes `activity`: see [`Watchdog::new`].
+    /// Timers of a connection whose I/O notes `activity`, with `config`'s write timeout
+    /// and keepalive: see [`Watchdog::new`].
     pub(crate) fn new(
-        write_timeout: Duration,
-        keepalive: Option<(Duration, Duration)>,
+        config: &crate::GrpcConfig,
         activity: Arc<Activity>,
         ping_pong: Option<h2::PingPong>,
     ) -> Timers {
+        let keepalive = config
+            .keepalive_interval
+            .map(|i| (i, config.keepalive_timeout));
         let now = Instant::now();
-        let watchdog = Watchdog::new(now, write_timeout, keepalive);
+        let watchdog = Watchdog::new(now, config.write_timeout, keepalive);
         let mut ticks = tokio::time::interval_at(now + watchdog.tick(), watchdog.tick());
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Timers {

@@ -12,14 +12,15 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use rpc_core::account::{Account, Charge};
 use rpc_core::codegen::MethodKind;
 use rpc_core::wire::{Flags, FrameKind, Header};
-use rpc_core::{Metadata, Status, MAX_METADATA_LEN};
+use rpc_core::Metadata;
 use tokio::sync::mpsc;
 
 use super::status::{refuse, status_headers};
 use super::{Held, Shared, ToCall, ToServer};
 use crate::compress::{Encoding, ACCEPT};
 use crate::frames::{control, frame};
-use crate::text;
+
+use super::head::{read_head, Refusal};
 
 /// One gRPC call: see the module docs.
 pub(super) async fn call(
@@ -30,67 +31,19 @@ pub(super) async fn call(
     mut respond: SendResponse<Bytes>,
 ) {
     let (parts, body) = request.into_parts();
-    let grpc = parts
-        .headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v == "application/grpc"
-                || v.starts_with("application/grpc+")
-                || v.starts_with("application/grpc;")
-        });
-    if !grpc || parts.method != http::Method::POST {
-        // Not gRPC: HTTP's answer (gRPC's spec: 415 for a wrong content type).
-        let mut response = Response::new(());
-        *response.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
-        let _ = respond.send_response(response, true);
-        return;
-    }
-    let request_encoding = match Encoding::of_headers(&parts.headers) {
-        Ok(encoding) => encoding,
-        Err(why) => {
-            let status = Status::unimplemented(why);
-            let mut response = Response::new(());
-            let headers = response.headers_mut();
-            headers.insert("content-type", HeaderValue::from_static("application/grpc"));
-            headers.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT));
-            status_headers(headers, status.code(), status.message());
-            let _ = respond.send_response(response, true);
-            return;
-        }
+    let methods = shared.methods.get().map(|m| &**m);
+    let head = match read_head(&parts, shared.config.send_compression, methods) {
+        Ok(head) => head,
+        Err(refusal) => return answer(&mut respond, refusal),
     };
-    // Responses compressed as configured, if the client reads that.
-    let response_encoding = shared
-        .config
-        .send_compression
-        .filter(|e| e.accepted_by(&parts.headers));
-    let timeout = match parts.headers.get("grpc-timeout") {
-        None => None,
-        Some(value) => match text::parse_timeout(value.as_bytes()) {
-            Some(timeout) => Some(timeout),
-            None => return refuse(&mut respond, &Status::internal("malformed grpc-timeout")),
-        },
-    };
-    let metadata = text::metadata_from(&parts.headers);
-    if metadata.check().is_err() || metadata.encoded_len() > MAX_METADATA_LEN {
-        return refuse(
-            &mut respond,
-            &Status::resource_exhausted("request metadata over the limit"),
-        );
-    }
-    let path = parts.uri.path();
-    // By the full path: a path whose hash collides with a method's id is not that method.
-    let Some((id, kind)) = shared.methods.get().and_then(|m| m.method(path)) else {
-        let status = Status::unimplemented(format!("unknown method {path}"));
-        return refuse(&mut respond, &status);
-    };
+    let timeout = head.timeout;
     let (frames_tx, frames) = mpsc::unbounded_channel();
     shared.calls.lock().insert(call_id, frames_tx);
     let mut call = Call {
         shared: shared.clone(),
         tx,
         call_id,
-        kind,
+        kind: head.kind,
         body,
         respond,
         sending: None,
@@ -99,17 +52,37 @@ pub(super) async fn call(
         trailers: None,
         headers_sent: false,
         done: false,
-        request_encoding,
-        response_encoding,
+        request_encoding: head.request_encoding,
+        response_encoding: head.response_encoding,
         deadline: timeout.and_then(|t| tokio::time::Instant::now().checked_add(t)),
         request_bytes: Charge::none(),
         waiting: None,
     };
     let mut header = Header::new(FrameKind::Request, call_id);
-    header.method_id = id;
+    header.method_id = head.method_id;
     header.timeout_us = timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX.into()) as u64);
-    call.run(header, &metadata, frames).await;
+    call.run(header, &head.metadata, frames).await;
     shared.calls.lock().remove(&call_id);
+}
+
+/// Answers a request refused before its call started.
+fn answer(respond: &mut SendResponse<Bytes>, refusal: Refusal) {
+    match refusal {
+        Refusal::NotGrpc => {
+            let mut response = Response::new(());
+            *response.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+            let _ = respond.send_response(response, true);
+        }
+        Refusal::Encoding(status) => {
+            let mut response = Response::new(());
+            let headers = response.headers_mut();
+            headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+            headers.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT));
+            status_headers(headers, status.code(), status.message());
+            let _ = respond.send_response(response, true);
+        }
+        Refusal::Status(status) => refuse(respond, &status),
+    }
 }
 
 /// A response message waiting for HTTP/2 flow control: its bytes (prefixed), the

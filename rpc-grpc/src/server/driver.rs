@@ -14,7 +14,7 @@ use http::Request;
 use rpc_core::account::Charge;
 use rpc_core::wire::FrameKind;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::call::call;
 use super::rewind::Rewind;
@@ -39,27 +39,15 @@ pub(super) async fn drive<T>(
 ) where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut ready = shared.ready.subscribe();
     let mut goaway = shared.goaway.subscribe();
     let mut closed = shared.closed.subscribe();
     let mut calm = shared.calm.subscribe();
-    tokio::select! {
-        () = set(&mut ready) => {}
-        () = set(&mut closed) => {
-            shared.ended.send_replace(true);
-            return;
-        }
+    if !ready_or_closed(&shared).await {
+        shared.ended.send_replace(true);
+        return;
     }
     let config = &shared.config;
-    let keepalive = config
-        .keepalive_interval
-        .map(|i| (i, config.keepalive_timeout));
-    let mut timers = Timers::new(
-        config.write_timeout,
-        keepalive,
-        activity,
-        connection.ping_pong(),
-    );
+    let mut timers = Timers::new(config, activity, connection.ping_pong());
     let slots = Arc::new(Semaphore::new(config.max_concurrent_streams.max(1) as usize));
     let mut slot = None;
     let mut going_away = false;
@@ -79,18 +67,7 @@ pub(super) async fn drive<T>(
                     respond.send_reset(h2::Reason::REFUSED_STREAM);
                 }
                 Some(Ok((request, respond))) => {
-                    let slot = slot.take();
-                    shared.resets.lock().accepted();
-                    let call_id = shared.next_call.fetch_add(1, Ordering::Relaxed);
-                    let (shared, tx) = (shared.clone(), tx.clone());
-                    // The call's future (about 2 KiB) is built on the heap once, in its
-                    // task: the spawned future holds only the arguments and a pointer,
-                    // so spawning copies those, not the whole state (perf: the copies
-                    // of the call's future were 2-3 % of a small call's server CPU).
-                    tokio::spawn(async move {
-                        Box::pin(call(shared, tx, call_id, request, respond)).await;
-                        drop(slot);
-                    });
+                    spawn_call(&shared, &tx, (request, respond), slot.take());
                 }
                 Some(Err(e)) => {
                     tracing::debug!("HTTP/2 connection ended: {e}");
@@ -108,21 +85,13 @@ pub(super) async fn drive<T>(
             }
             () = set(&mut calm) => {
                 tracing::debug!("HTTP/2 connection closed: the client resets the streams it opens");
-                connection.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
-                // The GOAWAY goes out (within a bound), then the connection closes.
-                let flush = std::future::poll_fn(|cx| connection.poll_closed(cx));
-                let _ = tokio::time::timeout(Duration::from_secs(1), flush).await;
+                calm_down(&mut connection).await;
                 linger = true;
                 break;
             }
             () = set(&mut goaway), if !going_away => {
                 going_away = true;
-                // HTTP/2 refuses new streams from here on and closes once the open ones are
-                // done (this loop goes on polling it, which flushes their last frames).
-                connection.graceful_shutdown();
-                // The server waits for the client's acknowledgement of its GOAWAY: the
-                // refusal of new streams is what it would acknowledge. Never waits here.
-                let _ = tx.try_send((control(FrameKind::GoAway, 0), Charge::none()));
+                go_away(&mut connection, &tx);
             }
             () = set(&mut closed) => {
                 connection.abrupt_shutdown(h2::Reason::NO_ERROR);
@@ -137,6 +106,59 @@ pub(super) async fn drive<T>(
     shared.ended.send_replace(true);
     // The calls' tasks end with their streams; the server sees the end once they and this
     // sender are gone.
+}
+
+/// Starts the task of an accepted call, holding `slot` (one of the connection's stream
+/// slots) for as long as it runs.
+fn spawn_call(
+    shared: &Arc<Shared>,
+    tx: &mpsc::Sender<ToServer>,
+    (request, respond): Accepted,
+    slot: Option<OwnedSemaphorePermit>,
+) {
+    shared.resets.lock().accepted();
+    let call_id = shared.next_call.fetch_add(1, Ordering::Relaxed);
+    let (shared, tx) = (shared.clone(), tx.clone());
+    // The call's future (about 2 KiB) is built on the heap once, in its task: the spawned
+    // future holds only the arguments and a pointer, so spawning copies those, not the
+    // whole state (perf: the copies of the call's future were 2-3 % of a small call's
+    // server CPU).
+    tokio::spawn(async move {
+        Box::pin(call(shared, tx, call_id, request, respond)).await;
+        drop(slot);
+    });
+}
+
+/// Waits until the server told its methods (true) or closed the connection first.
+async fn ready_or_closed(shared: &Shared) -> bool {
+    let mut ready = shared.ready.subscribe();
+    let mut closed = shared.closed.subscribe();
+    tokio::select! {
+        () = set(&mut ready) => true,
+        () = set(&mut closed) => false,
+    }
+}
+
+/// The server's graceful shutdown: HTTP/2 refuses new streams from here on and closes
+/// once the open ones are done (the driver goes on polling it, which flushes their last
+/// frames); the server is told GOAWAY, as if the client had acknowledged it (the refusal
+/// of new streams is what it would acknowledge). Never waits.
+fn go_away<T: AsyncRead + AsyncWrite + Unpin>(
+    connection: &mut h2::server::Connection<T, Bytes>,
+    tx: &mpsc::Sender<ToServer>,
+) {
+    connection.graceful_shutdown();
+    let _ = tx.try_send((control(FrameKind::GoAway, 0), Charge::none()));
+}
+
+/// Answers rapid reset: GOAWAY `ENHANCE_YOUR_CALM`, flushed within a bound; the
+/// connection closes after it.
+async fn calm_down<T: AsyncRead + AsyncWrite + Unpin>(
+    connection: &mut h2::server::Connection<T, Bytes>,
+) {
+    connection.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+    let flush = std::future::poll_fn(|cx| connection.poll_closed(cx));
+    let _ = tokio::time::timeout(Duration::from_secs(1), flush).await;
 }
 
 /// A stream the client opened: its request and the handle of its response.

@@ -29,6 +29,7 @@ use crate::linger::Returned;
 use crate::progress::{Activity, Watched};
 mod call;
 mod driver;
+mod head;
 mod requests;
 mod responses;
 mod rewind;

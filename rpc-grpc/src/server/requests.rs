@@ -139,36 +139,15 @@ impl Call {
         }
         self.to_server(frame(header, metadata, &[]), Charge::none())
             .await?;
-        let mut deframer = Deframer::default();
-        deframer.set_encoding(self.request_encoding);
-        // Messages waiting for the server's window, each with what it holds on the
-        // connection's account (its bytes as received, or as inflated).
-        let mut queued: VecDeque<(Bytes, Charge)> = VecDeque::new();
-        let mut queued_bytes = 0usize;
-        // What the deframer holds (a message in progress) on the account, and the room
-        // taken for the next chunk.
-        let mut held = Charge::none();
-        let mut room = Room::new(self.account().clone());
+        let mut up = Upload::new(self.request_encoding, self.account().clone());
         // When the last chunk came: a message in progress may stall only so long.
         let mut last_chunk = tokio::time::Instant::now();
         let mut was_reading = true;
         let body_timeout = self.shared.config.body_timeout;
-        let mut window: i64 = 0;
-        let mut body_done = false;
         let limit = self.shared.config.stream_window as usize;
         loop {
-            // Messages within the server's window go up.
-            while window > 0 {
-                let Some((message, charge)) = queued.pop_front() else {
-                    break;
-                };
-                queued_bytes -= HEADER_LEN + message.len();
-                window -= (HEADER_LEN + message.len()) as i64;
-                let m = Header::new(FrameKind::Message, self.call_id);
-                self.to_server(frame(m, &Metadata::new(), &message), charge)
-                    .await?;
-            }
-            if body_done && queued.is_empty() {
+            self.forward(&mut up).await?;
+            if up.body_done && up.queued.is_empty() {
                 let mut end = Header::new(FrameKind::Message, self.call_id);
                 end.flags = Flags::END_STREAM;
                 self.to_server(frame(end, &Metadata::new(), &[]), Charge::none())
@@ -188,7 +167,7 @@ impl Call {
             // count against the client. A chunk is read once there is room on the account
             // for it, waited for as a branch of its own: the call goes on forwarding its
             // queued messages (which frees room) meanwhile.
-            let reading = !body_done && queued_bytes < limit && room.ready(&held);
+            let reading = !up.body_done && up.queued_bytes < limit && up.room.ready(&up.held);
             if reading && !was_reading {
                 last_chunk = tokio::time::Instant::now();
             }
@@ -198,62 +177,106 @@ impl Call {
                     match chunk {
                         Some(Ok(chunk)) => {
                             last_chunk = tokio::time::Instant::now();
-                            room.take(&mut held, chunk.len());
                             let _ = self.body.flow_control().release_capacity(chunk.len());
-                            deframer.push(&chunk);
-                            loop {
-                                let account = self.account();
-                                let mut inflated = Charge::none();
-                                let next = deframer.next_charged(max, &mut |n| {
-                                    inflate(account, &held, &mut inflated, n)
-                                });
-                                match next {
-                                    Ok(Some(message)) => {
-                                        // As received, or as inflated (the compressed
-                                        // bytes are gone then).
-                                        let received = held.split(deframer.take_consumed());
-                                        let charge = if inflated.amount() > 0 {
-                                            inflated
-                                        } else {
-                                            received
-                                        };
-                                        queued_bytes += HEADER_LEN + message.len();
-                                        queued.push_back((message, charge));
-                                    }
-                                    Ok(None) => break,
-                                    Err(status) => {
-                                        // The server's call is told to stop; the client gets the reason.
-                                        self.cancel_server().await;
-                                        self.fail(&status);
-                                        return Err(Stop::ServerGone);
-                                    }
-                                }
+                            if let Err(status) = up.push_chunk(&chunk, self.account(), max) {
+                                // The server's call is told to stop; the client gets the reason.
+                                self.cancel_server().await;
+                                self.fail(&status);
+                                return Err(Stop::ServerGone);
                             }
                         }
                         Some(Err(_)) => return Err(Stop::Cancelled),
-                        None => body_done = true,
+                        None => up.body_done = true,
                     }
                 }
-                () = room.granted(), if room.is_waiting() => {}
+                () = up.room.granted(), if up.room.is_waiting() => {}
                 frame = frames.recv() => {
                     let Some(frame) = frame else { return Err(Stop::ServerGone) };
-                    // With what came along: a run of messages goes out as one DATA frame.
-                    let mut next = Some(frame);
-                    while let Some((frame, permit)) = next.take().or_else(|| frames.try_recv().ok()) {
-                        if let Some(credits) = self.on_server_frame(frame, permit)? {
-                            window += i64::from(credits);
-                        }
-                    }
+                    up.window += self.on_server_frames(frame, frames)?;
                 }
                 wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out, &mut self.waiting, self.shared.config.stream_idle_timeout) => {
                     self.sent(wait).await?;
                 }
-                () = tokio::time::sleep_until(last_chunk + body_timeout), if reading && deframer.held() > 0 => {
+                () = tokio::time::sleep_until(last_chunk + body_timeout), if reading && up.deframer.held() > 0 => {
                     self.cancel_server().await;
                     self.fail(&stalled());
                     return Err(Stop::ServerGone);
                 }
             }
+        }
+    }
+
+    /// Hands the server the queued messages its window allows.
+    async fn forward(&mut self, up: &mut Upload) -> Result<(), Stop> {
+        while up.window > 0 {
+            let Some((message, charge)) = up.queued.pop_front() else {
+                break;
+            };
+            up.queued_bytes -= HEADER_LEN + message.len();
+            up.window -= (HEADER_LEN + message.len()) as i64;
+            let m = Header::new(FrameKind::Message, self.call_id);
+            self.to_server(frame(m, &Metadata::new(), &message), charge)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// A request stream's state while its call forwards it to the server.
+struct Upload {
+    deframer: Deframer,
+    /// Messages waiting for the server's window, each with what it holds on the
+    /// connection's account (its bytes as received, or as inflated).
+    queued: VecDeque<(Bytes, Charge)>,
+    queued_bytes: usize,
+    /// What the deframer holds (a message in progress) on the account.
+    held: Charge,
+    /// The room taken on the account for the next chunk.
+    room: Room,
+    /// What the server granted and the queue has not used.
+    window: i64,
+    body_done: bool,
+}
+
+impl Upload {
+    fn new(encoding: Option<crate::compress::Encoding>, account: Account) -> Upload {
+        let mut deframer = Deframer::default();
+        deframer.set_encoding(encoding);
+        Upload {
+            deframer,
+            queued: VecDeque::new(),
+            queued_bytes: 0,
+            held: Charge::none(),
+            room: Room::new(account),
+            window: 0,
+            body_done: false,
+        }
+    }
+
+    /// A chunk of the body, read into the room taken for it: the messages it completes
+    /// are queued with their charges; a malformed, oversized or over-account message is
+    /// the status that ends the call.
+    fn push_chunk(&mut self, chunk: &Bytes, account: &Account, max: usize) -> Result<(), Status> {
+        self.room.take(&mut self.held, chunk.len());
+        self.deframer.push(chunk);
+        loop {
+            let mut inflated = Charge::none();
+            let held = &self.held;
+            let next = self
+                .deframer
+                .next_charged(max, &mut |n| inflate(account, held, &mut inflated, n))?;
+            let Some(message) = next else {
+                return Ok(());
+            };
+            // As received, or as inflated (the compressed bytes are gone then).
+            let received = self.held.split(self.deframer.take_consumed());
+            let charge = if inflated.amount() > 0 {
+                inflated
+            } else {
+                received
+            };
+            self.queued_bytes += HEADER_LEN + message.len();
+            self.queued.push_back((message, charge));
         }
     }
 }

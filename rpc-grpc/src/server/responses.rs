@@ -37,12 +37,8 @@ impl Call {
             tokio::select! {
                 frame = frames.recv() => {
                     let Some(frame) = frame else { return Err(Stop::ServerGone) };
-                    // With what came along: a run of messages goes out as one DATA frame.
                     // (Window updates for a request stream that ended: nothing to do.)
-                    let mut next = Some(frame);
-                    while let Some((frame, permit)) = next.take().or_else(|| frames.try_recv().ok()) {
-                        self.on_server_frame(frame, permit)?;
-                    }
+                    self.on_server_frames(frame, frames)?;
                 }
                 wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out, &mut self.waiting, self.shared.config.stream_idle_timeout) => {
                     self.sent(wait).await?;
@@ -144,6 +140,23 @@ impl Call {
                 .await?;
         }
         Ok(())
+    }
+
+    /// `first` and the server's frames that came along with it (a run of messages goes
+    /// out as one DATA frame); the window they grant the request stream.
+    pub(super) fn on_server_frames(
+        &mut self,
+        first: ToCall,
+        frames: &mut mpsc::UnboundedReceiver<ToCall>,
+    ) -> Result<i64, Stop> {
+        let mut granted = 0;
+        let mut next = Some(first);
+        while let Some((frame, permit)) = next.take().or_else(|| frames.try_recv().ok()) {
+            if let Some(credits) = self.on_server_frame(frame, permit)? {
+                granted += i64::from(credits);
+            }
+        }
+        Ok(granted)
     }
 
     /// One frame from the server for this call. Returns the credits of a window update
