@@ -436,6 +436,29 @@ impl SharedCq {
     }
 }
 
+impl SharedCq {
+    /// Arms the CQ, then polls it once more, and really: a completion that arrived
+    /// before arming raised no event (and a receiving task that polls now may have
+    /// looked before it arrived). The completions handled.
+    fn arm(&self) -> Result<usize, String> {
+        self.cq
+            .req_notify(false)
+            .map_err(|e| format!("arming the completion queue: {e}"))?;
+        let mut poller = self.poller.lock();
+        self.poll(&mut poller)
+    }
+
+    /// Takes (and acknowledges) every event the completion channel has.
+    fn take_events(&self) -> Result<(), String> {
+        while self
+            .cq
+            .get_event_and_ack()
+            .map_err(|e| format!("reading the completion channel: {e}"))?
+        {}
+        Ok(())
+    }
+}
+
 /// The driver task of one shared CQ. Holds the CQ only while it works: it ends when the
 /// CQ's last member is gone (the CQ's drop drops `stop`'s sender).
 async fn drive(
@@ -481,16 +504,7 @@ async fn drive(
             tokio::task::yield_now().await;
             continue;
         }
-        if let Err(e) = cq.cq.req_notify(false) {
-            return cq.fail_all(&format!("arming the completion queue: {e}"));
-        }
-        // A completion that arrived before arming raised no event: poll once more, and
-        // really (a receiving task that polls now may have looked before it arrived).
-        let polled = {
-            let mut poller = cq.poller.lock();
-            cq.poll(&mut poller)
-        };
-        match polled {
+        match cq.arm() {
             Ok(0) => {}
             Ok(_) => {
                 idle_since = None;
@@ -504,14 +518,8 @@ async fn drive(
                 Ok(mut guard) => {
                     guard.clear_ready();
                     let Some(cq) = shared.upgrade() else { return };
-                    loop {
-                        match cq.cq.get_event_and_ack() {
-                            Ok(true) => continue,
-                            Ok(false) => break,
-                            Err(e) => {
-                                return cq.fail_all(&format!("reading the completion channel: {e}"));
-                            }
-                        }
+                    if let Err(reason) = cq.take_events() {
+                        return cq.fail_all(&reason);
                     }
                     idle_since = None;
                 }

@@ -8,10 +8,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::MutexGuard;
 use rpc_transport_tcp::Socket;
 use tokio::io::AsyncReadExt;
 
-use crate::connection::{Inner, Received, RecvBuf, SlotHold};
+use crate::connection::{Inner, Received, RecvBuf, SlotHold, State};
 use crate::counters::Counters;
 use crate::protocol::session::{refused, Close};
 use crate::protocol::{split_batch, Kind, Prefix, Rendezvous, PREFIX_LEN};
@@ -269,101 +270,135 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
         inner.frame_received();
     }
     match prefix.kind {
-        Kind::Data if prefix.n_tokens >= 2 => {
-            let frames = split_batch(&bytes[PREFIX_LEN..], prefix.n_tokens)
-                .map_err(|e| Close::Violation(format!("malformed batch: {e}")))?;
-            Counters::bump(&inner.counters.eager_receives, frames.len() as u64);
-            for _ in 1..frames.len() {
-                inner.frame_received();
-            }
-            // The frames share the slot, re-posted when the last of them is dropped.
-            let hold = Arc::new(SlotHold {
-                inner: inner.clone(),
-                slot: Some(slot),
-            });
-            let mut result = Ok(());
-            for range in frames {
-                let delivered = match state.session.classify_eager(&hold.bytes()[range.clone()]) {
-                    Ok(Some(header)) => state
-                        .session
-                        .deliver(RecvBuf(Received::Header(refused(header)))),
-                    Ok(None) => state.session.deliver(RecvBuf(Received::Shared {
-                        hold: hold.clone(),
-                        range,
-                    })),
-                    Err(why) => Err(why),
-                };
-                if let Err(why) = delivered {
-                    result = Err(why);
-                    break;
-                }
-            }
-            drop(state);
-            inner.space.notify_waiters();
-            // Outside the lock: the last share re-posts the slot, which takes it.
-            drop(hold);
-            result?;
-        }
-        Kind::Data => match state.session.classify_eager(&bytes[PREFIX_LEN..])? {
-            Some(header) => {
-                state
-                    .session
-                    .deliver(RecvBuf(Received::Header(refused(header))))?;
-                drop(state);
-                inner.space.notify_waiters();
-                inner.repost(slot);
-            }
-            None => {
-                Counters::bump(&inner.counters.eager_receives, 1);
-                state.session.deliver(RecvBuf(Received::Slot {
-                    inner: inner.clone(),
-                    slot: Some(slot),
-                }))?;
-                drop(state);
-                inner.space.notify_waiters();
-            }
-        },
-        Kind::Rendezvous => {
-            let descriptor = Rendezvous::decode(&bytes[PREFIX_LEN..]);
-            let refused_header = state.session.handle_descriptor(descriptor);
-            let result = match refused_header {
-                Ok(Some(header)) => state
-                    .session
-                    .deliver(RecvBuf(Received::Header(refused(header)))),
-                Ok(None) => Ok(()),
-                Err(why) => Err(why),
-            };
-            drop(state);
-            inner.space.notify_waiters();
-            inner.repost(slot);
-            result?;
-        }
-        Kind::Control => {
-            let tokens = bytes[PREFIX_LEN..]
-                .chunks_exact(8)
-                .map(|t| u64::from_le_bytes(t.try_into().expect("8 bytes")));
-            let keys = state.session.handle_read_dones(tokens)?;
-            drop(state);
-            // Each loan ends: its buffer returns to the pool and its budget to waiting
-            // senders.
-            let mut freed = Vec::new();
-            for key in keys {
-                inner.loan_charges.returned(key);
-                match inner.rings.reclaim(key) {
-                    Ok(charge) => freed.push(charge),
-                    Err(e) => return Err(Close::Failed(format!("ending a loan failed: {e}"))),
-                }
-            }
-            if !freed.is_empty() {
-                let mut state = inner.state.lock();
-                for charge in freed {
-                    state.session.release_lending(charge);
-                }
-            }
-            inner.space.notify_waiters();
-            inner.repost(slot);
+        Kind::Data if prefix.n_tokens >= 2 => received_batch(inner, state, slot, prefix.n_tokens),
+        Kind::Data => received_eager(inner, state, slot),
+        Kind::Rendezvous => received_descriptor(inner, state, slot),
+        Kind::Control => received_read_dones(inner, state, slot),
+    }
+}
+
+/// A batch of `n` eager frames in one slot: each goes up (in order) as a share of the
+/// slot, which is re-posted when the last share is dropped.
+fn received_batch(
+    inner: &Arc<Inner>,
+    mut state: MutexGuard<'_, State>,
+    slot: RecvSlot,
+    n: u16,
+) -> Result<(), Close> {
+    let bytes = inner.rings.received(&slot);
+    let frames = split_batch(&bytes[PREFIX_LEN..], n)
+        .map_err(|e| Close::Violation(format!("malformed batch: {e}")))?;
+    Counters::bump(&inner.counters.eager_receives, frames.len() as u64);
+    for _ in 1..frames.len() {
+        inner.frame_received();
+    }
+    let hold = Arc::new(SlotHold {
+        inner: inner.clone(),
+        slot: Some(slot),
+    });
+    let mut result = Ok(());
+    for range in frames {
+        let delivered = match state.session.classify_eager(&hold.bytes()[range.clone()]) {
+            Ok(Some(header)) => state
+                .session
+                .deliver(RecvBuf(Received::Header(refused(header)))),
+            Ok(None) => state.session.deliver(RecvBuf(Received::Shared {
+                hold: hold.clone(),
+                range,
+            })),
+            Err(why) => Err(why),
+        };
+        if let Err(why) = delivered {
+            result = Err(why);
+            break;
         }
     }
+    drop(state);
+    inner.space.notify_waiters();
+    // Outside the lock: the last share re-posts the slot, which takes it.
+    drop(hold);
+    result
+}
+
+/// One eager frame: it goes up in its slot (or, refused, as its header alone, the slot
+/// re-posted at once).
+fn received_eager(
+    inner: &Arc<Inner>,
+    mut state: MutexGuard<'_, State>,
+    slot: RecvSlot,
+) -> Result<(), Close> {
+    let bytes = inner.rings.received(&slot);
+    match state.session.classify_eager(&bytes[PREFIX_LEN..])? {
+        Some(header) => {
+            state
+                .session
+                .deliver(RecvBuf(Received::Header(refused(header))))?;
+            drop(state);
+            inner.space.notify_waiters();
+            inner.repost(slot);
+        }
+        None => {
+            Counters::bump(&inner.counters.eager_receives, 1);
+            state.session.deliver(RecvBuf(Received::Slot {
+                inner: inner.clone(),
+                slot: Some(slot),
+            }))?;
+            drop(state);
+            inner.space.notify_waiters();
+        }
+    }
+    Ok(())
+}
+
+/// A rendezvous descriptor: the session schedules its READ (or refuses the frame).
+fn received_descriptor(
+    inner: &Arc<Inner>,
+    mut state: MutexGuard<'_, State>,
+    slot: RecvSlot,
+) -> Result<(), Close> {
+    let descriptor = Rendezvous::decode(&inner.rings.received(&slot)[PREFIX_LEN..]);
+    let result = match state.session.handle_descriptor(descriptor) {
+        Ok(Some(header)) => state
+            .session
+            .deliver(RecvBuf(Received::Header(refused(header)))),
+        Ok(None) => Ok(()),
+        Err(why) => Err(why),
+    };
+    drop(state);
+    inner.space.notify_waiters();
+    inner.repost(slot);
+    result
+}
+
+/// Read-done tokens: each loan they name ends, its buffer back to the pool and its
+/// budget to waiting senders.
+fn received_read_dones(
+    inner: &Arc<Inner>,
+    mut state: MutexGuard<'_, State>,
+    slot: RecvSlot,
+) -> Result<(), Close> {
+    let bytes = inner.rings.received(&slot);
+    let tokens = bytes[PREFIX_LEN..]
+        .chunks_exact(8)
+        .map(|t| u64::from_le_bytes(t.try_into().expect("8 bytes")));
+    let keys = state.session.handle_read_dones(tokens)?;
+    drop(state);
+    let mut freed = Vec::new();
+    for key in keys {
+        inner.loan_charges.returned(key);
+        match inner.rings.reclaim(key) {
+            Ok(charge) => freed.push(charge),
+            Err(e) => return Err(Close::Failed(format!("ending a loan failed: {e}"))),
+        }
+    }
+    if !freed.is_empty() {
+        let mut state = inner.state.lock();
+        for charge in freed {
+            state.session.release_lending(charge);
+        }
+    }
+    inner.space.notify_waiters();
+    inner.repost(slot);
     Ok(())
 }
 

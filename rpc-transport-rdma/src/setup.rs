@@ -144,28 +144,8 @@ impl Connected {
             .eager_limit()
             .min(remote.slot_size as usize - PREFIX_LEN);
         let max_frame = max_frame(config.max_message_size);
-        let session_config = SessionConfig {
-            peer_slots: remote.recv_slots,
-            own_slots: config.initial_slots(),
-            max_slots: config.ring_slots,
-            credit_threshold: (config.ring_slots / 8).max(2),
-            lend: LoanLimit {
-                bytes: config.lend_budget().min(remote.rdv_budget),
-                loans: usize::from(config.max_loans.min(remote.max_loans)),
-            },
-            borrow: LoanLimit {
-                bytes: config.lend_budget(),
-                loans: usize::from(config.max_loans),
-            },
-            max_frame,
-            max_message_size: config.max_message_size,
-            read_chunk: config.read_chunk,
-            read_wr_budget: READ_WR_BUDGET,
-            max_tokens: (rings.geometry().slot_size as usize - PREFIX_LEN) / 8,
-            ping_interval: config.ping_interval,
-            ping_timeout: config.ping_timeout,
-            loan_timeout: config.loan_timeout,
-        };
+        let slot_size = rings.geometry().slot_size as usize;
+        let session_config = session_config(config, remote, slot_size, max_frame);
         let (closed, _) = watch::channel(None);
         let inner = Arc::new(Inner {
             rings,
@@ -213,6 +193,38 @@ impl Connected {
         tokio::spawn(driver::run(inner.clone(), side));
         tracing::debug!(peer = %inner.peer, device = self.device.context.name(), eager_limit, "RDMA connection established");
         RdmaConnection { inner }
+    }
+}
+
+/// The session's limits and timers: `config`'s, within what the peer offered
+/// (`remote`); `slot_size` is our receive slots' (read-done tokens per control message).
+fn session_config(
+    config: &RdmaConfig,
+    remote: &Offer,
+    slot_size: usize,
+    max_frame: usize,
+) -> SessionConfig {
+    SessionConfig {
+        peer_slots: remote.recv_slots,
+        own_slots: config.initial_slots(),
+        max_slots: config.ring_slots,
+        credit_threshold: (config.ring_slots / 8).max(2),
+        lend: LoanLimit {
+            bytes: config.lend_budget().min(remote.rdv_budget),
+            loans: usize::from(config.max_loans.min(remote.max_loans)),
+        },
+        borrow: LoanLimit {
+            bytes: config.lend_budget(),
+            loans: usize::from(config.max_loans),
+        },
+        max_frame,
+        max_message_size: config.max_message_size,
+        read_chunk: config.read_chunk,
+        read_wr_budget: READ_WR_BUDGET,
+        max_tokens: (slot_size - PREFIX_LEN) / 8,
+        ping_interval: config.ping_interval,
+        ping_timeout: config.ping_timeout,
+        loan_timeout: config.loan_timeout,
     }
 }
 
