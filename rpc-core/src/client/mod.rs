@@ -4,10 +4,13 @@
 mod balance;
 mod calls;
 mod channel;
+mod connection;
+mod dial;
 mod target;
 
 pub use balance::EndpointStatus;
-pub use channel::{Channel, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
+pub use channel::Channel;
+pub use dial::{MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
 
 #[cfg(test)]
 mod tests;

@@ -5,8 +5,6 @@ use std::sync::Weak;
 
 use parking_lot::Mutex;
 
-use super::inbox::Inbox;
-
 /// The windows the inboxes of one connection may grant together: each stream keeps to
 /// its window, but a peer with many streams would otherwise make the sum `calls x
 /// window`. A window is granted from the budget and given back as its messages are
@@ -24,7 +22,7 @@ pub(super) struct BudgetState {
     /// Windows granted and not given back.
     pub(super) committed: usize,
     /// Inboxes that want to grant more, in the order they asked.
-    pub(super) waiting: VecDeque<Weak<Inbox>>,
+    pub(super) waiting: VecDeque<Weak<dyn WaitsForRoom>>,
 }
 
 /// The smallest grant worth a window update (a smaller want is granted whole or not).
@@ -50,13 +48,14 @@ impl Budget {
         got
     }
 
-    pub(super) fn wait(&self, inbox: Weak<Inbox>) {
-        self.state.lock().waiting.push_back(inbox);
+    /// `waiter` retries once someone gives room back.
+    pub(super) fn wait(&self, waiter: Weak<dyn WaitsForRoom>) {
+        self.state.lock().waiting.push_back(waiter);
     }
 
     /// Gives `bytes` back; the inboxes waiting for room, to retry.
     #[must_use]
-    pub(super) fn release(&self, bytes: usize) -> Vec<Weak<Inbox>> {
+    pub(super) fn release(&self, bytes: usize) -> Vec<Weak<dyn WaitsForRoom>> {
         if bytes == 0 {
             return Vec::new();
         }
@@ -72,11 +71,17 @@ impl Budget {
     }
 }
 
-/// Lets the inboxes that waited for room grant what they could not.
-pub(super) fn retry(waiting: Vec<Weak<Inbox>>) {
-    for inbox in waiting {
-        if let Some(inbox) = inbox.upgrade() {
-            inbox.retry_grant();
+/// Who waits for room in a [`Budget`]: an inbox that wants to grant more window.
+pub(super) trait WaitsForRoom: Send + Sync {
+    /// Room was given back: try again.
+    fn retry(&self);
+}
+
+/// Lets those that waited for room take what they could not.
+pub(super) fn retry(waiting: Vec<Weak<dyn WaitsForRoom>>) {
+    for waiter in waiting {
+        if let Some(waiter) = waiter.upgrade() {
+            waiter.retry();
         }
     }
 }

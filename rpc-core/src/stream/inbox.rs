@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::budget::{retry, Budget};
+use super::budget::{retry, Budget, WaitsForRoom};
 use crate::account::{Account, Charge, Resource};
 use crate::control::ControlQueue;
 use crate::wire::MAX_STREAM_WINDOW;
@@ -136,7 +136,7 @@ impl Inbox {
         }
         if state.deferred > 0 && !state.waiting {
             state.waiting = true;
-            budget.wait(self.me.clone());
+            budget.wait(self.me.clone() as Weak<dyn WaitsForRoom>);
         }
     }
 
@@ -152,7 +152,11 @@ impl Inbox {
     /// Gives `bytes` of this inbox's window back to the budget (those that backed
     /// consumed messages, or all of it when the stream ends); returns who to retry.
     #[must_use]
-    pub(super) fn give_back(&self, state: &mut InboxState, bytes: u64) -> Vec<Weak<Inbox>> {
+    pub(super) fn give_back(
+        &self,
+        state: &mut InboxState,
+        bytes: u64,
+    ) -> Vec<Weak<dyn WaitsForRoom>> {
         let Some(budget) = &self.budget else {
             return Vec::new();
         };
@@ -164,7 +168,7 @@ impl Inbox {
     /// The stream takes no more messages: the window not backing queued ones (and
     /// anything deferred) goes back to the budget.
     #[must_use]
-    pub(super) fn stop_granting(&self, state: &mut InboxState) -> Vec<Weak<Inbox>> {
+    pub(super) fn stop_granting(&self, state: &mut InboxState) -> Vec<Weak<dyn WaitsForRoom>> {
         state.deferred = 0;
         let queued: u64 = state.queue.iter().map(|(_, c, _)| u64::from(*c)).sum();
         let unused = state.holding.saturating_sub(queued);
@@ -174,7 +178,7 @@ impl Inbox {
     /// Empties the queue (its messages are of no use any more): the whole window goes
     /// back to the budget.
     #[must_use]
-    pub(super) fn clear(&self, state: &mut InboxState) -> Vec<Weak<Inbox>> {
+    pub(super) fn clear(&self, state: &mut InboxState) -> Vec<Weak<dyn WaitsForRoom>> {
         state.queue.clear();
         state.held = Charge::none();
         state.deferred = 0;
@@ -401,5 +405,11 @@ impl Drop for Inbox {
 pub(super) fn wake(state: &mut InboxState) {
     if let Some(waker) = state.waker.take() {
         waker.wake();
+    }
+}
+
+impl WaitsForRoom for Inbox {
+    fn retry(&self) {
+        self.retry_grant();
     }
 }

@@ -9,7 +9,8 @@ use futures_util::future::{AbortHandle, Abortable};
 use super::endpoint::{Health, Phase};
 use super::health::watch_health;
 use super::{DialFn, Sub};
-use crate::client::channel::{dial_within, jitter, next_backoff, start, REDIAL_BACKOFF};
+use crate::client::connection::start;
+use crate::client::dial::{dial_within, jitter, next_backoff, REDIAL_BACKOFF};
 use crate::transport::Connection;
 use crate::{ClientConfig, Status};
 

@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 
 use super::Balancer;
 use crate::client::balance::dns::DnsTarget;
-use crate::client::channel::{jitter, next_backoff, REDIAL_BACKOFF};
+use crate::client::dial::{jitter, next_backoff, REDIAL_BACKOFF};
 use crate::transport::Connection;
 use crate::{Endpoint, Status};
 

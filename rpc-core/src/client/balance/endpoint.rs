@@ -10,6 +10,7 @@ use std::marker::PhantomData;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use crate::client::connection::Watcher;
 use crate::{Code, Endpoint, Status};
 
 /// Where an endpoint's connection is.
@@ -153,48 +154,6 @@ impl EjectionBudget {
 }
 
 impl EndpointState {
-    pub(in crate::client) fn connection_changed(&self) {
-        self.conn_event.notify_one();
-        self.changed.notify_waiters();
-    }
-
-    /// A call on this endpoint ended with `code`.
-    pub(in crate::client) fn record(&self, code: Code) {
-        if self.eject_after == 0 {
-            return;
-        }
-        let failed = matches!(
-            code,
-            Code::Unavailable | Code::Internal | Code::Unknown | Code::DataLoss
-        );
-        if !failed {
-            self.failures.store(0, Ordering::Relaxed);
-            // A success after an ejection ended: the next one starts short again.
-            if self.streak.load(Ordering::Relaxed) != 0 && self.ejection.lock().until.is_none() {
-                self.streak.store(0, Ordering::Relaxed);
-            }
-            return;
-        }
-        let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if failures < self.eject_after {
-            return;
-        }
-        let mut ejection = self.ejection.lock();
-        if ejection.until.is_some() || ejection.removed || !self.budget.take() {
-            return; // never more than half of them
-        }
-        let streak = (self.streak.load(Ordering::Relaxed) + 1).min(10);
-        self.streak.store(streak, Ordering::Relaxed);
-        let rest = self.ejection_time * streak;
-        ejection.until = Some(Instant::now() + rest);
-        self.failures.store(0, Ordering::Relaxed);
-        tracing::info!(
-            failures,
-            ?rest,
-            "endpoint ejected after calls failed in a row"
-        );
-    }
-
     pub(super) fn is_ejected(&self, now: Instant) -> bool {
         let mut ejection = self.ejection.lock();
         match ejection.until {
@@ -245,4 +204,48 @@ pub struct EndpointStatus {
     pub ejected: bool,
     /// Calls in flight on its connection.
     pub in_flight: usize,
+}
+
+impl Watcher for EndpointState {
+    fn connection_changed(&self) {
+        self.conn_event.notify_one();
+        self.changed.notify_waiters();
+    }
+
+    /// A call on this endpoint ended with `code`.
+    fn record(&self, code: Code) {
+        if self.eject_after == 0 {
+            return;
+        }
+        let failed = matches!(
+            code,
+            Code::Unavailable | Code::Internal | Code::Unknown | Code::DataLoss
+        );
+        if !failed {
+            self.failures.store(0, Ordering::Relaxed);
+            // A success after an ejection ended: the next one starts short again.
+            if self.streak.load(Ordering::Relaxed) != 0 && self.ejection.lock().until.is_none() {
+                self.streak.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if failures < self.eject_after {
+            return;
+        }
+        let mut ejection = self.ejection.lock();
+        if ejection.until.is_some() || ejection.removed || !self.budget.take() {
+            return; // never more than half of them
+        }
+        let streak = (self.streak.load(Ordering::Relaxed) + 1).min(10);
+        self.streak.store(streak, Ordering::Relaxed);
+        let rest = self.ejection_time * streak;
+        ejection.until = Some(Instant::now() + rest);
+        self.failures.store(0, Ordering::Relaxed);
+        tracing::info!(
+            failures,
+            ?rest,
+            "endpoint ejected after calls failed in a row"
+        );
+    }
 }

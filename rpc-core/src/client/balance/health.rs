@@ -6,7 +6,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::endpoint::{EndpointState, Health};
-use crate::client::channel::{jitter, next_backoff, Shared, REDIAL_BACKOFF};
+use crate::client::connection::Shared;
+use crate::client::dial::{jitter, next_backoff, REDIAL_BACKOFF};
 use crate::service::{MethodDescriptor, MethodKind};
 use crate::transport::Connection;
 use crate::{ClientConfig, Code, Request, Status};

@@ -20,7 +20,8 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
 use crate::client::balance::dns::DnsTarget;
-use crate::client::channel::{Dialing, Shared};
+use crate::client::connection::Shared;
+use crate::client::dial::Dialing;
 use crate::transport::Connection;
 use crate::{ClientConfig, Endpoint, Status};
 mod connect;

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::endpoint::{Health, Phase};
 use super::{Balancer, Resolution, Sub};
-use crate::client::channel::Shared;
+use crate::client::connection::Shared;
 use crate::transport::Connection;
 use crate::{LbStrategy, Status};
 

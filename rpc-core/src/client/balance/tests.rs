@@ -11,6 +11,7 @@ use futures_util::StreamExt;
 use super::endpoint::{AtomicState, Health as HealthState, Phase};
 use super::health::HealthCheckResponse;
 use super::*;
+use crate::client::connection::Watcher;
 use crate::memory::{self, MemoryConnection};
 use crate::service::{
     BoxMessage, MethodDescriptor, MethodKind, Service, ServiceFuture, StreamRequest,

@@ -4,11 +4,13 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::redial::{dial_within, Dialing, Redial};
+use super::redial::Redial;
 use super::retry::RetryThrottle;
-use super::shared::{start, Shared};
 use super::{Channel, Inner, Mode};
 use crate::client::balance::{Balancer, DialFn, Discovery};
+use crate::client::connection::start;
+use crate::client::connection::Shared;
+use crate::client::dial::{dial_within, Dialing};
 use crate::client::target::Target;
 use crate::transport::{Connection, Dial, TransportError};
 use crate::{ClientConfig, Endpoint};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::client::balance::Balancer;
 use crate::client::balance::EndpointStatus;
+use crate::client::connection::Shared;
 use crate::interceptor::Interceptor;
 use crate::layer::ClientStack;
 use crate::transport::Connection;
@@ -13,21 +14,14 @@ use crate::{ClientConfig, Status};
 
 mod api;
 mod build;
-mod demux;
 mod layers;
 mod redial;
 mod retry;
-mod shared;
 mod streams;
-mod tasks;
 mod unary;
 
 use self::redial::Redial;
 use self::retry::RetryThrottle;
-
-pub(super) use self::redial::{dial_within, jitter, next_backoff, Dialing};
-pub use self::redial::{MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
-pub(super) use self::shared::{start, Shared};
 
 /// A client's handle on one connection. Cheap to clone; every clone shares the
 /// connection, and calls from all of them run concurrently over it, matched to their
@@ -39,7 +33,8 @@ pub(super) use self::shared::{start, Shared};
 /// one failed; calls that were in flight on the failed one end with `UNAVAILABLE` (they
 /// are not retried: the server may have run them). After a failed dial, calls fail at
 /// once (or wait, with [`ClientConfig::wait_for_ready`]) until the next dial, after an
-/// exponential back-off from [`REDIAL_BACKOFF`] to [`MAX_REDIAL_BACKOFF`].
+/// exponential back-off from [`REDIAL_BACKOFF`](crate::REDIAL_BACKOFF) to
+/// [`MAX_REDIAL_BACKOFF`](crate::MAX_REDIAL_BACKOFF).
 pub struct Channel<C: Connection> {
     inner: Arc<Inner<C>>,
     /// Runs on every request's head before it is sent ([`Channel::with_interceptor`]).

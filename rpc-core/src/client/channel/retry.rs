@@ -5,9 +5,9 @@ use std::sync::atomic::Ordering;
 
 use std::time::Instant;
 
-use super::redial::jitter;
 use super::unary::{is_refused, response_code, SplitFn};
 use super::{check_request, Channel};
+use crate::client::dial::jitter;
 use crate::payload::Inbound;
 use crate::service::MethodDescriptor;
 use crate::transport::Connection;

@@ -9,9 +9,9 @@ use tracing::Instrument;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::StreamExt;
 
-use super::shared::Shared;
 use super::{check_request, Channel};
 use crate::client::calls::{NotAdmitted, Outcome, Waiter};
+use crate::client::connection::Shared;
 use crate::outbound::send_frame;
 use crate::payload::{self, Inbound};
 use crate::service::{MethodDescriptor, MethodKind};

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use super::shared::Shared;
 use super::Channel;
 use crate::client::calls::NotAdmitted;
+use crate::client::connection::Shared;
 use crate::layer::ClientCall;
 use crate::outbound::{send_frame, send_split};
 use crate::payload::{self, Inbound};

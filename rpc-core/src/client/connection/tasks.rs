@@ -1,17 +1,54 @@
-//! A connection's tasks: the receive loop, the control-frame sender and the keepalive.
+//! A connection's tasks: starting them, the receive loop, the control-frame sender and the
+//! keepalive.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use std::sync::Weak;
 use std::time::Instant;
 
-use super::demux::{dispatch_run, ended, MAX_RUN};
-use super::shared::Shared;
+use parking_lot::Mutex;
+use tracing::Instrument;
+
+use super::demux::{dispatch_run, ended, Dispatch, MAX_RUN};
+use super::{Shared, Watcher};
+use crate::client::calls::CallTable;
 use crate::control::ControlQueue;
 use crate::outbound::send_control_credits;
 use crate::transport::Connection;
-use crate::Status;
+use crate::{ClientConfig, Status};
+
+/// Starts the tasks of one connection.
+pub(in crate::client) fn start<C: Connection>(
+    conn: C,
+    config: &ClientConfig,
+    endpoint: Option<Arc<dyn Watcher>>,
+) -> Arc<Shared<C>> {
+    let control = Arc::new(ControlQueue::default());
+    let conn = Arc::new(conn);
+    let shared = Arc::new(Shared {
+        conn: conn.clone(),
+        calls: Mutex::new(CallTable::new()),
+        control: control.clone(),
+        heard: AtomicBool::new(false),
+        endpoint,
+    });
+    // A first frame at once, as HTTP/2's preface: servers close sockets that stay
+    // silent past their first-frame timeout, and a channel may make its first call late.
+    control.ping(0);
+    let weak = Arc::downgrade(&shared);
+    let sink = Arc::new(Dispatch::new(weak.clone()));
+    if !conn.push_to(sink) {
+        tokio::spawn(
+            receive_loop(conn, weak.clone()).instrument(tracing::debug_span!("channel-recv")),
+        );
+    }
+    tokio::spawn(control_loop(weak.clone(), control));
+    if let Some(interval) = config.keepalive_interval {
+        tokio::spawn(keepalive_loop(weak, interval, config.keepalive_timeout));
+    }
+    shared
+}
 
 /// Receives frames and hands responses to their callers until the connection ends
 /// (transports that do not run to completion; see [`Dispatch`] for those that do).

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::shared::Shared;
+use super::Shared;
 use crate::client::calls::Waiter;
 use crate::stream::Inbox;
 use crate::transport::{Connection, FrameSink, TransportError};

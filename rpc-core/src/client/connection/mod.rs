@@ -1,18 +1,28 @@
-//! One connection's state, shared by the channel, the call guards and the tasks.
+//! One connection of a client: its state, shared by the channel, the call guards and the
+//! tasks; its demultiplexer (`demux.rs`) and its tasks (`tasks.rs`).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tracing::Instrument;
 
-use super::demux::Dispatch;
-use super::tasks::{control_loop, keepalive_loop, receive_loop};
-use crate::client::balance::EndpointState;
 use crate::client::calls::CallTable;
 use crate::control::ControlQueue;
 use crate::transport::Connection;
-use crate::ClientConfig;
+
+mod demux;
+mod tasks;
+
+pub(in crate::client) use self::tasks::start;
+
+/// Who hears of a connection's life and of its calls' outcomes: a balanced endpoint
+/// (its connector redials, its ejection counts failures in a row).
+pub(in crate::client) trait Watcher: Send + Sync {
+    /// The connection ended or began draining.
+    fn connection_changed(&self);
+    /// A call on the connection ended with `code`.
+    fn record(&self, code: crate::Code);
+}
 
 /// One connection's state, shared by the channel, the call guards and the receive task.
 pub(in crate::client) struct Shared<C: Connection> {
@@ -23,14 +33,14 @@ pub(in crate::client) struct Shared<C: Connection> {
     pub(in crate::client) calls: Mutex<CallTable<C::RecvBuf>>,
     /// Control frames (cancel, pong, ping, goaway) to send from contexts that cannot
     /// await (Drop, the receive loop). Bounded.
-    pub(super) control: Arc<ControlQueue>,
+    pub(in crate::client) control: Arc<ControlQueue>,
     /// When the last frame arrived from the server (keepalive).
     /// Set by every received frame, cleared by the keepalive task (a store per frame, not
     /// a clock read).
-    pub(super) heard: AtomicBool,
+    pub(in crate::client) heard: AtomicBool,
     /// The endpoint of a balanced channel this connection belongs to: told when the
     /// connection ends or drains, and of each call's outcome (passive ejection).
-    pub(in crate::client) endpoint: Option<Arc<EndpointState>>,
+    pub(in crate::client) endpoint: Option<Arc<dyn Watcher>>,
 }
 
 impl<C: Connection> Shared<C> {
@@ -53,36 +63,4 @@ impl<C: Connection> Drop for Shared<C> {
         self.control.close();
         self.conn.close();
     }
-}
-
-/// Starts the tasks of one connection.
-pub(in crate::client) fn start<C: Connection>(
-    conn: C,
-    config: &ClientConfig,
-    endpoint: Option<Arc<EndpointState>>,
-) -> Arc<Shared<C>> {
-    let control = Arc::new(ControlQueue::default());
-    let conn = Arc::new(conn);
-    let shared = Arc::new(Shared {
-        conn: conn.clone(),
-        calls: Mutex::new(CallTable::new()),
-        control: control.clone(),
-        heard: AtomicBool::new(false),
-        endpoint,
-    });
-    // A first frame at once, as HTTP/2's preface: servers close sockets that stay
-    // silent past their first-frame timeout, and a channel may make its first call late.
-    control.ping(0);
-    let weak = Arc::downgrade(&shared);
-    let sink = Arc::new(Dispatch::new(weak.clone()));
-    if !conn.push_to(sink) {
-        tokio::spawn(
-            receive_loop(conn, weak.clone()).instrument(tracing::debug_span!("channel-recv")),
-        );
-    }
-    tokio::spawn(control_loop(weak.clone(), control));
-    if let Some(interval) = config.keepalive_interval {
-        tokio::spawn(keepalive_loop(weak, interval, config.keepalive_timeout));
-    }
-    shared
 }
