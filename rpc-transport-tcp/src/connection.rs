@@ -4,47 +4,19 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use parking_lot::Mutex;
 use rpc_core::account::{Account, Charge, Resource};
 use rpc_core::wire::HEADER_LEN;
 use rpc_core::{Connection, MethodKinds, TransportError, MAX_METADATA_LEN};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpStream, ToSocketAddrs};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 
+use crate::closing::Closing;
+use crate::outgoing::{OutFrame, Queued, SendReservation};
 use crate::reader::Reader;
 use crate::socket::{ReadHalf, Socket};
 use crate::writer::writer_task;
 use crate::TcpConfig;
-
-/// A frame queued for the writer, with the share of the byte budget (and of the
-/// server's account) it holds.
-pub(crate) type Queued = (OutFrame, SendReservation);
-
-/// A frame to write: `head`, then the `tail` parts in order (a gathered write: large
-/// `bytes` fields are written from where they lie, not copied into `head`).
-#[derive(Debug)]
-pub(crate) struct OutFrame {
-    pub(crate) head: BytesMut,
-    pub(crate) tail: Vec<Bytes>,
-}
-
-impl OutFrame {
-    /// The frame's length.
-    pub(crate) fn len(&self) -> usize {
-        self.head.len() + self.tail.iter().map(Bytes::len).sum::<usize>()
-    }
-}
-
-/// Room reserved in a connection's send queue for one frame, from
-/// [`TcpConnection::reserve`], and on a server the frame's bytes on the connection's
-/// account ([`Resource::Sending`]) until it is written; dropping it unused gives both
-/// back.
-#[derive(Debug)]
-pub struct SendReservation {
-    _queue: OwnedSemaphorePermit,
-    _account: Charge,
-}
 
 /// One TCP connection carrying frames.
 ///
@@ -73,39 +45,6 @@ pub struct TcpConnection {
     closing: Arc<Closing>,
     /// The writer task, awaited by the lingering close.
     writer: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
-}
-
-/// How a connection ends: shared by the connection, its reader and its writer.
-#[derive(Debug)]
-pub(crate) struct Closing {
-    /// Set to true by `close` or a failure; wakes a pending `recv` and stops the writer.
-    pub(crate) closed: watch::Sender<bool>,
-    /// Why the connection failed, if it did (a write timeout, a write error).
-    failure: Mutex<Option<String>>,
-    /// Closed with the connection, so that senders waiting for queue room wake up.
-    queued_bytes: Arc<Semaphore>,
-}
-
-impl Closing {
-    /// Closes the connection cleanly.
-    pub(crate) fn close(&self) {
-        self.closed.send_replace(true);
-        self.queued_bytes.close();
-    }
-
-    /// Closes the connection because of `reason`; `recv` then reports it.
-    pub(crate) fn fail(&self, reason: String) {
-        self.failure.lock().get_or_insert(reason);
-        self.close();
-    }
-
-    /// The failure, if the connection failed.
-    pub(crate) fn failure(&self) -> Option<TransportError> {
-        self.failure
-            .lock()
-            .clone()
-            .map(|r| TransportError::Io(std::io::Error::other(r)))
-    }
 }
 
 impl TcpConnection {
@@ -195,11 +134,7 @@ impl TcpConnection {
         let budget = config.send_queue_bytes.clamp(1, u32::MAX as usize);
         let queued_bytes = Arc::new(Semaphore::new(budget));
         let (closed, closed_rx) = watch::channel(false);
-        let closing = Arc::new(Closing {
-            closed,
-            failure: Mutex::new(None),
-            queued_bytes: queued_bytes.clone(),
-        });
+        let closing = Arc::new(Closing::new(closed, queued_bytes.clone()));
         let writer = tokio::spawn(writer_task(
             write,
             queue,

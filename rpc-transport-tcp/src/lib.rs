@@ -23,9 +23,11 @@
 //! None.
 #![forbid(unsafe_code)]
 
+mod closing;
 mod config;
 mod connection;
 mod listener;
+mod outgoing;
 pub mod rdma_hello;
 mod reader;
 mod recycle;
@@ -34,7 +36,8 @@ mod tls;
 mod writer;
 
 pub use config::TcpConfig;
-pub use connection::{SendReservation, TcpConnection};
+pub use connection::TcpConnection;
 pub use listener::{take_backlog, TcpListener};
+pub use outgoing::SendReservation;
 pub use socket::{Socket, TlsStream};
 pub use tls::{ClientAuth, TlsAcceptor, TlsConfig, TlsConnector, TlsError, ALPN_FRAMES, ALPN_H2};

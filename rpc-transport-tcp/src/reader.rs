@@ -12,7 +12,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::connection::Closing;
+use crate::closing::Closing;
 use crate::socket::ReadHalf;
 use crate::TcpConfig;
 

@@ -8,7 +8,8 @@ use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::connection::{Closing, OutFrame, Queued};
+use crate::closing::Closing;
+use crate::outgoing::{OutFrame, Queued};
 use crate::socket::WriteHalf;
 use crate::TcpConfig;
 
