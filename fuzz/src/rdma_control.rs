@@ -141,13 +141,6 @@ pub fn fields(data: &[u8]) -> Vec<Field> {
 /// response frame, a rendezvous descriptor for a 1 MiB request, credit-only, read-done,
 /// ping and pong control messages; and a few just past the decoder's checks.
 pub fn seeds() -> Vec<(String, Vec<u8>)> {
-    let prefix = |kind: u8, flags: u8, n_tokens: u16, reposted: u64| {
-        let mut p = vec![kind, flags];
-        p.extend_from_slice(&n_tokens.to_le_bytes());
-        p.extend_from_slice(&[0; 4]);
-        p.extend_from_slice(&reposted.to_le_bytes());
-        p
-    };
     let mut md = Metadata::new();
     md.append("k", "v");
     let mut request = Header::new(FrameKind::Request, 1);
@@ -174,31 +167,8 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         batch.extend(crate::frame::build(h, &Metadata::new(), b"\x0a\x02hi"));
     }
 
-    let mut rendezvous = prefix(2, 0, 0, 9);
-    let mut big = request;
-    big.payload_len = 1 << 20;
-    big.flags = big.flags | Flags::REMOTE_DESCRIPTOR;
-    rendezvous.extend_from_slice(&0x7f00_dead_0000u64.to_le_bytes());
-    rendezvous.extend_from_slice(&(big.frame_len() as u64).to_le_bytes());
-    rendezvous.extend_from_slice(&0x1234u32.to_le_bytes());
-    rendezvous.extend_from_slice(&[0; 4]);
-    rendezvous.extend_from_slice(&42u64.to_le_bytes());
-    rendezvous.extend_from_slice(&big.encode());
-
-    // A descriptor with the frame's first 64 bytes inline (a field lent in place).
-    let mut head = crate::frame::build(request, &md, &[0x0a; 64]);
-    head.truncate(64);
-    let mut big_head = request;
-    big_head.payload_len = 1 << 20;
-    let mut with_head = prefix(2, 0, head.len() as u16, 9);
-    with_head.extend_from_slice(&128u64.to_le_bytes());
-    with_head.extend_from_slice(&((big_head.frame_len() - head.len()) as u64).to_le_bytes());
-    with_head.extend_from_slice(&0x1234u32.to_le_bytes());
-    with_head.extend_from_slice(&[0; 4]);
-    with_head.extend_from_slice(&43u64.to_le_bytes());
-    with_head.extend_from_slice(&big_head.encode());
-    head[..HEADER_LEN].copy_from_slice(&big_head.encode());
-    with_head.extend_from_slice(&head);
+    let rendezvous = rendezvous_seed(request);
+    let with_head = rendezvous_with_head(request, &md);
 
     let mut read_done = prefix(3, 0, 3, 17);
     for token in [1u64, 2, u64::MAX] {
@@ -225,4 +195,46 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
             prefix(3, 0, 0, 0)[..15].to_vec(),
         ),
     ]
+}
+
+/// A message prefix: `kind`, `flags`, `n_tokens`, a reserved word, `reposted`.
+fn prefix(kind: u8, flags: u8, n_tokens: u16, reposted: u64) -> Vec<u8> {
+    let mut p = vec![kind, flags];
+    p.extend_from_slice(&n_tokens.to_le_bytes());
+    p.extend_from_slice(&[0; 4]);
+    p.extend_from_slice(&reposted.to_le_bytes());
+    p
+}
+
+/// A rendezvous descriptor for a 1 MiB `request`.
+fn rendezvous_seed(request: Header) -> Vec<u8> {
+    let mut rendezvous = prefix(2, 0, 0, 9);
+    let mut big = request;
+    big.payload_len = 1 << 20;
+    big.flags = big.flags | Flags::REMOTE_DESCRIPTOR;
+    rendezvous.extend_from_slice(&0x7f00_dead_0000u64.to_le_bytes());
+    rendezvous.extend_from_slice(&(big.frame_len() as u64).to_le_bytes());
+    rendezvous.extend_from_slice(&0x1234u32.to_le_bytes());
+    rendezvous.extend_from_slice(&[0; 4]);
+    rendezvous.extend_from_slice(&42u64.to_le_bytes());
+    rendezvous.extend_from_slice(&big.encode());
+    rendezvous
+}
+
+/// A descriptor with the frame's first 64 bytes inline (a field lent in place).
+fn rendezvous_with_head(request: Header, md: &Metadata) -> Vec<u8> {
+    let mut head = crate::frame::build(request, md, &[0x0a; 64]);
+    head.truncate(64);
+    let mut big_head = request;
+    big_head.payload_len = 1 << 20;
+    let mut with_head = prefix(2, 0, head.len() as u16, 9);
+    with_head.extend_from_slice(&128u64.to_le_bytes());
+    with_head.extend_from_slice(&((big_head.frame_len() - head.len()) as u64).to_le_bytes());
+    with_head.extend_from_slice(&0x1234u32.to_le_bytes());
+    with_head.extend_from_slice(&[0; 4]);
+    with_head.extend_from_slice(&43u64.to_le_bytes());
+    with_head.extend_from_slice(&big_head.encode());
+    head[..HEADER_LEN].copy_from_slice(&big_head.encode());
+    with_head.extend_from_slice(&head);
+    with_head
 }
