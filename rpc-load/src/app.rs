@@ -56,8 +56,75 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         Some(json) => data::metadata_from_json(&data::read_data_arg(json)?)?,
         None => Vec::new(),
     };
+    let (messages, payload_field) = messages_of(args, &method)?;
+    let messages = Arc::new(messages);
+
+    let monitor = Arc::new(Monitor::new());
+    let on_ctrl_c = tokio::spawn(cancel_on_ctrl_c(monitor.clone()));
+    let progress = crate::progress::spawn(monitor.clone(), &plan);
+    let result = run_on(
+        &address,
+        args,
+        &method,
+        &metadata,
+        messages,
+        &plan,
+        monitor.clone(),
+    )
+    .await;
+    on_ctrl_c.abort();
+    monitor.finish();
+    let _ = progress.await;
+    let (outcome, transport) = result?;
+
+    ensure!(
+        outcome.sent == outcome.stats.count(),
+        "internal error: {} requests sent but {} replies and {} errors counted",
+        outcome.sent,
+        outcome.stats.ok(),
+        outcome.stats.errors()
+    );
+    let mut options = ReportOptions::new(
+        args,
+        method.name.clone(),
+        plan.total,
+        payload_field,
+        &metadata,
+        threads(args),
+    );
+    // With a concurrency schedule, the most workers it had (not -c).
+    options.concurrency = plan.concurrency;
+    Ok(Report::new(&outcome, options, transport))
+}
+
+/// Runs `plan` over the transport `address` names.
+async fn run_on(
+    address: &Address,
+    args: &Args,
+    method: &Method,
+    metadata: &[(String, String)],
+    messages: Arc<Messages>,
+    plan: &LoadPlan,
+    monitor: Arc<Monitor>,
+) -> anyhow::Result<(RunOutcome, String)> {
+    match address {
+        Address::Rpc(endpoint) => {
+            run_rpc(args, endpoint, method, metadata, messages, plan, monitor).await
+        }
+        Address::Balanced(target) => {
+            run_balanced(args, target, method, metadata, messages, plan, monitor).await
+        }
+        Address::Grpc(addrs) => {
+            run_grpc(args, addrs, method, metadata, messages, plan, monitor).await
+        }
+    }
+}
+
+/// The messages to send (every call's, or a template rendered per call) and the payload
+/// field `--payload-size` fills, if any.
+fn messages_of(args: &Args, method: &Method) -> anyhow::Result<(Messages, Option<String>)> {
     let text = args.data.as_deref().map(data::read_data_arg).transpose()?;
-    let (messages, payload_field) = match text {
+    Ok(match text {
         // `{{...}}` actions: rendered for every call.
         Some(text) if Template::is_template(&text) => {
             let (service, name) = method.name.split_once('/').unwrap_or(("", &method.name));
@@ -106,81 +173,14 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
                 .transpose()?;
             (Messages::new(messages)?, field)
         }
-    };
-    let messages = Arc::new(messages);
+    })
+}
 
-    let monitor = Arc::new(Monitor::new());
-    let on_ctrl_c = tokio::spawn({
-        let monitor = monitor.clone();
-        async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                monitor.cancel();
-            }
-        }
-    });
-    let progress = crate::progress::spawn(monitor.clone(), &plan);
-    let result = match &address {
-        Address::Rpc(endpoint) => {
-            run_rpc(
-                args,
-                endpoint,
-                &method,
-                &metadata,
-                messages,
-                &plan,
-                monitor.clone(),
-            )
-            .await
-        }
-        Address::Balanced(target) => {
-            run_balanced(
-                args,
-                target,
-                &method,
-                &metadata,
-                messages,
-                &plan,
-                monitor.clone(),
-            )
-            .await
-        }
-        Address::Grpc(addrs) => {
-            run_grpc(
-                args,
-                addrs,
-                &method,
-                &metadata,
-                messages,
-                &plan,
-                monitor.clone(),
-            )
-            .await
-        }
-    };
-    on_ctrl_c.abort();
-    monitor.finish();
-    let _ = progress.await;
-    let (outcome, transport) = result?;
-
-    ensure!(
-        outcome.sent == outcome.stats.count(),
-        "internal error: {} requests sent but {} replies and {} errors counted",
-        outcome.sent,
-        outcome.stats.ok(),
-        outcome.stats.errors()
-    );
-    let options = ReportOptions::new(
-        args,
-        method.name.clone(),
-        plan.total,
-        payload_field,
-        &metadata,
-        threads(args),
-    );
-    // With a concurrency schedule, the most workers it had (not -c).
-    let mut options = options;
-    options.concurrency = plan.concurrency;
-    Ok(Report::new(&outcome, options, transport))
+/// Cancels the run on Ctrl-C.
+async fn cancel_on_ctrl_c(monitor: Arc<Monitor>) {
+    if tokio::signal::ctrl_c().await.is_ok() {
+        monitor.cancel();
+    }
 }
 
 /// Runs over `--connections` connections of this framework's transports.

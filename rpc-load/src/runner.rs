@@ -216,6 +216,31 @@ struct Shared {
 }
 
 impl Shared {
+    /// Counts a call worker `index` made, measured from `measure_from`: in its worker's
+    /// shard of the statistics, or (warming up) only its failure.
+    fn record(
+        &self,
+        index: usize,
+        measure_from: Instant,
+        result: &Result<(), CallError>,
+        (stream_sent, stream_received): (u64, u64),
+    ) {
+        let end = Instant::now();
+        match &self.shards {
+            Some(shards) => {
+                let mut shard = shards[index % shards.len()].lock();
+                shard.record(end - measure_from, end - self.start, result);
+                shard.record_stream(stream_sent, stream_received);
+            }
+            None => {
+                if result.is_err() {
+                    self.warmup_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        self.monitor.completed.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Whether the run has no more requests to hand out.
     fn exhausted(&self) -> bool {
         if self
@@ -254,27 +279,10 @@ pub async fn run<T: Target>(
     assert!(!targets.is_empty(), "no target");
     let concurrency = plan.concurrency.max(1);
 
-    let mut warmup_calls = 0;
-    let mut warmup_errors = 0;
-    if plan.warmup > 0 {
-        let warmup = Arc::new(Shared {
-            schedule: Schedule::unpaced(),
-            total: Some(plan.warmup),
-            deadline: None,
-            start: Instant::now(),
-            next: AtomicU64::new(0),
-            sent: AtomicU64::new(0),
-            time_up: AtomicBool::new(false),
-            shards: None,
-            warmup_errors: AtomicU64::new(0),
-            monitor: monitor.clone(),
-            stop_in_flight: None,
-            workers: None,
-        });
-        run_workers(targets, &messages, &warmup, concurrency).await;
-        warmup_calls = warmup.sent.load(Ordering::Relaxed);
-        warmup_errors = warmup.warmup_errors.load(Ordering::Relaxed);
-    }
+    let (warmup_calls, warmup_errors) = match plan.warmup {
+        0 => (0, 0),
+        calls => warm_up(targets, &messages, calls, concurrency, &monitor).await,
+    };
 
     let start = Instant::now();
     let _ = monitor.started.set(start);
@@ -327,6 +335,36 @@ pub async fn run<T: Target>(
         warmup_calls,
         warmup_errors,
     }
+}
+
+/// The uncounted warm-up: `calls` calls, unpaced, by `concurrency` workers. The calls it
+/// made and how many failed.
+async fn warm_up<T: Target>(
+    targets: &[Arc<T>],
+    messages: &Arc<Messages>,
+    calls: u64,
+    concurrency: usize,
+    monitor: &Arc<Monitor>,
+) -> (u64, u64) {
+    let warmup = Arc::new(Shared {
+        schedule: Schedule::unpaced(),
+        total: Some(calls),
+        deadline: None,
+        start: Instant::now(),
+        next: AtomicU64::new(0),
+        sent: AtomicU64::new(0),
+        time_up: AtomicBool::new(false),
+        shards: None,
+        warmup_errors: AtomicU64::new(0),
+        monitor: monitor.clone(),
+        stop_in_flight: None,
+        workers: None,
+    });
+    run_workers(targets, messages, &warmup, concurrency).await;
+    (
+        warmup.sent.load(Ordering::Relaxed),
+        warmup.warmup_errors.load(Ordering::Relaxed),
+    )
 }
 
 async fn run_workers<T: Target>(
@@ -423,20 +461,6 @@ async fn worker<T: Target>(
                 (Err(CallError::new(Code::Cancelled, why)), (0, 0))
             }
         };
-        let end = Instant::now();
-        match &shared.shards {
-            Some(shards) => {
-                let shard = &shards[index % shards.len()];
-                let mut shard = shard.lock();
-                shard.record(end - measure_from, end - shared.start, &result);
-                shard.record_stream(stream_sent, stream_received);
-            }
-            None => {
-                if result.is_err() {
-                    shared.warmup_errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        shared.monitor.completed.fetch_add(1, Ordering::Relaxed);
+        shared.record(index, measure_from, &result, (stream_sent, stream_received));
     }
 }

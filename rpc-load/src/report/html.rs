@@ -14,6 +14,17 @@ pub(super) fn render(r: &Report) -> String {
 }
 
 fn write_page(out: &mut String, r: &Report) -> std::fmt::Result {
+    head(out, r)?;
+    summary(out, r)?;
+    latency_table(out, r)?;
+    histogram(out, r)?;
+    timelines(out, r)?;
+    statuses(out, r)?;
+    run_table(out, r)
+}
+
+/// The page's head and title line.
+fn head(out: &mut String, r: &Report) -> std::fmt::Result {
     let title = format!(
         "rpc-load: {} on {}",
         r.options.call,
@@ -38,7 +49,11 @@ h2 {{ margin-top: 1.5em; border-bottom: 1px solid #ccc; }}
         end = r.end_reason,
         transport = escape(&r.transport),
     )?;
+    Ok(())
+}
 
+/// The summary table.
+fn summary(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(out, "<h2>Summary</h2><table>")?;
     let rows = [
         ("Count", r.count.to_string()),
@@ -58,7 +73,11 @@ h2 {{ margin-top: 1.5em; border-bottom: 1px solid #ccc; }}
         )?;
     }
     writeln!(out, "</table>")?;
+    Ok(())
+}
 
+/// The latency distribution's percentiles.
+fn latency_table(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(
         out,
         "<h2>Latency distribution</h2><table><tr><th>percentile</th><th>latency</th></tr>"
@@ -80,7 +99,11 @@ h2 {{ margin-top: 1.5em; border-bottom: 1px solid #ccc; }}
         )?;
     }
     writeln!(out, "</table>")?;
+    Ok(())
+}
 
+/// The latency histogram, if there is one.
+fn histogram(out: &mut String, r: &Report) -> std::fmt::Result {
     if !r.fine_histogram.is_empty() {
         writeln!(
             out,
@@ -98,7 +121,11 @@ h2 {{ margin-top: 1.5em; border-bottom: 1px solid #ccc; }}
             bar_chart(&bars, "latency (upper bound of bucket)", "calls")
         )?;
     }
+    Ok(())
+}
 
+/// Latency and throughput over time, if the run kept a timeline.
+fn timelines(out: &mut String, r: &Report) -> std::fmt::Result {
     if !r.timeline.is_empty() {
         let at = |start: u64| start as f64 / 1e9;
         writeln!(
@@ -149,7 +176,11 @@ h2 {{ margin-top: 1.5em; border-bottom: 1px solid #ccc; }}
             line_chart(&[rps, errors], "time (s)", "calls/s", &plain)
         )?;
     }
+    Ok(())
+}
 
+/// Status codes, and errors if there were any.
+fn statuses(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(out, "<h2>Status codes</h2><table>")?;
     for (code, n) in &r.status_code_distribution {
         writeln!(
@@ -170,7 +201,11 @@ h2 {{ margin-top: 1.5em; border-bottom: 1px solid #ccc; }}
         }
         writeln!(out, "</table>")?;
     }
+    Ok(())
+}
 
+/// How the run was made; the end of the page.
+fn run_table(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(out, "<h2>Run</h2><table>")?;
     let o = &r.options;
     let rows = [

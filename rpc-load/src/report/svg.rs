@@ -92,44 +92,8 @@ fn chart(
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .fold(0.0, f64::max);
-    let y_max_data = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .fold(0.0, f64::max);
     let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
-    let y_min_data = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .filter(|v| *v > 0.0)
-        .fold(f64::INFINITY, f64::min);
-    let (y_ticks, to_y): (Vec<f64>, Box<dyn Fn(f64) -> f64>) = if log_y && y_min_data.is_finite() {
-        let lo = y_min_data.log10().floor();
-        let hi = y_max_data.log10().ceil().max(lo + 1.0);
-        let ticks = (lo as i32..=hi as i32)
-            .flat_map(|e| {
-                let p = 10f64.powi(e);
-                // 1, 2 and 5 per decade when there are few decades.
-                if hi - lo <= 3.0 {
-                    vec![p, 2.0 * p, 5.0 * p]
-                } else {
-                    vec![p]
-                }
-            })
-            .filter(|t| t.log10() <= hi + 1e-9)
-            .collect();
-        let to_y = move |v: f64| {
-            let v = v.max(10f64.powf(lo));
-            HEIGHT - BOTTOM - (v.log10() - lo) / (hi - lo) * plot_h
-        };
-        (ticks, Box::new(to_y))
-    } else {
-        let (ticks, y_max) = ticks(y_max_data);
-        (
-            ticks,
-            Box::new(move |v: f64| HEIGHT - BOTTOM - v / y_max * plot_h),
-        )
-    };
+    let (y_ticks, to_y) = y_scale(series, log_y);
     let (x_ticks, x_max) = ticks(x_max);
     let mut svg = open(x_title, y_title);
     axes(&mut svg, &y_ticks, &*to_y, y_format);
@@ -163,6 +127,48 @@ fn chart(
         );
     }
     svg + "</svg>"
+}
+
+/// The y axis' ticks and the map from a value to its y coordinate: logarithmic (1, 2 and 5
+/// per decade when there are few decades) when `log_y` and some value is positive.
+fn y_scale(series: &[Series<'_>], log_y: bool) -> (Vec<f64>, Box<dyn Fn(f64) -> f64>) {
+    let y_max_data = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max);
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    let y_min_data = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|v| *v > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    if log_y && y_min_data.is_finite() {
+        let lo = y_min_data.log10().floor();
+        let hi = y_max_data.log10().ceil().max(lo + 1.0);
+        let ticks = (lo as i32..=hi as i32)
+            .flat_map(|e| {
+                let p = 10f64.powi(e);
+                // 1, 2 and 5 per decade when there are few decades.
+                if hi - lo <= 3.0 {
+                    vec![p, 2.0 * p, 5.0 * p]
+                } else {
+                    vec![p]
+                }
+            })
+            .filter(|t| t.log10() <= hi + 1e-9)
+            .collect();
+        let to_y = move |v: f64| {
+            let v = v.max(10f64.powf(lo));
+            HEIGHT - BOTTOM - (v.log10() - lo) / (hi - lo) * plot_h
+        };
+        (ticks, Box::new(to_y))
+    } else {
+        let (ticks, y_max) = ticks(y_max_data);
+        (
+            ticks,
+            Box::new(move |v: f64| HEIGHT - BOTTOM - v / y_max * plot_h),
+        )
+    }
 }
 
 fn open(x_title: &str, y_title: &str) -> String {
