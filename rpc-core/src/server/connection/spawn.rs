@@ -111,7 +111,9 @@ impl<C: Connection> State<C> {
             running: self.running.clone(),
             streams: self.streams.clone(),
             last_end: self.last_end.clone(),
-            ids: (call_id, serial, stream),
+            call_id,
+            serial,
+            stream,
             deadline,
             limits,
         };
@@ -136,9 +138,11 @@ struct CallTask<C: Connection> {
     running: Running,
     streams: Streams,
     last_end: Option<Arc<Mutex<Option<Instant>>>>,
-    /// The call's id; the serial of its entry in `running`; for a streaming call, the
-    /// serial of its stream's ends (a later call may reuse the id).
-    ids: (u64, u64, Option<u64>),
+    call_id: u64,
+    /// The serial of its entry in `running` (a later call may reuse the id).
+    serial: u64,
+    /// For a streaming call, the serial of its stream's ends.
+    stream: Option<u64>,
     deadline: Option<Instant>,
     limits: Limits,
 }
@@ -155,7 +159,7 @@ impl<C: Connection> CallTask<C> {
         permits: (Charge, Charge),
         alive: mpsc::Sender<()>,
     ) {
-        let ((call_id, _, _), deadline) = (self.ids, self.deadline);
+        let (call_id, deadline) = (self.call_id, self.deadline);
         let call = async move {
             let call = AssertUnwindSafe(call).catch_unwind();
             let outcome = match deadline {
@@ -182,8 +186,8 @@ impl<C: Connection> CallTask<C> {
     /// Removes the call's own entries (after a CANCEL the id may already be in use again),
     /// before the id may be reused, and notes when it ended (the idle timer).
     fn leave(&self) {
-        let (call_id, serial, stream) = self.ids;
-        if let Some(stream_serial) = stream {
+        let (call_id, serial) = (self.call_id, self.serial);
+        if let Some(stream_serial) = self.stream {
             let mut streams = self.streams.lock();
             if streams
                 .get(&call_id)
