@@ -61,6 +61,7 @@ mod code_gen;
 mod error;
 mod ir;
 pub mod manual;
+mod plan;
 mod proto;
 mod server;
 mod split;

@@ -3,7 +3,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use crate::code_gen::{docs_or, ServicePlan};
+use crate::plan::{docs_or, ServicePlan};
 
 /// `pub mod <service>_server { pub trait <Service> { … } pub struct <Service>Server<T> { … } }`.
 pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {

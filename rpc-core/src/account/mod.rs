@@ -52,11 +52,14 @@
 //! address with the same [`PeerKey`] (see `rpc-transport`'s listener).
 
 mod charge;
+mod counters;
 mod ledger;
 mod pool;
 
 pub use charge::Charge;
-pub use ledger::{Account, Exhausted, Ledger, Limit, Limits, Resource, Scope};
+pub use charge::{Account, Exhausted};
+pub use counters::{Limit, Limits, Resource, Scope};
+pub use ledger::Ledger;
 
 use std::net::IpAddr;
 
