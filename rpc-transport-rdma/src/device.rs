@@ -14,7 +14,7 @@ use crate::verbs::{Context, Result};
 #[derive(Debug)]
 pub(crate) struct Device {
     pub(crate) context: Arc<Context>,
-    /// The completion queues its connections share, per runtime (`completion.rs`).
+    /// The completion queues its connections share, per runtime (`completion/`).
     pub(crate) cqs: Mutex<Vec<crate::completion::PoolEntry>>,
 }
 

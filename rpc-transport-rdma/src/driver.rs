@@ -1,5 +1,5 @@
 //! What a connection does with its completions (handed to it by whoever polls its shared
-//! CQ, `completion.rs`), and its own task: the side channel and the close.
+//! CQ, `completion/`), and its own task: the side channel and the close.
 //!
 //! A batch of completions is handled in order: events into the session, then the READs,
 //! frames and control messages the session has due.
@@ -12,11 +12,12 @@ use parking_lot::MutexGuard;
 use rpc_transport_tcp::Socket;
 use tokio::io::AsyncReadExt;
 
+use crate::completion::Member;
 use crate::connection::{Inner, Received, RecvBuf, SlotHold, State};
 use crate::counters::Counters;
 use crate::protocol::session::{refused, Close};
 use crate::protocol::{split_batch, Kind, Prefix, Rendezvous, PREFIX_LEN};
-use crate::verbs::{Event, RecvSlot, WcStatus};
+use crate::verbs::{Event, RecvSlot, Rings, WcStatus};
 
 /// READ work requests in flight per connection at most (the send queue is sized for it).
 pub(crate) const READ_WR_BUDGET: usize = 32;
@@ -70,10 +71,28 @@ pub(crate) async fn run(inner: Arc<Inner>, mut side: Socket) {
     inner.arrived.notify_one();
 }
 
+impl Member for Inner {
+    fn rings(&self) -> &Rings {
+        &self.rings
+    }
+
+    fn handle(self: Arc<Self>, events: &mut Vec<Event>) {
+        handle_batch(&self, events);
+    }
+
+    fn tick(&self, now: Instant, period: Duration) -> Option<Instant> {
+        tick(self, now, period)
+    }
+
+    fn fail(&self, why: Close) {
+        Inner::fail(self, why);
+    }
+}
+
 /// Handles a batch of this connection's completions, in the order they completed (and
 /// drains `events`). Runs under the shared CQ's poller lock, so batches of one
 /// connection never overlap. A failure closes the connection.
-pub(crate) fn handle_batch(inner: &Arc<Inner>, events: &mut Vec<Event>) {
+fn handle_batch(inner: &Arc<Inner>, events: &mut Vec<Event>) {
     // The first error that is not a flush says why the QP failed (the send and receive
     // sides of a software provider report independently, in either order).
     let cause = events.iter().find_map(|e| match first_error(e) {
@@ -436,10 +455,10 @@ fn start_reads(inner: &Inner) -> Result<(), Close> {
 }
 
 /// Runs the session's timers that are due at `now` (pings after silence, the ping
-/// timeout, the loan timeout; called by the shared CQ's timer task, `completion.rs`).
+/// timeout, the loan timeout; called by the shared CQ's timer task, `completion/tasks.rs`).
 /// Returns when they are next due, at the latest `now + period` (a loan made meanwhile
 /// may be due before the deadline the session had); `None` once the connection ended.
-pub(crate) fn tick(inner: &Inner, now: Instant, period: Duration) -> Option<Instant> {
+fn tick(inner: &Inner, now: Instant, period: Duration) -> Option<Instant> {
     let due = {
         let mut state = inner.state.lock();
         if state.session.is_closed() {

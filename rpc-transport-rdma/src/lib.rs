@@ -20,7 +20,7 @@
 //!   completions (`driver.rs`): it pumps the protocol session and, once the runtime asked
 //!   for it (`Connection::push_to`), hands each received frame straight to the runtime (a
 //!   client's call completes on the completion path); the shared completion queues and
-//!   their driver tasks (`completion.rs`); set-up and handshake (`setup.rs`,
+//!   their driver tasks (`completion/`); set-up and handshake (`setup.rs`,
 //!   `handshake.rs`).
 //! - `protocol/`: sans-IO. `session.rs` is the protocol state of one connection (credits,
 //!   loans lent and borrowed, READ scheduling, arrival order, pings, liveness, the loan

@@ -58,7 +58,7 @@ impl Resource {
 pub enum Scope {
     /// One connection.
     Connection,
-    /// Every connection of one peer ([`PeerKey`]).
+    /// Every connection of one peer ([`PeerKey`](super::PeerKey)).
     Peer,
     /// The whole server.
     Server,

@@ -31,8 +31,8 @@
 //! at 0 and is granted by a `WindowUpdate` when the call starts running (a call waiting
 //! for a concurrency permit buffers no messages). A half-close needs no window.
 
+use super::error::FrameError;
 use crate::metadata::MAX_METADATA_LEN;
-use crate::wire::FrameError;
 
 /// Length of the fixed header in bytes.
 pub const HEADER_LEN: usize = 40;

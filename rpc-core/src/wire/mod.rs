@@ -3,12 +3,14 @@
 //! Pure functions with no I/O: transports use them to delimit frames, the runtime to
 //! build and read them.
 
+mod error;
 mod frame;
 mod header;
 #[cfg(test)]
 mod tests;
 
-pub use frame::{encode_head, Frame, FrameError};
+pub use error::FrameError;
+pub use frame::{encode_head, Frame};
 pub use header::{
     Flags, FrameKind, Header, HEADER_LEN, INITIAL_STREAM_WINDOW, MAGIC, MAX_STREAM_WINDOW, VERSION,
 };

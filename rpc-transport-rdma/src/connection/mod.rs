@@ -9,7 +9,7 @@
 //!   the connection's own protection domain); the peer's read-done ends the loan and the
 //!   buffer returns to the pool.
 //!
-//! Receiving: whoever polls the shared completion queue (`completion.rs`, `driver.rs`)
+//! Receiving: whoever polls the shared completion queue (`completion/`, `driver.rs`)
 //! hands eager frames up in their receive slot (re-posted when the [`RecvBuf`] is
 //! dropped) and pulls rendezvous frames with RDMA READ into a buffer of the local pool.
 

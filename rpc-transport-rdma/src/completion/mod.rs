@@ -23,20 +23,22 @@
 //! The CQ's timer task runs its members' timers (pings after silence, the ping timeout,
 //! the loan timeout): one task and one timer per CQ, not per connection.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio::io::unix::AsyncFd;
 use tokio::sync::{oneshot, Notify};
 
-use crate::connection::Inner;
 use crate::device::Device;
 use crate::protocol::session::Close;
-use crate::verbs::{register_channel, wc_buffer, CompChannel, Completion, CompletionQueue, Event};
+mod tasks;
+
+use self::tasks::{drive, timers};
+use crate::verbs::{
+    register_channel, wc_buffer, CompChannel, Completion, CompletionQueue, Event, Rings,
+};
 
 /// Completions reaped per poll.
 const POLL_BATCH: usize = 32;
@@ -45,6 +47,22 @@ const MIN_TICK: Duration = Duration::from_millis(10);
 /// Entries of a shared CQ at most (rxe keeps them in kernel memory; a hardware
 /// provider may pin them: 32,768 entries of 64 bytes are 2 MiB).
 const MAX_CQ_ENTRIES: u32 = 32 * 1024;
+
+/// A connection as its shared CQ sees it (the connection's state implements it, in
+/// `driver.rs`): the CQ hands it its completions and runs its timers without knowing
+/// its type.
+pub(crate) trait Member: Send + Sync {
+    /// Its rings, which turn its completions into events.
+    fn rings(&self) -> &Rings;
+    /// Handles a batch of its events, in the order they completed, and drains `events`.
+    /// Runs under the CQ's poller lock, so batches of one connection never overlap.
+    fn handle(self: Arc<Self>, events: &mut Vec<Event>);
+    /// Runs its timers due at `now`; when they are next due, at the latest
+    /// `now + period`; `None` once it ended.
+    fn tick(&self, now: Instant, period: Duration) -> Option<Instant>;
+    /// Ends it (its CQ failed).
+    fn fail(&self, why: Close);
+}
 
 /// A completion queue shared by the connections of one device and runtime.
 pub(crate) struct SharedCq {
@@ -83,14 +101,14 @@ impl std::fmt::Debug for SharedCq {
 struct Members {
     /// Sum of the members' depths.
     used: u32,
-    by_qp: HashMap<u32, Member>,
+    by_qp: HashMap<u32, Entry>,
 }
 
-struct Member {
+struct Entry {
     /// Which membership this is (a QP number can be reused once its QP is destroyed).
     id: u64,
     /// Set when the connection starts.
-    inner: Option<Weak<Inner>>,
+    inner: Option<Weak<dyn Member>>,
     /// How often its timers are looked at, at least.
     period: Duration,
     /// Completions reaped before the start.
@@ -102,7 +120,7 @@ struct Poller {
     wcs: Box<[rdma_sys::ibv_wc]>,
     reaped: Vec<Completion>,
     /// The connections with events in this batch, in the order first seen.
-    batches: Vec<(u32, Arc<Inner>, Vec<Event>)>,
+    batches: Vec<(u32, Arc<dyn Member>, Vec<Event>)>,
     spare: Vec<Vec<Event>>,
 }
 
@@ -218,7 +236,7 @@ impl Membership {
     pub(crate) fn admit(&mut self, qp_num: u32) {
         self.shared.members.lock().by_qp.insert(
             qp_num,
-            Member {
+            Entry {
                 id: self.id,
                 inner: None,
                 period: Duration::MAX,
@@ -230,7 +248,7 @@ impl Membership {
 
     /// The connection started: its completions go to `inner` from now on, those that
     /// came before first; its timers are looked at at least every `period`.
-    pub(crate) fn attach(&self, inner: &Arc<Inner>, period: Duration) {
+    pub(crate) fn attach<M: Member + 'static>(&self, inner: &Arc<M>, period: Duration) {
         let Some(qp_num) = self.qp_num else { return };
         // The poller lock first: no poll is between reaping and handing out meanwhile.
         let mut poller = self.shared.poller.lock();
@@ -239,7 +257,8 @@ impl Membership {
             let Some(member) = members.by_qp.get_mut(&qp_num).filter(|m| m.id == self.id) else {
                 return;
             };
-            member.inner = Some(Arc::downgrade(inner));
+            let weak: Weak<dyn Member> = Arc::downgrade(inner) as _;
+            member.inner = Some(weak);
             member.period = period.max(MIN_TICK);
             std::mem::take(&mut member.early)
         };
@@ -256,9 +275,9 @@ impl Membership {
         }
         let mut events = poller.spare.pop().unwrap_or_default();
         for c in early {
-            inner.rings.complete(c, &mut events);
+            inner.rings().complete(c, &mut events);
         }
-        crate::driver::handle_batch(inner, &mut events);
+        M::handle(inner.clone(), &mut events);
         poller.spare.push(events);
     }
 }
@@ -389,7 +408,7 @@ impl SharedCq {
             let mut members = self.members.lock();
             for c in reaped.drain(..) {
                 if let Some((_, inner, events)) = batches.iter_mut().find(|b| b.0 == c.qp_num) {
-                    inner.rings.complete(c, events);
+                    inner.rings().complete(c, events);
                     continue;
                 }
                 let Some(member) = members.by_qp.get_mut(&c.qp_num) else {
@@ -402,7 +421,7 @@ impl SharedCq {
                         // None: the connection is being dropped (its QP with it).
                         if let Some(inner) = weak.upgrade() {
                             let mut events = spare.pop().unwrap_or_default();
-                            inner.rings.complete(c, &mut events);
+                            inner.rings().complete(c, &mut events);
                             batches.push((c.qp_num, inner, events));
                         }
                     }
@@ -412,7 +431,7 @@ impl SharedCq {
         // Outside the members lock: handling may drop a connection, whose membership
         // takes it.
         for (_, inner, mut events) in batches.drain(..) {
-            crate::driver::handle_batch(&inner, &mut events);
+            inner.handle(&mut events);
             events.clear();
             spare.push(events);
         }
@@ -423,7 +442,7 @@ impl SharedCq {
     fn fail_all(&self, reason: &str) {
         self.failed.store(true, Ordering::Relaxed);
         tracing::error!("shared completion queue failed: {reason}");
-        let members: Vec<Arc<Inner>> = self
+        let members: Vec<Arc<dyn Member>> = self
             .members
             .lock()
             .by_qp
@@ -432,152 +451,6 @@ impl SharedCq {
             .collect();
         for inner in members {
             inner.fail(Close::Failed(reason.to_owned()));
-        }
-    }
-}
-
-impl SharedCq {
-    /// Arms the CQ, then polls it once more, and really: a completion that arrived
-    /// before arming raised no event (and a receiving task that polls now may have
-    /// looked before it arrived). The completions handled.
-    fn arm(&self) -> Result<usize, String> {
-        self.cq
-            .req_notify(false)
-            .map_err(|e| format!("arming the completion queue: {e}"))?;
-        let mut poller = self.poller.lock();
-        self.poll(&mut poller)
-    }
-
-    /// Takes (and acknowledges) every event the completion channel has.
-    fn take_events(&self) -> Result<(), String> {
-        while self
-            .cq
-            .get_event_and_ack()
-            .map_err(|e| format!("reading the completion channel: {e}"))?
-        {}
-        Ok(())
-    }
-}
-
-/// The driver task of one shared CQ. Holds the CQ only while it works: it ends when the
-/// CQ's last member is gone (the CQ's drop drops `stop`'s sender).
-async fn drive(
-    shared: Weak<SharedCq>,
-    channel: AsyncFd<Arc<CompChannel>>,
-    mut stop: oneshot::Receiver<()>,
-) {
-    let mut idle_since: Option<Instant> = None;
-    let mut spin = Duration::ZERO;
-    let mut turns = 0u32;
-    let mut batches = 0u32;
-    loop {
-        let Some(cq) = shared.upgrade() else { return };
-        match cq.progress() {
-            Ok(0) => {}
-            Ok(_) => {
-                idle_since = None;
-                batches = batches.wrapping_add(1);
-                drop(cq);
-                if batches.is_multiple_of(16) {
-                    tokio::task::yield_now().await;
-                }
-                continue;
-            }
-            Err(reason) => return cq.fail_all(&reason),
-        }
-        // The clock is read every 8th turn only (a system call where the clock source is
-        // not the TSC, as in emulated guests).
-        turns = turns.wrapping_add(1);
-        let since = match idle_since {
-            Some(since) => since,
-            None => {
-                spin = if cq.awaiting() {
-                    cq.await_spin
-                } else {
-                    cq.poll_spin
-                };
-                *idle_since.insert(Instant::now())
-            }
-        };
-        if !turns.is_multiple_of(8) || since.elapsed() < spin {
-            drop(cq);
-            tokio::task::yield_now().await;
-            continue;
-        }
-        match cq.arm() {
-            Ok(0) => {}
-            Ok(_) => {
-                idle_since = None;
-                continue;
-            }
-            Err(reason) => return cq.fail_all(&reason),
-        }
-        drop(cq);
-        tokio::select! {
-            ready = channel.readable() => match ready {
-                Ok(mut guard) => {
-                    guard.clear_ready();
-                    let Some(cq) = shared.upgrade() else { return };
-                    if let Err(reason) = cq.take_events() {
-                        return cq.fail_all(&reason);
-                    }
-                    idle_since = None;
-                }
-                Err(e) => {
-                    if let Some(cq) = shared.upgrade() {
-                        cq.fail_all(&format!("waiting on the completion channel: {e}"));
-                    }
-                    return;
-                }
-            },
-            _ = &mut stop => return,
-        }
-    }
-}
-
-/// The timer task of one shared CQ: runs each member's timers when they are due (at
-/// least every member's period), in the order due (a heap: a tick visits only the
-/// members due, not all). A member is first looked at when it starts (`woken`). Ends
-/// when the CQ is gone.
-async fn timers(shared: Weak<SharedCq>, woken: Arc<Notify>) {
-    let mut due: BinaryHeap<Reverse<(Instant, u32)>> = BinaryHeap::new();
-    let mut visit = Vec::new();
-    loop {
-        let next = due
-            .peek()
-            .map_or_else(|| Instant::now() + Duration::from_secs(1), |d| d.0 .0);
-        tokio::select! {
-            () = tokio::time::sleep_until(next.into()) => {}
-            () = woken.notified() => {}
-        }
-        let Some(cq) = shared.upgrade() else { return };
-        let now = Instant::now();
-        for qp_num in cq.started.lock().drain(..) {
-            due.push(Reverse((now, qp_num)));
-        }
-        while let Some(&Reverse((at, qp_num))) = due.peek() {
-            if at > now {
-                break;
-            }
-            due.pop();
-            visit.push(qp_num);
-        }
-        let members: Vec<(u32, Arc<Inner>, Duration)> = {
-            let members = cq.members.lock();
-            visit
-                .drain(..)
-                .filter_map(|qp_num| {
-                    let m = members.by_qp.get(&qp_num)?;
-                    Some((qp_num, m.inner.as_ref()?.upgrade()?, m.period))
-                })
-                .collect()
-        };
-        drop(cq);
-        // A member gone, or whose connection ended, is not scheduled again.
-        for (qp_num, inner, period) in members {
-            if let Some(at) = crate::driver::tick(&inner, now, period) {
-                due.push(Reverse((at.max(now + MIN_TICK), qp_num)));
-            }
         }
     }
 }
