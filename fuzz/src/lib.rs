@@ -8,9 +8,9 @@
 //! `fuzz/README.md`.
 //!
 //! # Layout
-//! - [`frame()`], [`metadata()`], [`rdma_control()`], [`handshake()`]: the targets, one
-//!   module each, with the fields the structure-aware mutations rewrite and the seeds the
-//!   corpus started from.
+//! - [`frame()`], [`metadata()`], [`rdma_control()`], [`handshake()`], [`tcp_stream()`]:
+//!   the targets, one module each, with the fields the structure-aware mutations rewrite
+//!   and the seeds the corpus started from.
 //! - [`TARGETS`]: the table the driver runs.
 //! - [`mutate`]: byte-level and structure-aware mutations.
 //! - [`runner`]: corpus replay, the mutation loop, crash artifacts.
@@ -27,11 +27,13 @@ pub mod mutate;
 pub mod rdma_control;
 pub mod rng;
 pub mod runner;
+pub mod tcp_stream;
 
 pub use frame::frame;
 pub use handshake::handshake;
 pub use metadata::metadata;
 pub use rdma_control::rdma_control;
+pub use tcp_stream::tcp_stream;
 
 use mutate::Field;
 
@@ -49,7 +51,7 @@ pub struct Target {
 }
 
 /// Every target, in the order `all` runs them.
-pub const TARGETS: [Target; 4] = [
+pub const TARGETS: [Target; 5] = [
     Target {
         name: "frame",
         run: frame::frame,
@@ -73,6 +75,12 @@ pub const TARGETS: [Target; 4] = [
         run: handshake::handshake,
         fields: handshake::fields,
         seeds: handshake::seeds,
+    },
+    Target {
+        name: "tcp_stream",
+        run: tcp_stream::tcp_stream,
+        fields: tcp_stream::fields,
+        seeds: tcp_stream::seeds,
     },
 ];
 

@@ -2,12 +2,12 @@
 //! decoders: a mutator that stopped producing valid frames would fuzz nothing but the
 //! first check, and still pass.
 
-use rpc_core::wire::Frame;
+use rpc_core::wire::{Frame, Header};
 use rpc_core::Metadata;
 use rpc_fuzz::mutate::Mutator;
 use rpc_fuzz::rng::Rng;
 use rpc_fuzz::runner;
-use rpc_fuzz::{Target, TARGETS};
+use rpc_fuzz::{tcp_stream, Target, TARGETS};
 use rpc_transport_rdma::fuzzing::{decode_control, decode_hello, ControlBody, Hello};
 
 #[test]
@@ -37,7 +37,7 @@ fn reached(target: &Target, reached: impl Fn(&[u8]) -> bool) -> usize {
 
 #[test]
 fn mutated_inputs_get_past_the_first_checks() {
-    let [frame, metadata, control, handshake] = &TARGETS;
+    let [frame, metadata, control, handshake, tcp] = &TARGETS;
     // Whole frames with a valid metadata block: 15% at the time of writing.
     let n = reached(frame, |d| {
         Frame::parse(d).is_ok_and(|f| !f.is_discarded() && Metadata::decode(f.metadata).is_ok())
@@ -76,4 +76,10 @@ fn mutated_inputs_get_past_the_first_checks() {
         matches!(decode_hello(d), Ok(Hello::Offer { .. }))
     });
     assert!(n > 1000, "handshake: {n}");
+    // Streams whose first frame is whole and valid, with more after it.
+    let n = reached(tcp, |d| {
+        let stream = d.get(tcp_stream::PREFIX..).unwrap_or_default();
+        matches!(Header::decode(stream), Ok(Some(h)) if stream.len() > h.frame_len())
+    });
+    assert!(n > 1000, "tcp_stream: {n}");
 }

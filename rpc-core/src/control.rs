@@ -93,39 +93,43 @@ impl ControlQueue {
     /// Waits for frames to send; `None` once closed.
     pub(crate) async fn next_batch(&self) -> Option<Vec<Control>> {
         loop {
-            {
-                let mut state = self.state.lock();
-                if state.closed {
-                    return None;
-                }
-                let mut batch: Vec<Control> = state
-                    .cancels
-                    .drain(..)
-                    .map(|id| (FrameKind::Cancel, id, 0))
-                    .collect();
-                for (id, mut credits) in state.windows.drain() {
-                    // A grant over u32 (never, with windows under 2^31) goes in parts.
-                    while credits > 0 {
-                        let part = credits.min(u64::from(u32::MAX));
-                        batch.push((FrameKind::WindowUpdate, id, part as u32));
-                        credits -= part;
-                    }
-                }
-                if let Some(id) = state.pong.take() {
-                    batch.push((FrameKind::Pong, id, 0));
-                }
-                if let Some(id) = state.ping.take() {
-                    batch.push((FrameKind::Ping, id, 0));
-                }
-                if std::mem::take(&mut state.goaway) {
-                    batch.push((FrameKind::GoAway, 0, 0));
-                }
-                if !batch.is_empty() {
-                    return Some(batch);
-                }
+            match self.take_batch() {
+                None => return None,
+                Some(batch) if !batch.is_empty() => return Some(batch),
+                Some(_) => self.notify.notified().await,
             }
-            self.notify.notified().await;
         }
+    }
+
+    /// The frames to send now (perhaps none); `None` once closed.
+    pub(crate) fn take_batch(&self) -> Option<Vec<Control>> {
+        let mut state = self.state.lock();
+        if state.closed {
+            return None;
+        }
+        let mut batch: Vec<Control> = state
+            .cancels
+            .drain(..)
+            .map(|id| (FrameKind::Cancel, id, 0))
+            .collect();
+        for (id, mut credits) in state.windows.drain() {
+            // A grant over u32 (never, with windows under 2^31) goes in parts.
+            while credits > 0 {
+                let part = credits.min(u64::from(u32::MAX));
+                batch.push((FrameKind::WindowUpdate, id, part as u32));
+                credits -= part;
+            }
+        }
+        if let Some(id) = state.pong.take() {
+            batch.push((FrameKind::Pong, id, 0));
+        }
+        if let Some(id) = state.ping.take() {
+            batch.push((FrameKind::Ping, id, 0));
+        }
+        if std::mem::take(&mut state.goaway) {
+            batch.push((FrameKind::GoAway, 0, 0));
+        }
+        Some(batch)
     }
 }
 

@@ -44,6 +44,7 @@ mod status;
 mod stream;
 pub mod trace;
 mod transport;
+mod violation;
 pub mod wire;
 
 pub use client::{Channel, EndpointStatus, MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};

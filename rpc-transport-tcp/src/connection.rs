@@ -277,7 +277,7 @@ impl Connection for TcpConnection {
     /// Frames of at least 32 KiB: each is in a buffer of its own (read into it, or moved
     /// there once complete), so keeping one pins only itself.
     fn keep(&self, frame: Bytes) -> Result<Bytes, Bytes> {
-        if frame.len() >= crate::reader::KEEP_MIN {
+        if frame.len() >= crate::decoder::KEEP_MIN {
             Ok(frame)
         } else {
             Err(frame)

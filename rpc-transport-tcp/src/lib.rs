@@ -8,8 +8,9 @@
 //! with `RESOURCE_EXHAUSTED`; a malformed byte stream closes that one connection.
 //!
 //! # Layout
-//! - [`TcpConnection`]: one connection (`connection.rs`); reading in `reader.rs` (large
-//!   frames into recycled buffers of their own, `recycle.rs`), the coalescing and
+//! - [`TcpConnection`]: one connection (`connection.rs`); reading in `reader.rs`, the I/O
+//!   shell of the sans-IO frame decoder `decoder.rs` (large frames into recycled buffers
+//!   of their own, `recycle.rs`), the coalescing and
 //!   gathering writer in `writer.rs`.
 //! - [`TcpListener`]: accepts connections for `rpc_core::Server` (`listener.rs`).
 //! - [`TcpConfig`]: settings (`config.rs`).
@@ -26,6 +27,7 @@
 mod closing;
 mod config;
 mod connection;
+mod decoder;
 mod listener;
 mod outgoing;
 pub mod rdma_hello;
@@ -34,6 +36,14 @@ mod recycle;
 mod socket;
 mod tls;
 mod writer;
+
+/// The sans-IO frame decoder (`decoder.rs`), for the fuzz targets only (the `rpc-fuzz`
+/// crate in `fuzz/`). Hidden from the docs and not part of the crate's API; nothing else
+/// may use it.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::decoder::{Allowance, FrameDecoder, Room, KEEP_MIN, READ_CHUNK};
+}
 
 pub use config::TcpConfig;
 pub use connection::TcpConnection;

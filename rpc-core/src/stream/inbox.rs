@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use super::budget::{retry, Budget, WaitsForRoom};
 use crate::account::{Account, Charge, Resource};
 use crate::control::ControlQueue;
+use crate::violation::Violation;
 use crate::wire::MAX_STREAM_WINDOW;
 use crate::{Metadata, Status};
 
@@ -200,7 +201,7 @@ impl Inbox {
     /// # Errors
     /// The peer broke the stream's rules (sent past its window, or after its END_STREAM):
     /// the caller closes the connection.
-    pub(crate) fn push(&self, charged: usize, payload: Bytes) -> Result<(), String> {
+    pub(crate) fn push(&self, charged: usize, payload: Bytes) -> Result<(), Violation> {
         self.push_run([(charged, payload)])
     }
 
@@ -213,7 +214,7 @@ impl Inbox {
     pub(crate) fn push_run(
         &self,
         run: impl IntoIterator<Item = (usize, Bytes)>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Violation> {
         let mut state = self.state.lock();
         let mut waiting = Vec::new();
         let result = (|| {
@@ -221,18 +222,16 @@ impl Inbox {
                 match state.end {
                     End::Open => {}
                     End::Closed(_) => {
-                        return Err(format!(
-                            "stream {:#x}: message after the end of the stream",
-                            self.call_id
-                        ))
+                        return Err(Violation::MessageAfterEnd {
+                            call_id: self.call_id,
+                        })
                     }
                     End::Failed(_) | End::Done => return Ok(()), // discarded
                 }
                 if state.window <= 0 {
-                    return Err(format!(
-                        "stream {:#x}: message sent past the stream's window",
-                        self.call_id
-                    ));
+                    return Err(Violation::PastWindow {
+                        call_id: self.call_id,
+                    });
                 }
                 let charged = charged.min(u32::MAX as usize);
                 state.window -= charged as i64;
@@ -268,12 +267,14 @@ impl Inbox {
     ///
     /// # Errors
     /// A second END_STREAM.
-    pub(crate) fn close(&self, trailers: Option<Metadata>) -> Result<(), String> {
+    pub(crate) fn close(&self, trailers: Option<Metadata>) -> Result<(), Violation> {
         let mut state = self.state.lock();
         match state.end {
             End::Open => state.end = End::Closed(trailers),
             End::Closed(_) => {
-                return Err(format!("stream {:#x}: ended twice", self.call_id));
+                return Err(Violation::EndedTwice {
+                    call_id: self.call_id,
+                });
             }
             End::Failed(_) | End::Done => {}
         }
@@ -348,7 +349,7 @@ impl Inbox {
     }
 
     /// The next payload, the stream's failure, or its end (`None`, with the trailers).
-    pub(super) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Status>>> {
+    pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Status>>> {
         let mut state = self.state.lock();
         if let Some((payload, charged, held)) = state.queue.pop_front() {
             state.held.release(held as usize);

@@ -19,7 +19,7 @@ mod streaming;
 pub(crate) use self::budget::Budget;
 pub(crate) use self::inbox::Inbox;
 pub(crate) use self::outbox::Outbox;
-pub(crate) use self::payloads::{take_payload, take_payloads};
+pub(crate) use self::payloads::{take_payload, take_payloads, Keep};
 pub(crate) use self::streaming::CallHandle;
 pub use self::streaming::{IntoStreamingRequest, Streaming};
 

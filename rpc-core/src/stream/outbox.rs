@@ -4,6 +4,7 @@ use std::task::{Poll, Waker};
 
 use parking_lot::Mutex;
 
+use crate::violation::Violation;
 use crate::wire::{INITIAL_STREAM_WINDOW, MAX_STREAM_WINDOW};
 use crate::Status;
 
@@ -48,19 +49,23 @@ impl Outbox {
     ///
     /// # Errors
     /// The window would exceed [`MAX_STREAM_WINDOW`] (a protocol violation).
-    pub(crate) fn grant(&self, credits: u32) -> Result<(), String> {
+    pub(crate) fn grant(&self, credits: u32) -> Result<(), Violation> {
         let mut state = self.state.lock();
         let window = state.window + i64::from(credits);
         if window > MAX_STREAM_WINDOW {
-            return Err(format!(
-                "window update of {credits} bytes takes a stream's window past {MAX_STREAM_WINDOW}"
-            ));
+            return Err(Violation::WindowOverflow { credits });
         }
         state.window = window;
         if let Some(waker) = state.waker.take() {
             waker.wake();
         }
         Ok(())
+    }
+
+    /// Whether the call is over (a sender stops).
+    #[cfg(test)]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.lock().closed.is_some()
     }
 
     /// The call is over: a waiting sender stops with `status`.

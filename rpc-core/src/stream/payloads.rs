@@ -1,14 +1,30 @@
 //! Received stream messages' payloads, taken from their frames without copying large
 //! ones.
 
+use std::ops::Deref;
+
 use bytes::Bytes;
+
+/// Who decides whether a received frame is kept (its payload is then a slice of it) or
+/// copied out: the transport ([`Connection::keep`](crate::Connection::keep)), or, in the
+/// sans-IO tests and fuzz targets, a stand-in.
+pub(crate) trait Keep<B> {
+    /// The frame as [`Bytes`], or the frame back to be copied.
+    fn keep(&self, frame: B) -> Result<Bytes, B>;
+}
+
+impl<C: crate::Connection> Keep<C::RecvBuf> for C {
+    fn keep(&self, frame: C::RecvBuf) -> Result<Bytes, C::RecvBuf> {
+        crate::Connection::keep(self, frame)
+    }
+}
 
 /// The payload of a received `Message` frame as owned bytes: a slice of the frame if the
 /// transport lets go of it (large frames), else a copy (a small frame's receive slot must
 /// not stay pinned while the message waits to be read).
-pub(crate) fn take_payload<C: crate::Connection>(
-    conn: &C,
-    buf: C::RecvBuf,
+pub(crate) fn take_payload<B: Deref<Target = [u8]>>(
+    conn: &impl Keep<B>,
+    buf: B,
     header: &crate::wire::Header,
 ) -> Bytes {
     if header.payload_len == 0 {
@@ -16,7 +32,7 @@ pub(crate) fn take_payload<C: crate::Connection>(
     }
     let start = crate::wire::HEADER_LEN + header.meta_len as usize;
     let end = start + header.payload_len as usize;
-    match conn.keep(buf) {
+    match Keep::keep(conn, buf) {
         Ok(frame) => frame.slice(start..end),
         Err(buf) => Bytes::copy_from_slice(&buf[start..end]),
     }
@@ -29,9 +45,9 @@ pub(crate) fn take_payload<C: crate::Connection>(
 /// one allocation per run). The consumer reads a stream in order, so a run's allocation
 /// is freed by the time later messages are read: what stays pinned is what the stream's
 /// window counts, plus at most one run.
-pub(crate) fn take_payloads<C: crate::Connection>(
-    conn: &C,
-    frames: impl ExactSizeIterator<Item = (C::RecvBuf, crate::wire::Header)>,
+pub(crate) fn take_payloads<B: Deref<Target = [u8]>>(
+    conn: &impl Keep<B>,
+    frames: impl ExactSizeIterator<Item = (B, crate::wire::Header)>,
 ) -> Vec<(usize, Bytes)> {
     pub(super) enum Taken<B> {
         Kept(Bytes),
@@ -45,7 +61,7 @@ pub(crate) fn take_payloads<C: crate::Connection>(
         let item = if range.is_empty() {
             Taken::Kept(Bytes::new())
         } else {
-            match conn.keep(buf) {
+            match Keep::keep(conn, buf) {
                 Ok(frame) => Taken::Kept(frame.slice(range)),
                 Err(buf) => {
                     copied += range.len();

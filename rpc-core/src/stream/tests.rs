@@ -7,6 +7,7 @@ use super::budget::MIN_GRANT;
 use crate::account::{Account, Resource};
 use crate::account::{Limit, Limits, Scope};
 use crate::control::ControlQueue;
+use crate::violation::Violation;
 use crate::wire::{FrameKind, MAX_STREAM_WINDOW};
 use crate::{Code, Metadata, Status};
 use futures_util::StreamExt;
@@ -78,7 +79,7 @@ async fn a_sender_past_its_window_is_a_violation_and_reading_grants_it_back() {
     }
     assert_eq!(inbox.buffered(), 1200, "window plus one message at most");
     let err = inbox.push(400, Bytes::from_static(b"m")).unwrap_err();
-    assert!(err.contains("past the stream's window"), "{err}");
+    assert_eq!(err, Violation::PastWindow { call_id: 7 });
     let mut stream = Streaming::raw(inbox.clone(), Code::Internal);
     assert_eq!(stream.message().await.unwrap().unwrap(), "m");
     // 400 consumed: under half the window, nothing granted yet.
@@ -112,11 +113,11 @@ async fn the_end_comes_after_queued_messages_and_nothing_may_follow_it() {
     let (inbox, _control) = inbox(1000, 1000);
     inbox.push(50, Bytes::from_static(b"a")).unwrap();
     inbox.close(Some(Metadata::new())).unwrap();
-    assert!(inbox
-        .push(50, Bytes::new())
-        .unwrap_err()
-        .contains("after the end"));
-    assert!(inbox.close(None).is_err(), "ended twice");
+    assert_eq!(
+        inbox.push(50, Bytes::new()),
+        Err(Violation::MessageAfterEnd { call_id: 7 })
+    );
+    assert_eq!(inbox.close(None), Err(Violation::EndedTwice { call_id: 7 }));
     let stream = Streaming::raw(inbox, Code::Internal);
     let all: Vec<_> = stream.collect().await;
     assert_eq!(all.len(), 1);
@@ -201,7 +202,7 @@ async fn a_run_is_queued_in_order_up_to_the_message_that_breaks_the_window() {
     let (inbox, _control) = inbox(1000, 1000);
     let run = [400, 400, 400, 50].map(|n| (n, Bytes::from(vec![n as u8; 8])));
     let err = inbox.push_run(run).unwrap_err();
-    assert!(err.contains("past the stream's window"), "{err}");
+    assert_eq!(err, Violation::PastWindow { call_id: 7 });
     assert_eq!(
         inbox.buffered(),
         1200,
@@ -287,5 +288,9 @@ async fn a_sender_waits_for_its_window_and_stops_when_the_call_ends() {
     outbox.close(Status::cancelled("over"));
     assert_eq!(waiting.await.unwrap().unwrap_err().code(), Code::Cancelled);
     let overflow = Outbox::new(MAX_STREAM_WINDOW as u32);
-    assert!(overflow.grant(1).is_err(), "past 2^31 - 1");
+    assert_eq!(
+        overflow.grant(1),
+        Err(Violation::WindowOverflow { credits: 1 }),
+        "past 2^31 - 1"
+    );
 }

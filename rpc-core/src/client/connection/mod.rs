@@ -1,5 +1,6 @@
 //! One connection of a client: its state, shared by the channel, the call guards and the
-//! tasks; its demultiplexer (`demux.rs`) and its tasks (`tasks.rs`).
+//! tasks; its demultiplexer (`demux.rs`, sans-IO), the receive shell around it
+//! (`receive.rs`) and its tasks (`tasks.rs`).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use crate::control::ControlQueue;
 use crate::transport::Connection;
 
 mod demux;
+mod receive;
 mod tasks;
 
 pub(in crate::client) use self::tasks::start;

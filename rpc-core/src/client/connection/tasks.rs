@@ -10,7 +10,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use tracing::Instrument;
 
-use super::demux::{dispatch_run, ended, Dispatch, MAX_RUN};
+use super::receive::{dispatch_run, ended, Dispatch, MAX_RUN};
 use super::{Shared, Watcher};
 use crate::client::calls::CallTable;
 use crate::control::ControlQueue;

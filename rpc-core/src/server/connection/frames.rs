@@ -1,18 +1,21 @@
-//! The reader's handling of one frame: a request, a stream message, a window update,
-//! a cancel, a ping, a GOAWAY; refusals and replies queued for the responder.
+//! The reader's handling of one frame (the demultiplexer's actions: a request, a cancel,
+//! a ping, a GOAWAY), the opening of a streaming call, refusals and replies queued for
+//! the responder.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use super::demux::{Action, Demux};
 use super::spawn::panicked;
 use super::streams::{drive, StreamEnds};
 use super::State;
 use crate::payload::{self, Inbound};
 use crate::server::respond::Reply;
 use crate::service::{ServiceFuture, StreamRequest};
-use crate::stream::{self, Inbox, Outbox};
+use crate::stream::{Inbox, Outbox};
 use crate::transport::Connection;
-use crate::wire::{Flags, Frame, FrameKind, Header};
+use crate::violation::Violation;
+use crate::wire::{Flags, FrameKind, Header};
 use crate::{Code, Request, Status, Streaming};
 
 impl<C: Connection> State<C> {
@@ -28,7 +31,8 @@ impl<C: Connection> State<C> {
             .await;
     }
 
-    /// Handles one received frame.
+    /// Handles one received frame: the demultiplexer's part, then what it asks of the
+    /// shell.
     ///
     /// # Errors
     /// Why the connection must close (a malformed frame, a protocol violation).
@@ -36,38 +40,28 @@ impl<C: Connection> State<C> {
         &mut self,
         buf: C::RecvBuf,
         draining: bool,
-    ) -> Result<Acknowledged, String> {
-        let frame = Frame::parse(&buf).map_err(|e| format!("malformed frame: {e}"))?;
-        let header = frame.header;
-        match header.kind {
-            FrameKind::Request => {
+    ) -> Result<Acknowledged, Violation> {
+        let demux = Demux {
+            streams: &self.streams,
+            keep: &*self.conn,
+            max_message_size: self.inner.config.max_message_size,
+        };
+        match demux.frame(buf)? {
+            Action::Done => {}
+            Action::Request { buf, header } => {
                 self.touched();
                 // A request with a payload is offered to the application: kept, its
                 // `bytes` fields are slices of the frame (the transport decides).
-                let inbound = if header.payload_len > 0 && !frame.is_discarded() {
+                let discarded = header.flags.contains(Flags::DISCARDED);
+                let inbound = if header.payload_len > 0 && !discarded {
                     payload::keep(&*self.conn, buf)
                 } else {
                     Inbound::Held(buf)
                 };
                 self.request(inbound, draining).await?
             }
-            FrameKind::Message => self.message(buf)?,
-            FrameKind::WindowUpdate => {
-                let outbox = self
-                    .streams
-                    .lock()
-                    .get(&header.call_id)
-                    .and_then(|ends| ends.outbox.clone());
-                if let Some(outbox) = outbox {
-                    outbox.grant(header.credits)?;
-                }
-            }
-            FrameKind::Cancel => {
+            Action::Cancelled(call_id) => {
                 self.touched();
-                let call_id = header.call_id;
-                if let Some(ends) = self.streams.lock().remove(&call_id) {
-                    ends.end(Status::cancelled("the client cancelled the call"));
-                }
                 if let Some((_, handle)) = self.running.lock().remove(&call_id) {
                     tracing::debug!(call_id, "call cancelled by the client");
                     handle.abort();
@@ -75,56 +69,10 @@ impl<C: Connection> State<C> {
                     tracing::debug!(call_id, "waiting call cancelled by the client");
                 }
             }
-            FrameKind::Ping => {
-                self.reply(Reply::Control(FrameKind::Pong, header.call_id))
-                    .await
-            }
-            FrameKind::GoAway => return Ok(Acknowledged(true)),
-            FrameKind::Response => return Err("client sent a response frame".into()),
-            _ => {}
+            Action::Pong(id) => self.reply(Reply::Control(FrameKind::Pong, id)).await,
+            Action::GoAway => return Ok(Acknowledged(true)),
         }
         Ok(Acknowledged(false))
-    }
-
-    /// A message of a client's request stream: queued for the handler, within the window.
-    ///
-    /// # Errors
-    /// The client broke the stream's rules.
-    pub(super) fn message(&mut self, buf: C::RecvBuf) -> Result<(), String> {
-        let header = Frame::parse(&buf)
-            .map_err(|e| format!("malformed frame: {e}"))?
-            .header;
-        let call_id = header.call_id;
-        let inbox = self
-            .streams
-            .lock()
-            .get(&call_id)
-            .and_then(|ends| ends.inbox.clone());
-        let Some(inbox) = inbox else {
-            // The call ended (or never streamed requests): messages in flight are dropped.
-            tracing::trace!(call_id, "message for a stream no longer open");
-            return Ok(());
-        };
-        // Over the limit: skipped by the transport (DISCARDED) or declared so.
-        let max = self.inner.config.max_message_size;
-        if header.flags.contains(Flags::DISCARDED) || header.payload_len as usize > max {
-            inbox.fail(
-                Status::resource_exhausted(format!(
-                    "request message of {} bytes exceeds the maximum of {max}",
-                    header.payload_len
-                )),
-                true,
-            );
-            return Ok(());
-        }
-        if header.flags.contains(Flags::END_STREAM) {
-            if header.payload_len != 0 {
-                return Err(format!("stream {call_id:#x}: half-close with a payload"));
-            }
-            return inbox.close(None);
-        }
-        let payload = stream::take_payload(&*self.conn, buf, &header);
-        inbox.push(header.frame_len(), payload)
     }
 
     /// Opens the streams of a streaming call and starts its handler: the future that

@@ -24,6 +24,7 @@ use crate::stream::Budget;
 use crate::transport::Connection;
 use crate::wire::{Flags, FrameKind};
 use crate::Status;
+mod demux;
 mod frames;
 mod request;
 mod spawn;
@@ -258,8 +259,8 @@ impl<C: Connection> State<C> {
         match received {
             Ok(Some(buf)) => match self.handle(buf, draining).await {
                 Ok(Acknowledged(acknowledges)) => Some(acknowledges),
-                Err(reason) => {
-                    tracing::warn!("closing connection: {reason}");
+                Err(violation) => {
+                    tracing::warn!("closing connection: protocol violation: {violation}");
                     None
                 }
             },

@@ -13,6 +13,7 @@ use crate::server::respond::Reply;
 use crate::server::router::Route;
 use crate::service::MethodKind;
 use crate::transport::Connection;
+use crate::violation::Violation;
 use crate::wire::{Flags, Frame, Header};
 use crate::{Metadata, Request, Status};
 
@@ -24,15 +25,13 @@ impl<C: Connection> State<C> {
         &mut self,
         inbound: Inbound<C::RecvBuf>,
         draining: bool,
-    ) -> Result<(), String> {
-        let frame = Frame::parse(inbound.bytes()).map_err(|e| format!("malformed frame: {e}"))?;
+    ) -> Result<(), Violation> {
+        let frame = Frame::parse(inbound.bytes())?;
         let header = frame.header;
         let call_id = header.call_id;
         // A stream's entry lives while its call waits or runs, so these two cover it.
         if self.waiting.contains(call_id) || self.running.lock().contains_key(&call_id) {
-            return Err(format!(
-                "call id {call_id:#x} is already in use by a running call"
-            ));
+            return Err(Violation::CallIdInUse { call_id });
         }
         if draining {
             self.refuse(call_id, Status::unavailable("server is shutting down"))
