@@ -8,8 +8,9 @@
 //! `fuzz/README.md`.
 //!
 //! # Layout
-//! - [`frame()`], [`metadata()`], [`rdma_control()`], [`handshake()`], [`tcp_stream()`]:
-//!   the targets, one module each, with the fields the structure-aware mutations rewrite
+//! - [`frame()`], [`metadata()`], [`rdma_control()`], [`handshake()`], [`tcp_stream()`],
+//!   [`client_demux()`], [`server_demux()`]: the targets, one module each (the two
+//!   demultiplexers share `demux`), with the fields the structure-aware mutations rewrite
 //!   and the seeds the corpus started from.
 //! - [`TARGETS`]: the table the driver runs.
 //! - [`mutate`]: byte-level and structure-aware mutations.
@@ -20,6 +21,7 @@
 //! None.
 #![forbid(unsafe_code)]
 
+pub mod demux;
 pub mod frame;
 pub mod handshake;
 pub mod metadata;
@@ -29,6 +31,7 @@ pub mod rng;
 pub mod runner;
 pub mod tcp_stream;
 
+pub use demux::{client_demux, server_demux};
 pub use frame::frame;
 pub use handshake::handshake;
 pub use metadata::metadata;
@@ -51,7 +54,7 @@ pub struct Target {
 }
 
 /// Every target, in the order `all` runs them.
-pub const TARGETS: [Target; 5] = [
+pub const TARGETS: [Target; 7] = [
     Target {
         name: "frame",
         run: frame::frame,
@@ -81,6 +84,18 @@ pub const TARGETS: [Target; 5] = [
         run: tcp_stream::tcp_stream,
         fields: tcp_stream::fields,
         seeds: tcp_stream::seeds,
+    },
+    Target {
+        name: "client_demux",
+        run: demux::client_demux,
+        fields: demux::fields,
+        seeds: demux::client_seeds,
+    },
+    Target {
+        name: "server_demux",
+        run: demux::server_demux,
+        fields: demux::fields,
+        seeds: demux::server_seeds,
     },
 ];
 

@@ -37,7 +37,7 @@ fn reached(target: &Target, reached: impl Fn(&[u8]) -> bool) -> usize {
 
 #[test]
 fn mutated_inputs_get_past_the_first_checks() {
-    let [frame, metadata, control, handshake, tcp] = &TARGETS;
+    let [frame, metadata, control, handshake, tcp, client, server] = &TARGETS;
     // Whole frames with a valid metadata block: 15% at the time of writing.
     let n = reached(frame, |d| {
         Frame::parse(d).is_ok_and(|f| !f.is_discarded() && Metadata::decode(f.metadata).is_ok())
@@ -82,4 +82,16 @@ fn mutated_inputs_get_past_the_first_checks() {
         matches!(Header::decode(stream), Ok(Some(h)) if stream.len() > h.frame_len())
     });
     assert!(n > 1000, "tcp_stream: {n}");
+    // Scripts with three well-formed frames or more.
+    for demux in [client, server] {
+        let n = reached(demux, |d| {
+            let steps = rpc_core::fuzzing::steps(d, &[0; rpc_core::fuzzing::CALLS]);
+            steps
+                .iter()
+                .filter(|s| Frame::parse(&s.bytes).is_ok())
+                .count()
+                >= 3
+        });
+        assert!(n > 1000, "{}: {n}", demux.name);
+    }
 }

@@ -30,6 +30,8 @@ pub mod codegen;
 mod config;
 mod control;
 mod endpoint;
+#[doc(hidden)]
+pub mod fuzzing;
 mod interceptor;
 pub mod layer;
 pub mod memory;

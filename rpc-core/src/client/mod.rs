@@ -2,9 +2,9 @@
 //! balances them over several endpoints.
 
 mod balance;
-mod calls;
+pub(crate) mod calls;
 mod channel;
-mod connection;
+pub(crate) mod connection;
 mod dial;
 mod target;
 

@@ -1,7 +1,7 @@
 //! The server side: a [`Server`] routes requests from any [`Listener`] to services.
 
 mod admission;
-mod connection;
+pub(crate) mod connection;
 mod lifetime;
 mod respond;
 mod router;

@@ -11,7 +11,7 @@ use crate::client::calls::CallTable;
 use crate::control::ControlQueue;
 use crate::transport::Connection;
 
-mod demux;
+pub(crate) mod demux;
 mod receive;
 mod tasks;
 

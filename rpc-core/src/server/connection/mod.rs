@@ -24,11 +24,11 @@ use crate::stream::Budget;
 use crate::transport::Connection;
 use crate::wire::{Flags, FrameKind};
 use crate::Status;
-mod demux;
+pub(crate) mod demux;
 mod frames;
 mod request;
 mod spawn;
-mod streams;
+pub(crate) mod streams;
 mod waiting;
 
 use self::frames::Acknowledged;

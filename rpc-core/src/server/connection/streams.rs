@@ -27,14 +27,14 @@ pub(super) type Running = Arc<Mutex<HashMap<u64, (u64, AbortHandle)>>>;
 pub(super) type Streams = Arc<Mutex<HashMap<u64, StreamEnds>>>;
 
 #[derive(Default)]
-pub(super) struct StreamEnds {
+pub(crate) struct StreamEnds {
     /// Which opening of the call id this is: the task of a cancelled call must not
     /// remove the streams of a later call that reused the id.
-    pub(super) serial: u64,
+    pub(crate) serial: u64,
     /// The client's messages (client-streaming and bidirectional calls).
-    pub(super) inbox: Option<Arc<Inbox>>,
+    pub(crate) inbox: Option<Arc<Inbox>>,
     /// The window for the server's messages (server-streaming and bidirectional calls).
-    pub(super) outbox: Option<Arc<Outbox>>,
+    pub(crate) outbox: Option<Arc<Outbox>>,
 }
 
 impl StreamEnds {
