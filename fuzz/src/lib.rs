@@ -9,9 +9,9 @@
 //!
 //! # Layout
 //! - [`frame()`], [`metadata()`], [`rdma_control()`], [`handshake()`], [`tcp_stream()`],
-//!   [`client_demux()`], [`server_demux()`]: the targets, one module each (the two
-//!   demultiplexers share `demux`), with the fields the structure-aware mutations rewrite
-//!   and the seeds the corpus started from.
+//!   [`client_demux()`], [`server_demux()`], [`grpc_response()`]: the targets, one module
+//!   each (the two demultiplexers share `demux`), with the fields the structure-aware
+//!   mutations rewrite and the seeds the corpus started from.
 //! - [`TARGETS`]: the table the driver runs.
 //! - [`mutate`]: byte-level and structure-aware mutations.
 //! - [`runner`]: corpus replay, the mutation loop, crash artifacts.
@@ -23,6 +23,7 @@
 
 pub mod demux;
 pub mod frame;
+pub mod grpc_response;
 pub mod handshake;
 pub mod metadata;
 pub mod mutate;
@@ -33,6 +34,7 @@ pub mod tcp_stream;
 
 pub use demux::{client_demux, server_demux};
 pub use frame::frame;
+pub use grpc_response::grpc_response;
 pub use handshake::handshake;
 pub use metadata::metadata;
 pub use rdma_control::rdma_control;
@@ -54,7 +56,7 @@ pub struct Target {
 }
 
 /// Every target, in the order `all` runs them.
-pub const TARGETS: [Target; 7] = [
+pub const TARGETS: [Target; 8] = [
     Target {
         name: "frame",
         run: frame::frame,
@@ -96,6 +98,12 @@ pub const TARGETS: [Target; 7] = [
         run: demux::server_demux,
         fields: demux::fields,
         seeds: demux::server_seeds,
+    },
+    Target {
+        name: "grpc_response",
+        run: grpc_response::grpc_response,
+        fields: grpc_response::fields,
+        seeds: grpc_response::seeds,
     },
 ];
 

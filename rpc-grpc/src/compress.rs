@@ -99,7 +99,7 @@ impl Encoding {
         let mut out = Vec::new();
         loop {
             // One byte past the maximum tells that it is exceeded.
-            let step = INFLATE_STEP.min(max + 1 - out.len());
+            let step = INFLATE_STEP.min(max.saturating_add(1) - out.len());
             charge(step)?;
             out.reserve_exact(step);
             let read = (&mut reader)

@@ -35,6 +35,8 @@ mod compress;
 mod config;
 mod deframe;
 mod frames;
+#[doc(hidden)]
+pub mod fuzzing;
 mod linger;
 mod progress;
 mod server;

@@ -1,14 +1,13 @@
 //! One gRPC call's task: translates its HTTP/2 stream into the server's frames and the
 //! server's frames into the HTTP/2 response.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use rpc_core::account::{Account, Charge};
 use rpc_core::codegen::MethodKind;
 use rpc_core::wire::{Flags, FrameKind, Header};
@@ -16,6 +15,7 @@ use rpc_core::Metadata;
 use tokio::sync::mpsc;
 
 use super::status::{refuse, status_headers};
+use super::translate::Responder;
 use super::{Held, Shared, ToCall, ToServer};
 use crate::compress::{Encoding, ACCEPT};
 use crate::frames::{control, frame};
@@ -47,13 +47,8 @@ pub(super) async fn call(
         body,
         respond,
         sending: None,
-        out: VecDeque::new(),
-        finished: None,
-        trailers: None,
-        headers_sent: false,
-        done: false,
+        response: Responder::new(head.kind, head.response_encoding),
         request_encoding: head.request_encoding,
-        response_encoding: head.response_encoding,
         deadline: timeout.and_then(|t| tokio::time::Instant::now().checked_add(t)),
         request_bytes: Charge::none(),
         waiting: None,
@@ -85,10 +80,6 @@ fn answer(respond: &mut SendResponse<Bytes>, refusal: Refusal) {
     }
 }
 
-/// A response message waiting for HTTP/2 flow control: its bytes (prefixed), the
-/// window it took from the server, the response buffer it holds.
-pub(super) type Outgoing = (Bytes, usize, Held);
-
 pub(super) struct Call {
     pub(super) shared: Arc<Shared>,
     pub(super) tx: mpsc::Sender<ToServer>,
@@ -98,21 +89,11 @@ pub(super) struct Call {
     pub(super) respond: SendResponse<Bytes>,
     /// The response body, once the headers went out.
     pub(super) sending: Option<SendStream<Bytes>>,
-    /// Response messages (prefixed) waiting for HTTP/2 flow control, with the window
-    /// each took from the server and the response buffer it holds.
-    pub(super) out: VecDeque<Outgoing>,
-    /// The server's final frame, handled once `out` is empty.
-    pub(super) finished: Option<ToCall>,
-    /// The trailers of a unary or client-streaming call, sent once its response message
-    /// went out.
-    pub(super) trailers: Option<HeaderMap>,
-    pub(super) headers_sent: bool,
-    /// The final status went out.
-    pub(super) done: bool,
+    /// The response side's translator: the server's frames to HTTP/2, each response
+    /// message holding its share of the response buffer until HTTP/2 takes it.
+    pub(super) response: Responder<Held>,
     /// How the client compresses its messages (`grpc-encoding`).
     pub(super) request_encoding: Option<Encoding>,
-    /// How the responses' messages are compressed, if they are.
-    pub(super) response_encoding: Option<Encoding>,
     /// The call's deadline (`grpc-timeout`), from the arrival of its headers.
     pub(super) deadline: Option<tokio::time::Instant>,
     /// What the request message holds on the connection's account, given back when the

@@ -35,6 +35,7 @@ mod responses;
 mod rewind;
 mod room;
 mod status;
+pub(crate) mod translate;
 
 use self::driver::drive;
 use self::rewind::Rewind;

@@ -154,12 +154,10 @@ impl Call {
                     .await?;
                 return Ok(());
             }
-            if self.out.is_empty() && (self.finished.is_some() || self.trailers.is_some()) {
-                // The server ended the call before the client finished sending.
-                self.finish()?;
-                if self.done {
-                    return Ok(());
-                }
+            // The server may end the call before the client finished sending.
+            self.finish()?;
+            if self.response.is_done() {
+                return Ok(());
             }
             // The body is read while the messages waiting for the server's window are
             // under the limit (a message in progress is read to its end whatever its
@@ -194,7 +192,7 @@ impl Call {
                     let Some(frame) = frame else { return Err(Stop::ServerGone) };
                     up.window += self.on_server_frames(frame, frames)?;
                 }
-                wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out, &mut self.waiting, self.shared.config.stream_idle_timeout) => {
+                wait = Self::wait_stream(&mut self.respond, &mut self.sending, self.response.waiting(), &mut self.waiting, self.shared.config.stream_idle_timeout) => {
                     self.sent(wait).await?;
                 }
                 () = tokio::time::sleep_until(last_chunk + body_timeout), if reading && up.deframer.held() > 0 => {

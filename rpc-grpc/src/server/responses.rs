@@ -1,25 +1,22 @@
-//! A call's response side: the server's frames for the call turned into HTTP/2 headers,
-//! length-prefixed messages sent as flow control allows, and trailers.
+//! A call's response side, the I/O shell of the translator (`translate.rs`): performs
+//! its HTTP/2 actions, waits for HTTP/2 flow control and hands it what the translator
+//! lets go.
 
-use std::collections::VecDeque;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::SendStream;
-use http::{HeaderMap, HeaderValue, Response};
+use http::Response;
 use rpc_core::account::Charge;
-use rpc_core::wire::{Flags, Frame, FrameKind, Header};
-use rpc_core::{Code, Metadata, Status};
+use rpc_core::wire::{FrameKind, Header};
+use rpc_core::Status;
 use tokio::sync::mpsc;
 
-use super::call::{Call, Outgoing, Stop, Wait};
-use super::status::{refuse, status_headers};
-use super::{Held, ToCall};
-use crate::compress::ACCEPT;
-use crate::deframe;
-use crate::text;
+use super::call::{Call, Stop, Wait};
+use super::translate::H2;
+use super::ToCall;
 
 impl Call {
     /// After the request: the server's frames until its final one went out.
@@ -28,10 +25,8 @@ impl Call {
         frames: &mut mpsc::UnboundedReceiver<ToCall>,
     ) -> Result<(), Stop> {
         loop {
-            if self.out.is_empty() && (self.finished.is_some() || self.trailers.is_some()) {
-                self.finish()?;
-            }
-            if self.done {
+            self.finish()?;
+            if self.response.is_done() {
                 return Ok(());
             }
             tokio::select! {
@@ -40,20 +35,21 @@ impl Call {
                     // (Window updates for a request stream that ended: nothing to do.)
                     self.on_server_frames(frame, frames)?;
                 }
-                wait = Self::wait_stream(&mut self.respond, &mut self.sending, &self.out, &mut self.waiting, self.shared.config.stream_idle_timeout) => {
+                wait = Self::wait_stream(&mut self.respond, &mut self.sending, self.response.waiting(), &mut self.waiting, self.shared.config.stream_idle_timeout) => {
                     self.sent(wait).await?;
                 }
             }
         }
     }
 
-    /// Waits until HTTP/2 lets the first queued message (or part of it) go, the client
-    /// resets the call, or the queued messages waited for the client's window `idle`
-    /// since `waiting` (set when a wait with none granted begins: the only clock read).
+    /// Waits until HTTP/2 lets the first queued message (or part of it) go (`queued`
+    /// bytes wait), the client resets the call, or the queued messages waited for the
+    /// client's window `idle` since `waiting` (set when a wait with none granted begins:
+    /// the only clock read).
     pub(super) async fn wait_stream(
         respond: &mut SendResponse<Bytes>,
         sending: &mut Option<SendStream<Bytes>>,
-        out: &VecDeque<Outgoing>,
+        queued: usize,
         waiting: &mut Option<tokio::time::Instant>,
         idle: Duration,
     ) -> Wait {
@@ -63,8 +59,8 @@ impl Call {
                 if stream.poll_reset(cx).is_ready() {
                     return Poll::Ready(Wait::Reset);
                 }
-                if !out.is_empty() {
-                    stream.reserve_capacity(out.iter().map(|(data, _, _)| data.len()).sum());
+                if queued > 0 {
+                    stream.reserve_capacity(queued);
                     match stream.poll_capacity(cx) {
                         Poll::Ready(Some(Ok(0))) | Poll::Pending => {}
                         Poll::Ready(Some(Ok(n))) => {
@@ -94,7 +90,7 @@ impl Call {
     /// refuse floods of small ones); each message that went out whole gives the server
     /// its window back.
     pub(super) async fn sent(&mut self, wait: Wait) -> Result<(), Stop> {
-        let mut capacity = match wait {
+        let capacity = match wait {
             Wait::Capacity(capacity) => capacity,
             Wait::Reset => return Err(Stop::Cancelled),
             Wait::Idle => {
@@ -106,30 +102,7 @@ impl Call {
             }
         };
         let stream = self.sending.as_mut().expect("capacity needs a stream");
-        let mut pieces = Vec::new();
-        let mut granted = 0usize;
-        while capacity > 0 {
-            let Some((data, charged, _)) = self.out.front_mut() else {
-                break;
-            };
-            let n = capacity.min(data.len());
-            pieces.push(data.split_to(n));
-            capacity -= n;
-            if data.is_empty() {
-                granted += *charged;
-                self.out.pop_front();
-            }
-        }
-        let data = match pieces.len() {
-            1 => pieces.pop().expect("one"),
-            _ => {
-                let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
-                for piece in &pieces {
-                    joined.extend_from_slice(piece);
-                }
-                joined.freeze()
-            }
-        };
+        let (data, granted) = self.response.take(capacity);
         if stream.send_data(data, false).is_err() {
             return Err(Stop::Cancelled);
         }
@@ -150,133 +123,58 @@ impl Call {
         frames: &mut mpsc::UnboundedReceiver<ToCall>,
     ) -> Result<i64, Stop> {
         let mut granted = 0;
+        let mut actions = Vec::new();
         let mut next = Some(first);
-        while let Some((frame, permit)) = next.take().or_else(|| frames.try_recv().ok()) {
-            if let Some(credits) = self.on_server_frame(frame, permit)? {
+        while let Some((frame, held)) = next.take().or_else(|| frames.try_recv().ok()) {
+            if let Some(credits) = self.response.on_frame(frame, held, &mut actions) {
                 granted += i64::from(credits);
             }
         }
+        self.apply(actions)?;
         Ok(granted)
     }
 
-    /// One frame from the server for this call. Returns the credits of a window update
-    /// (for the request stream).
-    pub(super) fn on_server_frame(
-        &mut self,
-        buf: Bytes,
-        permit: Held,
-    ) -> Result<Option<u32>, Stop> {
-        let Ok(frame) = Frame::parse(&buf) else {
-            return Ok(None);
-        };
-        let header = frame.header;
-        match header.kind {
-            FrameKind::WindowUpdate => return Ok(Some(header.credits)),
-            FrameKind::Message => {
-                if !self.headers_sent {
-                    self.send_headers(&Metadata::new(), false)?;
-                }
-                self.out.push_back((
-                    deframe::frame_with(frame.payload, self.response_encoding),
-                    header.frame_len(),
-                    permit,
-                ));
-            }
-            FrameKind::Response if !header.flags.contains(Flags::END_STREAM) => {
-                let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
-                self.send_headers(&metadata, false)?;
-            }
-            FrameKind::Response => self.finished = Some((buf, permit)),
-            _ => {}
-        }
-        Ok(None)
-    }
-
-    pub(super) fn send_headers(&mut self, metadata: &Metadata, end: bool) -> Result<(), Stop> {
-        let mut response = Response::new(());
-        let headers = response.headers_mut();
-        headers.insert("content-type", HeaderValue::from_static("application/grpc"));
-        headers.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT));
-        if let Some(encoding) = self.response_encoding {
-            headers.insert("grpc-encoding", HeaderValue::from_static(encoding.name()));
-        }
-        text::append_metadata(headers, metadata);
-        self.headers_sent = true;
-        match self.respond.send_response(response, end) {
-            Ok(stream) => {
-                self.sending = Some(stream);
-                Ok(())
-            }
-            Err(_) => Err(Stop::Cancelled),
-        }
-    }
-
-    /// The server's final frame: status and trailers (with the response message of a
-    /// unary or client-streaming call, queued first: the trailers follow once it went
-    /// out, as HTTP/2 flow control lets it).
+    /// The final status once every queued message went out, if the server sent it.
     pub(super) fn finish(&mut self) -> Result<(), Stop> {
-        if let Some(trailers) = self.trailers.take() {
-            self.done = true;
-            let stream = self.sending.as_mut().expect("headers sent");
-            return stream.send_trailers(trailers).map_err(|_| Stop::Cancelled);
-        }
-        let (buf, permit) = self.finished.take().expect("finished");
-        let Ok(frame) = Frame::parse(&buf) else {
-            self.fail(&Status::internal("malformed response"));
-            return Ok(());
-        };
-        let code = Code::from_u8(frame.header.status);
-        let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
-        if frame.header.flags.contains(Flags::REFUSED) && !self.headers_sent {
-            // Not started (the server is draining): HTTP/2's refusal, which gRPC clients
-            // retry transparently.
-            self.done = true;
-            self.respond.send_reset(h2::Reason::REFUSED_STREAM);
-            return Ok(());
-        }
-        if code != Code::Ok {
-            let message = String::from_utf8_lossy(frame.payload).into_owned();
-            self.fail(&Status::from_metadata(code, message, metadata));
-            return Ok(());
-        }
-        let mut trailers = HeaderMap::new();
-        status_headers(&mut trailers, Code::Ok, "");
-        if self.kind.server_streams() {
-            // A stream's end: its metadata block is the trailers.
-            if !self.headers_sent {
-                self.send_headers(&Metadata::new(), false)?;
-            }
-            text::append_metadata(&mut trailers, &metadata);
-            self.done = true;
-            let stream = self.sending.as_mut().expect("headers sent");
-            return stream.send_trailers(trailers).map_err(|_| Stop::Cancelled);
-        }
-        // The one response message; headers and trailers come in one block here.
-        let (metadata, app_trailers) = metadata.split_trailers();
-        if !self.headers_sent {
-            self.send_headers(&metadata, false)?;
-        }
-        text::append_metadata(&mut trailers, &app_trailers);
-        self.out.push_back((
-            deframe::frame_with(frame.payload, self.response_encoding),
-            0,
-            permit,
-        ));
-        self.trailers = Some(trailers);
-        Ok(())
+        let mut actions = Vec::new();
+        self.response.finish(&mut actions);
+        self.apply(actions)
     }
 
     /// Ends the call with `status`: trailers-only if nothing was sent yet.
     pub(super) fn fail(&mut self, status: &Status) {
-        self.done = true;
-        match self.sending.as_mut() {
-            Some(stream) => {
-                let mut trailers = HeaderMap::new();
-                status_headers(&mut trailers, status.code(), status.message());
-                text::append_metadata(&mut trailers, &status.to_metadata());
-                let _ = stream.send_trailers(trailers);
+        let mut actions = Vec::new();
+        self.response.fail(status, &mut actions);
+        let _ = self.apply(actions);
+    }
+
+    /// Performs the translator's actions on the HTTP/2 stream.
+    fn apply(&mut self, actions: Vec<H2>) -> Result<(), Stop> {
+        for action in actions {
+            match action {
+                H2::Headers(headers) => {
+                    let mut response = Response::new(());
+                    *response.headers_mut() = headers;
+                    let stream = self
+                        .respond
+                        .send_response(response, false)
+                        .map_err(|_| Stop::Cancelled)?;
+                    self.sending = Some(stream);
+                }
+                H2::Trailers(trailers) => {
+                    let stream = self.sending.as_mut().expect("headers sent");
+                    stream
+                        .send_trailers(trailers)
+                        .map_err(|_| Stop::Cancelled)?;
+                }
+                H2::TrailersOnly(headers) => {
+                    let mut response = Response::new(());
+                    *response.headers_mut() = headers;
+                    let _ = self.respond.send_response(response, true);
+                }
+                H2::Refuse => self.respond.send_reset(h2::Reason::REFUSED_STREAM),
             }
-            None => refuse(&mut self.respond, status),
         }
+        Ok(())
     }
 }

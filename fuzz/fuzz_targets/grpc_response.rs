@@ -1,0 +1,5 @@
+//! libFuzzer entry point of target `grpc_response` (`rpc_fuzz::grpc_response`), for cargo-fuzz; see
+//! `fuzz/README.md`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| rpc_fuzz::grpc_response(data));
