@@ -16,7 +16,7 @@ use crate::completion::Member;
 use crate::connection::{Inner, Received, RecvBuf, SlotHold, State};
 use crate::counters::Counters;
 use crate::protocol::session::{refused, Close};
-use crate::protocol::{split_batch, Kind, Prefix, Rendezvous, PREFIX_LEN};
+use crate::protocol::{split_batch, Kind, Lie, Prefix, Rendezvous, PREFIX_LEN};
 use crate::verbs::{Event, RecvSlot, Rings, WcStatus};
 
 /// READ work requests in flight per connection at most (the send queue is sized for it).
@@ -40,7 +40,7 @@ pub(crate) async fn run(inner: Arc<Inner>, mut side: Socket) {
             read = side.read(&mut side_buf) => {
                 inner.fail(match read {
                     Ok(0) => Close::PeerClosed,
-                    Ok(_) => Close::Violation("unexpected bytes on the side channel".into()),
+                    Ok(_) => Close::Violation(Lie::SideChannelBytes),
                     Err(e) => Close::Failed(format!("side channel: {e}")),
                 });
             }
@@ -281,8 +281,7 @@ fn failure(inner: &Inner, what: &str, status: WcStatus, cause: Option<&str>) -> 
 /// A message arrived in `slot`.
 fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
     let bytes = inner.rings.received(&slot);
-    let prefix =
-        Prefix::decode(bytes).map_err(|e| Close::Violation(format!("malformed message: {e}")))?;
+    let prefix = Prefix::decode(bytes).map_err(Close::Violation)?;
     let mut state = inner.state.lock();
     state.session.handle_message(&prefix)?;
     if prefix.kind != Kind::Control {
@@ -305,8 +304,7 @@ fn received_batch(
     n: u16,
 ) -> Result<(), Close> {
     let bytes = inner.rings.received(&slot);
-    let frames = split_batch(&bytes[PREFIX_LEN..], n)
-        .map_err(|e| Close::Violation(format!("malformed batch: {e}")))?;
+    let frames = split_batch(&bytes[PREFIX_LEN..], n).map_err(Close::Violation)?;
     Counters::bump(&inner.counters.eager_receives, frames.len() as u64);
     for _ in 1..frames.len() {
         inner.frame_received();

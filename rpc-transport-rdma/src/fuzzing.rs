@@ -73,7 +73,7 @@ pub enum ControlBody {
 /// # Errors
 /// The prefix decoder's description of a malformed message.
 pub fn decode_control(data: &[u8]) -> Result<ControlMessage, String> {
-    let prefix = Prefix::decode(data)?;
+    let prefix = Prefix::decode(data).map_err(|lie| lie.to_string())?;
     let body = &data[PREFIX_LEN..];
     let mut reencoded = vec![0u8; data.len()];
     prefix.encode(&mut reencoded);
@@ -82,7 +82,8 @@ pub fn decode_control(data: &[u8]) -> Result<ControlMessage, String> {
             reencoded[PREFIX_LEN..].copy_from_slice(body);
             ControlBody::Batch {
                 frames: crate::protocol::split_batch(body, prefix.n_tokens)
-                    .map(|ranges| ranges.into_iter().map(|r| body[r].to_vec()).collect()),
+                    .map(|ranges| ranges.into_iter().map(|r| body[r].to_vec()).collect())
+                    .map_err(|lie| lie.to_string()),
             }
         }
         Kind::Data => {
@@ -187,7 +188,7 @@ pub fn decode_hello(data: &[u8]) -> Result<Hello, String> {
     if magic != HELLO && magic != OKAY {
         return Err("not a handshake block".into());
     }
-    let offer = Offer::decode(block)?;
+    let offer = Offer::decode(block).map_err(|e| e.to_string())?;
     Ok(Hello::Offer {
         okay: magic == OKAY,
         mode: offer.mode as u8,

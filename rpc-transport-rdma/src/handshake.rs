@@ -55,6 +55,39 @@ pub(crate) struct Offer {
     pub(crate) max_loans: u16,
 }
 
+/// What is wrong with a HELLO or OKAY block: the handshake fails with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BadOffer {
+    /// A handshake version this build does not speak.
+    #[error("unsupported handshake version {0}")]
+    Version(u32),
+    /// A transport mode other than RDMA or auto.
+    #[error("unknown mode {0}")]
+    Mode(u8),
+    /// A path MTU that is not one of verbs' sizes.
+    #[error("bad MTU {0}")]
+    Mtu(u32),
+    /// A receive ring out of bounds.
+    #[error("bad ring geometry {slots} x {slot_size}")]
+    Ring {
+        /// Receive slots.
+        slots: u32,
+        /// Bytes per slot.
+        slot_size: u32,
+    },
+    /// Rendezvous limits out of bounds.
+    #[error("bad rendezvous limits: {kib} KiB, {loans} loans")]
+    Rendezvous {
+        /// The lending budget, KiB.
+        kib: u32,
+        /// Loans at once.
+        loans: u16,
+    },
+    /// Flag bits this version does not define.
+    #[error("unknown handshake flags {0:#x}")]
+    Flags(u16),
+}
+
 impl Offer {
     pub(crate) fn encode(&self, magic: &[u8; 8]) -> [u8; BLOCK] {
         let mut b = [0u8; BLOCK];
@@ -77,35 +110,36 @@ impl Offer {
     /// Decodes a HELLO or OKAY block (magic already checked by the caller).
     ///
     /// # Errors
-    /// A description of the bad field.
-    pub(crate) fn decode(b: &[u8; BLOCK]) -> Result<Offer, String> {
+    /// The bad field, as a [`BadOffer`].
+    pub(crate) fn decode(b: &[u8; BLOCK]) -> Result<Offer, BadOffer> {
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
         if u32_at(8) != VERSION {
-            return Err(format!("unsupported handshake version {}", u32_at(8)));
+            return Err(BadOffer::Version(u32_at(8)));
         }
         let mode = match b[12] {
             1 => Mode::Rdma,
             2 => Mode::Auto,
-            m => return Err(format!("unknown mode {m}")),
+            m => return Err(BadOffer::Mode(m)),
         };
-        let mtu = Mtu::from_bytes(u32_at(44)).ok_or_else(|| format!("bad MTU {}", u32_at(44)))?;
+        let mtu = Mtu::from_bytes(u32_at(44)).ok_or(BadOffer::Mtu(u32_at(44)))?;
         let (recv_slots, slot_size) = (u32_at(48), u32_at(52));
         if !(4..=4096).contains(&recv_slots)
             || !(crate::config::MIN_SLOT_SIZE..=1 << 20).contains(&slot_size)
         {
-            return Err(format!("bad ring geometry {recv_slots} x {slot_size}"));
+            return Err(BadOffer::Ring {
+                slots: recv_slots,
+                slot_size,
+            });
         }
         let (rdv_budget_kib, max_loans) = (u32_at(56), u16::from_le_bytes([b[60], b[61]]));
         if rdv_budget_kib < 64 || max_loans == 0 {
-            return Err(format!(
-                "bad rendezvous limits: {rdv_budget_kib} KiB, {max_loans} loans"
-            ));
+            return Err(BadOffer::Rendezvous {
+                kib: rdv_budget_kib,
+                loans: max_loans,
+            });
         }
         if b[62..64] != [0, 0] {
-            return Err(format!(
-                "unknown handshake flags {:#x}",
-                u16::from_le_bytes([b[62], b[63]])
-            ));
+            return Err(BadOffer::Flags(u16::from_le_bytes([b[62], b[63]])));
         }
         Ok(Offer {
             mode,
@@ -149,21 +183,31 @@ mod tests {
         assert_eq!(Offer::decode(&b).unwrap(), offer);
         let mut bad = b;
         bad[48..52].copy_from_slice(&1u32.to_le_bytes());
-        assert!(Offer::decode(&bad).is_err());
+        assert_eq!(
+            Offer::decode(&bad),
+            Err(BadOffer::Ring {
+                slots: 1,
+                slot_size: 8192
+            })
+        );
         let mut bad = b;
         bad[8] = 7;
-        assert!(Offer::decode(&bad).is_err());
+        assert_eq!(Offer::decode(&bad), Err(BadOffer::Version(7)));
         // Version 1 (no rendezvous limits) is refused.
         let mut bad = b;
         bad[8] = 1;
-        assert!(Offer::decode(&bad).is_err());
-        for (at, value) in [(56, 63u32), (60, 0)] {
+        assert_eq!(Offer::decode(&bad), Err(BadOffer::Version(1)));
+        for (at, value, kib, loans) in [(56, 63u32, 63, 128), (60, 0, 16 << 10, 0)] {
             let mut bad = b;
             bad[at..at + 4].copy_from_slice(&value.to_le_bytes());
-            assert!(Offer::decode(&bad).is_err(), "{at}");
+            assert_eq!(
+                Offer::decode(&bad),
+                Err(BadOffer::Rendezvous { kib, loans }),
+                "{at}"
+            );
         }
         let mut bad = b;
         bad[63] = 1;
-        assert!(Offer::decode(&bad).is_err());
+        assert_eq!(Offer::decode(&bad), Err(BadOffer::Flags(0x100)));
     }
 }

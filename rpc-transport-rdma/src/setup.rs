@@ -347,7 +347,7 @@ pub(crate) async fn server(
         .read_exact(&mut block[8..])
         .await
         .map_err(|e| e.to_string())?;
-    let offer = Offer::decode(&block)?;
+    let offer = Offer::decode(&block).map_err(|e| e.to_string())?;
     let Some(config) = config else {
         handshake::refuse(&mut stream, "this server serves TCP only")
             .await

@@ -21,6 +21,8 @@
 //!   so that peer is never left without the credit to ping. `credits::tests::exhaustive_*`
 //!   checks these rules on every interleaving of two small peers.
 
+use super::lie::Lie;
+
 /// Credit state of one connection. Sans-IO: the driver calls it under a lock.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Credits {
@@ -125,12 +127,12 @@ impl Credits {
     ///
     /// # Errors
     /// If the peer claims more re-posts than messages were sent (a broken peer).
-    pub(crate) fn handle_peer_reposted(&mut self, reposted: u64) -> Result<(), String> {
+    pub(crate) fn handle_peer_reposted(&mut self, reposted: u64) -> Result<(), Lie> {
         if reposted > self.sent {
-            return Err(format!(
-                "peer acknowledges {reposted} messages of {} sent",
-                self.sent
-            ));
+            return Err(Lie::OverAcknowledged {
+                reposted,
+                sent: self.sent,
+            });
         }
         self.peer_reposted = self.peer_reposted.max(reposted);
         Ok(())
@@ -330,7 +332,9 @@ mod tests {
                         return Err(format!("receiver not ready (RNR): {world:?}"));
                     }
                     to.posted -= 1;
-                    to.credits.handle_peer_reposted(msg.advertised)?;
+                    to.credits
+                        .handle_peer_reposted(msg.advertised)
+                        .map_err(|lie| lie.to_string())?;
                     if msg.data {
                         to.held += 1;
                     } else {

@@ -15,6 +15,8 @@
 //! Bytes are counted by frame length; a descriptor refused unread (a frame over the size
 //! limit) counts as one loan of zero bytes on the borrower's side.
 
+use super::lie::Lie;
+
 /// At most `loans` frames and `bytes` bytes outstanding at once; a frame larger than
 /// `bytes` goes alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +110,7 @@ impl Borrower {
     ///
     /// # Errors
     /// The lender went beyond the agreement: close the connection with this reason.
-    pub(crate) fn accept(&mut self, len: usize, read: bool) -> Result<(), String> {
+    pub(crate) fn accept(&mut self, len: usize, read: bool) -> Result<(), Lie> {
         let counted = if read { len } else { 0 };
         if self.0.try_add(counted) {
             return Ok(());
@@ -118,10 +120,13 @@ impl Borrower {
             bytes,
             loans,
         } = &self.0;
-        Err(format!(
-            "the peer lent more than agreed: a frame of {len} bytes beside {loans} frames of {bytes} bytes not yet acknowledged (limit {} frames, {} bytes)",
-            limit.loans, limit.bytes
-        ))
+        Err(Lie::OverLent {
+            len,
+            loans: *loans,
+            bytes: *bytes,
+            limit_loans: limit.loans,
+            limit_bytes: limit.bytes,
+        })
     }
 
     /// The read-done of a loan of `len` counted bytes (0 if refused unread) was sent.

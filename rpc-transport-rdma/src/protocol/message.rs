@@ -21,6 +21,8 @@
 
 use rpc_core::wire::HEADER_LEN;
 
+use super::lie::Lie;
+
 /// Bytes of the prefix.
 pub(crate) const PREFIX_LEN: usize = 16;
 /// Bytes of a rendezvous body.
@@ -70,18 +72,15 @@ impl Prefix {
     ///
     /// # Errors
     /// A description of what is wrong (the connection then fails: the peer is broken).
-    pub(crate) fn decode(slot: &[u8]) -> Result<Prefix, String> {
+    pub(crate) fn decode(slot: &[u8]) -> Result<Prefix, Lie> {
         if slot.len() < PREFIX_LEN {
-            return Err(format!(
-                "message of {} bytes is shorter than the prefix",
-                slot.len()
-            ));
+            return Err(Lie::ShortMessage { len: slot.len() });
         }
         let kind = match slot[0] {
             1 => Kind::Data,
             2 => Kind::Rendezvous,
             3 => Kind::Control,
-            k => return Err(format!("unknown message kind {k}")),
+            k => return Err(Lie::UnknownKind(k)),
         };
         let prefix = Prefix {
             kind,
@@ -97,7 +96,10 @@ impl Prefix {
             Kind::Control => body == 8 * prefix.n_tokens as usize,
         };
         if !ok {
-            return Err(format!("{kind:?} message with a body of {body} bytes"));
+            return Err(Lie::BodyLength {
+                kind: kind as u8,
+                body,
+            });
         }
         Ok(prefix)
     }
@@ -111,36 +113,34 @@ impl Prefix {
 /// A description of the lie (the connection then fails): a count over [`MAX_BATCH`], a
 /// frame header that does not decode, a frame that overruns the body, fewer frames than
 /// announced, or bytes after the last one.
-pub(crate) fn split_batch(body: &[u8], n: u16) -> Result<Vec<std::ops::Range<usize>>, String> {
+pub(crate) fn split_batch(body: &[u8], n: u16) -> Result<Vec<std::ops::Range<usize>>, Lie> {
     if n > MAX_BATCH {
-        return Err(format!("a batch of {n} frames (at most {MAX_BATCH})"));
+        return Err(Lie::BatchTooLarge { n, max: MAX_BATCH });
     }
     let mut frames = Vec::with_capacity(usize::from(n));
     let mut at = 0usize;
     for i in 0..n {
         let header = match rpc_core::wire::Header::decode(&body[at..]) {
             Ok(Some(header)) => header,
-            Ok(None) => return Err(format!("a batch announces {n} frames and holds {i}")),
-            Err(e) => return Err(format!("frame {i} of a batch: {e}")),
+            Ok(None) => return Err(Lie::BatchShort { n, held: i }),
+            Err(error) => return Err(Lie::BatchFrame { i, error }),
         };
         let end = at
             .checked_add(header.frame_len())
             .filter(|&end| end <= body.len())
-            .ok_or_else(|| {
-                format!(
-                    "frame {i} of a batch claims {} bytes, {} are left",
-                    header.frame_len(),
-                    body.len() - at
-                )
+            .ok_or(Lie::BatchOverrun {
+                i,
+                claims: header.frame_len(),
+                left: body.len() - at,
             })?;
         frames.push(at..end);
         at = end;
     }
     if at != body.len() {
-        return Err(format!(
-            "{} bytes after the {n} frames of a batch",
-            body.len() - at
-        ));
+        return Err(Lie::BatchTrailing {
+            n,
+            extra: body.len() - at,
+        });
     }
     Ok(frames)
 }
@@ -242,18 +242,39 @@ mod tests {
         assert_eq!(&body[ranges[1].clone()], &b[..]);
         // Fewer frames than announced, more, bytes left over, a frame overrunning the
         // body, a broken header, too many frames.
-        assert!(split_batch(&body, 4).unwrap_err().contains("holds 3"));
-        assert!(split_batch(&body, 2).unwrap_err().contains("bytes after"));
-        assert!(split_batch(&body[..220], 3)
-            .unwrap_err()
-            .contains("claims 47 bytes, 40 are left"));
-        assert!(split_batch(&body[..200], 3)
-            .unwrap_err()
-            .contains("holds 2"));
+        assert_eq!(
+            split_batch(&body, 4),
+            Err(Lie::BatchShort { n: 4, held: 3 })
+        );
+        assert_eq!(
+            split_batch(&body, 2),
+            Err(Lie::BatchTrailing { n: 2, extra: 47 })
+        );
+        assert_eq!(
+            split_batch(&body[..220], 3),
+            Err(Lie::BatchOverrun {
+                i: 2,
+                claims: 47,
+                left: 40
+            })
+        );
+        assert_eq!(
+            split_batch(&body[..200], 3),
+            Err(Lie::BatchShort { n: 3, held: 2 })
+        );
         let mut broken = body.clone();
         broken[40] = 0;
-        assert!(split_batch(&broken, 3).unwrap_err().contains("frame 1"));
-        assert!(split_batch(&body, MAX_BATCH + 1).is_err());
+        assert!(matches!(
+            split_batch(&broken, 3),
+            Err(Lie::BatchFrame { i: 1, .. })
+        ));
+        assert_eq!(
+            split_batch(&body, MAX_BATCH + 1),
+            Err(Lie::BatchTooLarge {
+                n: MAX_BATCH + 1,
+                max: MAX_BATCH
+            })
+        );
         // A length near u32::MAX does not wrap.
         let mut huge = a.clone();
         huge[32..36].copy_from_slice(&u32::MAX.to_le_bytes());

@@ -3,11 +3,13 @@
 //! of rendezvous transfers.
 
 mod credits;
+mod lie;
 mod loans;
 mod message;
 pub(crate) mod session;
 
 pub(crate) use credits::Credits;
+pub(crate) use lie::Lie;
 pub(crate) use loans::{Borrower, Lender, LoanLimit};
 pub(crate) use message::{
     split_batch, Kind, Prefix, Rendezvous, MAX_BATCH, PREFIX_LEN, RENDEZVOUS_LEN,

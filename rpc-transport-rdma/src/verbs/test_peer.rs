@@ -165,7 +165,7 @@ impl RawPeer {
         if &block[..8] != OKAY {
             return Err("not an RDMA server".into());
         }
-        let remote = Offer::decode(&block)?;
+        let remote = Offer::decode(&block).map_err(|e| e.to_string())?;
         let qp = qp
             .into_rtr(&remote.endpoint)
             .map_err(err)?
@@ -353,13 +353,15 @@ impl RawPeer {
                     .to_vec();
                 post_recvs(&self.qp, &self.recv_ring, &[(c.wr_id, at, SLOT as usize)])?;
                 self.reposted += 1;
-                let prefix = Prefix::decode(&bytes)?;
+                let prefix = Prefix::decode(&bytes).map_err(|lie| lie.to_string())?;
                 self.peer_reposted = self.peer_reposted.max(prefix.reposted);
                 self.peer_slots = self.peer_slots.max(u64::from(prefix.granted));
                 let body = &bytes[PREFIX_LEN..];
                 let message = match prefix.kind {
                     Kind::Data if prefix.n_tokens >= 2 => {
-                        for range in crate::protocol::split_batch(body, prefix.n_tokens)? {
+                        let ranges = crate::protocol::split_batch(body, prefix.n_tokens)
+                            .map_err(|lie| lie.to_string())?;
+                        for range in ranges {
                             self.pending.push_back(Message::Data(body[range].to_vec()));
                         }
                         return Ok(());

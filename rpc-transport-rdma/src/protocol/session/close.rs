@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::protocol::Lie;
+
 /// Why a session (and its connection) ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Close {
@@ -18,7 +20,7 @@ pub(crate) enum Close {
     /// The peer held a lent buffer unread for longer than the loan timeout.
     LoanTimeout(Duration),
     /// The peer broke the protocol (a lie about lengths, credits or tokens).
-    Violation(String),
+    Violation(Lie),
     /// A local operation failed (posting, polling, a completion with an error).
     Failed(String),
 }
@@ -37,7 +39,7 @@ impl From<&Close> for rpc_core::TransportError {
             Close::Local | Close::PeerClosed => E::Closed,
             Close::PeerSilent { silence, .. } => E::PeerSilent(*silence),
             Close::LoanTimeout(_) => E::Protocol(why.to_string()),
-            Close::Violation(what) => E::Protocol(what.clone()),
+            Close::Violation(lie) => E::Protocol(lie.to_string()),
             Close::Failed(what) => E::Other(what.clone()),
         }
     }

@@ -7,7 +7,7 @@ use rpc_core::wire::Header;
 
 use super::close::Close;
 use super::{InOrder, Read, Reading, Session, MAX_GRANT};
-use crate::protocol::{Prefix, Rendezvous};
+use crate::protocol::{Lie, Prefix, Rendezvous};
 
 /// Chunks one rendezvous frame is split into at most.
 pub(crate) const MAX_CHUNKS: usize = 8;
@@ -23,10 +23,9 @@ impl<F> Session<F> {
             .handle_peer_reposted(prefix.reposted)
             .map_err(Close::Violation)?;
         if prefix.granted > MAX_GRANT {
-            return Err(Close::Violation(format!(
-                "the peer claims {} receive slots",
-                prefix.granted
-            )));
+            return Err(Close::Violation(Lie::OverGranted {
+                granted: prefix.granted,
+            }));
         }
         if prefix.granted != 0 {
             self.credits.grow_peer(u64::from(prefix.granted));
@@ -51,7 +50,7 @@ impl<F> Session<F> {
                 Ok(Some(header))
             }
             Ok(_) => Ok(None),
-            Err(e) => Err(Close::Violation(format!("malformed frame: {e}"))),
+            Err(e) => Err(Close::Violation(Lie::Malformed(e))),
         }
     }
 
@@ -67,29 +66,22 @@ impl<F> Session<F> {
         let len = lent.saturating_add(d.head.len());
         let header = match Header::decode(&d.header) {
             Ok(Some(header)) => header,
-            Ok(None) => {
-                return Err(Close::Violation(
-                    "rendezvous descriptor without a frame header".into(),
-                ))
-            }
-            Err(e) => return Err(Close::Violation(format!("malformed frame: {e}"))),
+            Ok(None) => return Err(Close::Violation(Lie::DescriptorWithoutHeader)),
+            Err(e) => return Err(Close::Violation(Lie::Malformed(e))),
         };
         if header.frame_len() != len {
-            return Err(Close::Violation(format!(
-                "rendezvous descriptor of {len} bytes for a frame of {}",
-                header.frame_len()
-            )));
+            return Err(Close::Violation(Lie::DescriptorLength {
+                len,
+                frame: header.frame_len(),
+            }));
         }
         if d.offset.checked_add(d.len).is_none() {
-            return Err(Close::Violation("rendezvous descriptor wraps".into()));
+            return Err(Close::Violation(Lie::DescriptorWraps));
         }
         if !d.head.is_empty()
             && (lent == 0 || d.head.get(..rpc_core::wire::HEADER_LEN) != Some(&d.header[..]))
         {
-            return Err(Close::Violation(
-                "rendezvous descriptor whose inline head is not the frame's start, or that lends nothing"
-                    .into(),
-            ));
+            return Err(Close::Violation(Lie::DescriptorHead));
         }
         if header.payload_len as usize > self.cfg.max_message_size || len > self.cfg.max_frame {
             self.borrower
@@ -202,9 +194,7 @@ impl<F> Session<F> {
                 + self.cfg.borrow.loans);
         if self.in_order.len() >= max {
             self.discarded.push(frame);
-            return Err(Close::Violation(format!(
-                "more than {max} frames wait behind one being read"
-            )));
+            return Err(Close::Violation(Lie::TooManyWaiting { max }));
         }
         self.in_order.push_back(InOrder::Ready(frame));
         Ok(())
@@ -250,11 +240,7 @@ impl<F> Session<F> {
         for token in tokens {
             match self.lent.remove(&token) {
                 Some(loan) => keys.push(loan.key),
-                None => {
-                    return Err(Close::Violation(format!(
-                        "read-done for token {token}, which is not lent"
-                    )))
-                }
+                None => return Err(Close::Violation(Lie::UnknownToken { token })),
             }
         }
         Ok(keys)

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use rpc_core::wire::{FrameKind, Header, HEADER_LEN};
 
 use super::*;
-use crate::protocol::{Kind, LoanLimit, Prefix, Rendezvous};
+use crate::protocol::{Kind, Lie, LoanLimit, Prefix, Rendezvous};
 
 const SLOT_BODY: usize = 200;
 
@@ -777,7 +777,10 @@ fn a_clean_close_keeps_what_is_in_order_and_a_failure_drops_it() {
     let now = Instant::now();
     let mut rng = Rng(13);
     let (cfg, _) = config(&mut rng);
-    for (why, kept) in [(Close::PeerClosed, 2), (Close::Violation("lie".into()), 0)] {
+    for (why, kept) in [
+        (Close::PeerClosed, 2),
+        (Close::Violation(Lie::DescriptorWraps), 0),
+    ] {
         let mut s: Session<Up> = Session::new(cfg.clone(), now);
         s.deliver(Up::Eager(1)).unwrap();
         s.deliver(Up::Eager(2)).unwrap();
@@ -807,9 +810,13 @@ fn close_reasons_map_to_typed_transport_errors() {
     assert!(matches!(E::from(&silent), E::PeerSilent(d) if d == Duration::from_secs(6)));
     assert!(matches!(E::from(&Close::PeerClosed), E::Closed));
     assert!(matches!(E::from(&Close::Local), E::Closed));
-    let lie = E::from(&Close::Violation("a lie".into()));
-    assert!(matches!(&lie, E::Protocol(w) if w == "a lie"), "{lie}");
-    assert_eq!(lie.to_string(), "protocol violation by the peer: a lie");
+    let lie = E::from(&Close::Violation(Lie::UnknownToken { token: 7 }));
+    let what = "read-done for token 7, which is not lent";
+    assert!(matches!(&lie, E::Protocol(w) if w == what), "{lie}");
+    assert_eq!(
+        lie.to_string(),
+        format!("protocol violation by the peer: {what}")
+    );
     assert!(matches!(
         E::from(&Close::LoanTimeout(Duration::from_secs(60))),
         E::Protocol(_)
