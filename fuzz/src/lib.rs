@@ -9,9 +9,9 @@
 //!
 //! # Layout
 //! - [`frame()`], [`metadata()`], [`rdma_control()`], [`handshake()`], [`tcp_stream()`],
-//!   [`client_demux()`], [`server_demux()`], [`grpc_response()`]: the targets, one module
-//!   each (the two demultiplexers share `demux`), with the fields the structure-aware
-//!   mutations rewrite and the seeds the corpus started from.
+//!   [`client_demux()`], [`server_demux()`], [`grpc_response()`], [`rdma_session()`]: the
+//!   targets, one module each (the two demultiplexers share `demux`), with the fields
+//!   the structure-aware mutations rewrite and the seeds the corpus started from.
 //! - [`TARGETS`]: the table the driver runs.
 //! - [`mutate`]: byte-level and structure-aware mutations.
 //! - [`runner`]: corpus replay, the mutation loop, crash artifacts.
@@ -28,6 +28,7 @@ pub mod handshake;
 pub mod metadata;
 pub mod mutate;
 pub mod rdma_control;
+pub mod rdma_session;
 pub mod rng;
 pub mod runner;
 pub mod tcp_stream;
@@ -38,6 +39,7 @@ pub use grpc_response::grpc_response;
 pub use handshake::handshake;
 pub use metadata::metadata;
 pub use rdma_control::rdma_control;
+pub use rdma_session::rdma_session;
 pub use tcp_stream::tcp_stream;
 
 use mutate::Field;
@@ -56,7 +58,7 @@ pub struct Target {
 }
 
 /// Every target, in the order `all` runs them.
-pub const TARGETS: [Target; 8] = [
+pub const TARGETS: [Target; 9] = [
     Target {
         name: "frame",
         run: frame::frame,
@@ -104,6 +106,12 @@ pub const TARGETS: [Target; 8] = [
         run: grpc_response::grpc_response,
         fields: grpc_response::fields,
         seeds: grpc_response::seeds,
+    },
+    Target {
+        name: "rdma_session",
+        run: rdma_session::rdma_session,
+        fields: rdma_session::fields,
+        seeds: rdma_session::seeds,
     },
 ];
 

@@ -37,7 +37,7 @@ fn reached(target: &Target, reached: impl Fn(&[u8]) -> bool) -> usize {
 
 #[test]
 fn mutated_inputs_get_past_the_first_checks() {
-    let [frame, metadata, control, handshake, tcp, client, server, _grpc] = &TARGETS;
+    let [frame, metadata, control, handshake, tcp, client, server, ..] = &TARGETS;
     // Whole frames with a valid metadata block: 15% at the time of writing.
     let n = reached(frame, |d| {
         Frame::parse(d).is_ok_and(|f| !f.is_discarded() && Metadata::decode(f.metadata).is_ok())

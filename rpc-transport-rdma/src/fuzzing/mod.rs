@@ -3,6 +3,10 @@
 //! byte slice and return plain public views. Hidden from the docs and not part of the
 //! crate's API; nothing else may use them.
 
+mod session;
+
+pub use self::session::{rdma_session, steps as session_steps, STEPS_AT as SESSION_STEPS_AT};
+
 use rpc_core::wire::{FrameError, Header};
 
 use crate::handshake::{Offer, BLOCK, HELLO, NONE, OKAY};
