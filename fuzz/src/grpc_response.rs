@@ -36,8 +36,9 @@ pub fn fields(data: &[u8]) -> Vec<Field> {
     fields
 }
 
-/// A step: `op` with `n`, and for op 0 the frame.
-fn step(op: u8, n: u16, frame: &[u8]) -> Vec<u8> {
+/// A step of an `[op u8][n u16 LE]` script (`rpc_core::fuzzing::op_steps`): `op` with
+/// `n`, and for op 0 the bytes (`n` is their length).
+pub(crate) fn step(op: u8, n: u16, frame: &[u8]) -> Vec<u8> {
     let n = if op == 0 { frame.len() as u16 } else { n };
     let mut s = vec![op];
     s.extend_from_slice(&n.to_le_bytes());

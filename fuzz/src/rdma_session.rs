@@ -10,6 +10,7 @@ use rpc_core::Metadata;
 use rpc_transport_rdma::fuzzing::{self, SESSION_STEPS_AT};
 
 use crate::frame::{build, frame_fields};
+use crate::grpc_response::step;
 use crate::mutate::Field;
 
 /// The session on `data` as a script.
@@ -66,15 +67,6 @@ fn descriptor_message(frame: &[u8], offset: u64, token: u64) -> Vec<u8> {
     m.extend_from_slice(&token.to_le_bytes());
     m.extend_from_slice(&frame[..HEADER_LEN]);
     m
-}
-
-/// A step: `op` with `n`, and for op 0 the message.
-fn step(op: u8, n: u16, message: &[u8]) -> Vec<u8> {
-    let n = if op == 0 { message.len() as u16 } else { n };
-    let mut s = vec![op];
-    s.extend_from_slice(&n.to_le_bytes());
-    s.extend_from_slice(message);
-    s
 }
 
 /// A request frame with `payload`.

@@ -25,19 +25,7 @@ pub const STEPS_AT: usize = 1;
 
 /// The steps of `script`: where each one's bytes start, its op, and `n`.
 pub fn steps(script: &[u8]) -> Vec<(usize, u8, usize)> {
-    let mut steps = Vec::new();
-    let mut at = STEPS_AT;
-    while let Some(&[op, lo, hi]) = script.get(at..at + 3) {
-        let n = usize::from(u16::from_le_bytes([lo, hi]));
-        let start = at + 3;
-        steps.push((start, op, n));
-        at = if op == 0 {
-            (start + n).min(script.len())
-        } else {
-            start
-        };
-    }
-    steps
+    rpc_core::fuzzing::op_steps(script, STEPS_AT)
 }
 
 /// How the call ended, as the script made it end.

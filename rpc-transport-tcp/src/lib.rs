@@ -47,7 +47,7 @@ pub mod fuzzing {
 
 pub use config::TcpConfig;
 pub use connection::TcpConnection;
-pub use listener::{take_backlog, TcpListener};
+pub use listener::{accept_socket, take_backlog, TcpListener};
 pub use outgoing::SendReservation;
 pub use socket::{Socket, TlsStream};
 pub use tls::{ClientAuth, TlsAcceptor, TlsConfig, TlsConnector, TlsError, ALPN_FRAMES, ALPN_H2};

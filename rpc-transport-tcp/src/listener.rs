@@ -68,17 +68,10 @@ impl Listener for TcpListener {
             let Some(inner) = &self.inner else {
                 return self.pending.pop_front().ok_or(TransportError::Closed);
             };
-            match inner.accept().await {
-                Ok((stream, _)) => match TcpConnection::accepted(stream, &self.config, &[]) {
-                    Ok(conn) => return Ok(conn),
-                    Err(e) => tracing::warn!("dropping accepted connection: {e}"),
-                },
-                // Per-connection accept errors (e.g. ECONNABORTED, EMFILE) must not end the
-                // server: log, back off briefly, go on.
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
+            let (stream, _) = accept_socket(inner).await;
+            match TcpConnection::accepted(stream, &self.config, &[]) {
+                Ok(conn) => return Ok(conn),
+                Err(e) => tracing::warn!("dropping accepted connection: {e}"),
             }
         }
     }
@@ -97,6 +90,23 @@ impl Listener for TcpListener {
             }
         }
         true
+    }
+}
+
+/// The next socket of `listener` and its peer's address. A per-connection accept error
+/// (e.g. `ECONNABORTED`, `EMFILE`) must not end a server: it is logged and the accept is
+/// tried again after a short back-off (10 ms), so a full file table is not spun on.
+pub async fn accept_socket(
+    listener: &tokio::net::TcpListener,
+) -> (tokio::net::TcpStream, std::net::SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
     }
 }
 

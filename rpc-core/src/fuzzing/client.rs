@@ -436,13 +436,7 @@ impl Play {
 
 /// Scripts that exercise each kind of call, as the corpus started.
 pub fn seeds() -> Vec<(String, Vec<u8>)> {
-    use script::frame;
-    let step = |selector: u8, bytes: Vec<u8>| {
-        let mut s = vec![selector];
-        s.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
-        s.extend(bytes);
-        s
-    };
+    use script::{frame, step};
     let end = Flags::END_STREAM.0;
     // Calls: 0 unary, 1 client-streaming, 2 server-streaming, 3 bidirectional.
     let kinds = 0b11_10_01_00;

@@ -63,6 +63,32 @@ pub fn steps(script: &[u8], ids: &[u64; CALLS]) -> Vec<Step> {
     steps
 }
 
+/// The steps of a script of `[op u8][n u16 LE]` steps from `at` on, each followed by `n`
+/// bytes when its op is 0 (the gRPC and RDMA targets' scripts): where each step's bytes
+/// start, its op, and `n`.
+pub fn op_steps(script: &[u8], mut at: usize) -> Vec<(usize, u8, usize)> {
+    let mut steps = Vec::new();
+    while let Some(&[op, lo, hi]) = script.get(at..at + 3) {
+        let n = usize::from(u16::from_le_bytes([lo, hi]));
+        let start = at + 3;
+        steps.push((start, op, n));
+        at = if op == 0 {
+            (start + n).min(script.len())
+        } else {
+            start
+        };
+    }
+    steps
+}
+
+/// A step of a demultiplexer script: `selector`, then `bytes` with their length.
+pub(super) fn step(selector: u8, bytes: Vec<u8>) -> Vec<u8> {
+    let mut s = vec![selector];
+    s.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+    s.extend(bytes);
+    s
+}
+
 /// The receive window of a script's streams: 64 bytes to 8 KiB.
 pub(super) fn window(script: &[u8]) -> u32 {
     64 << (script.get(1).copied().unwrap_or(0) & 7)

@@ -384,6 +384,21 @@ impl Inbox {
         self.state.lock().headers.take()
     }
 
+    /// Everything the reader can take now: the messages, then the end if it came.
+    #[cfg(test)]
+    pub(crate) fn drain_now(&self) -> (Vec<Bytes>, Option<Result<(), Status>>) {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut messages = Vec::new();
+        loop {
+            match self.poll_next(&mut cx) {
+                Poll::Ready(Some(Ok(m))) => messages.push(m),
+                Poll::Ready(Some(Err(status))) => return (messages, Some(Err(status))),
+                Poll::Ready(None) => return (messages, Some(Ok(()))),
+                Poll::Pending => return (messages, None),
+            }
+        }
+    }
+
     /// Frame bytes queued and not yet consumed.
     #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {

@@ -202,19 +202,12 @@ impl Listener for AnyListener {
                 conn = self.incoming.recv() => return conn.ok_or(TransportError::Closed),
                 accepted = accept_socket(self.listener.as_ref()) => accepted,
             };
-            match accepted {
-                Ok((stream, peer)) => {
-                    self.handshake(stream, Some(peer));
-                    // The new handshake gets its turn before the next accept: under a
-                    // flood of sockets a quick handshake (bytes already there) completes
-                    // before newer sockets of its address displace it.
-                    tokio::task::yield_now().await;
-                }
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-            }
+            let (stream, peer) = accepted;
+            self.handshake(stream, Some(peer));
+            // The new handshake gets its turn before the next accept: under a flood of
+            // sockets a quick handshake (bytes already there) completes before newer
+            // sockets of its address displace it.
+            tokio::task::yield_now().await;
         }
     }
 
@@ -235,12 +228,13 @@ impl Listener for AnyListener {
     }
 }
 
-/// The next socket of `listener`; never, once it is gone.
+/// The next socket of `listener` (accept errors are retried after a back-off); never,
+/// once it is gone.
 async fn accept_socket(
     listener: Option<&tokio::net::TcpListener>,
-) -> std::io::Result<(TcpStream, std::net::SocketAddr)> {
+) -> (TcpStream, std::net::SocketAddr) {
     match listener {
-        Some(listener) => listener.accept().await,
+        Some(listener) => rpc_transport_tcp::accept_socket(listener).await,
         None => std::future::pending().await,
     }
 }

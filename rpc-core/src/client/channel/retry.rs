@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use std::time::Instant;
 
-use super::unary::{is_refused, response_code, SplitFn};
+use super::unary::{is_refused, response_code, Outgoing, SplitFn};
 use super::{check_request, Channel};
 use crate::client::dial::jitter;
 use crate::payload::Inbound;
@@ -77,6 +77,14 @@ impl<C: Connection> Channel<C> {
         let payload_len = message.encoded_len();
         check_request(config, payload_len, &metadata)?;
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let request = Outgoing {
+            metadata: &metadata,
+            message: &message,
+            split,
+            method,
+            payload_len,
+            span,
+        };
 
         let exchange = async {
             let mut retries = 0;
@@ -86,18 +94,7 @@ impl<C: Connection> Channel<C> {
             loop {
                 // A retry tells the server the time that is left, not the original timeout.
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                let result = self
-                    .attempt(
-                        &metadata,
-                        &message,
-                        split,
-                        method,
-                        payload_len,
-                        left,
-                        span,
-                        &mut last,
-                    )
-                    .await;
+                let result = self.attempt(&request, left, &mut last).await;
                 // A call the server refused without starting it (it was draining) goes
                 // once more on a fresh connection, if this channel makes them.
                 if let Ok(frame) = &result {

@@ -34,6 +34,19 @@ pub(super) enum Sent<C: Connection> {
 /// [`SplitLarge::split_large`] of a request type.
 pub(super) type SplitFn<Req> = fn(&Req, usize) -> Option<(Req, Vec<(u32, bytes::Bytes)>)>;
 
+/// A unary request as each attempt sends it (the timeout aside: a retry sends what is
+/// left of it).
+pub(super) struct Outgoing<'a, Req> {
+    pub(super) metadata: &'a Metadata,
+    pub(super) message: &'a Req,
+    /// How its large `bytes` fields are split off for a gathered write, if they can be.
+    pub(super) split: Option<SplitFn<Req>>,
+    pub(super) method: &'a MethodDescriptor,
+    /// Its encoded length.
+    pub(super) payload_len: usize,
+    pub(super) span: &'a tracing::Span,
+}
+
 /// The status code of a response frame (`INTERNAL` for one that does not parse).
 pub(super) fn response_code(frame: &[u8]) -> Code {
     Frame::parse(frame).map_or(Code::Internal, |f| Code::from_u8(f.header.status))
@@ -144,34 +157,17 @@ impl<C: Connection> Channel<C> {
 
     /// Sends the request once, on the current connection (on a balanced channel, one
     /// other than `last`'s if it can, then kept in `last`), and waits for its response.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn attempt<Req: prost::Message>(
         &self,
-        metadata: &Metadata,
-        message: &Req,
-        split: Option<SplitFn<Req>>,
-        method: &MethodDescriptor,
-        payload_len: usize,
+        request: &Outgoing<'_, Req>,
         timeout: Option<std::time::Duration>,
-        span: &tracing::Span,
         last: &mut Option<Arc<Shared<C>>>,
     ) -> Result<Inbound<C::RecvBuf>, Status> {
         let mut unsent = 0;
         loop {
             let (shared, call_id, response) = self.admitted(last).await?;
             let sent = self
-                .send_and_wait(
-                    &shared,
-                    call_id,
-                    response,
-                    metadata,
-                    message,
-                    split,
-                    method,
-                    payload_len,
-                    timeout,
-                    span,
-                )
+                .send_and_wait(&shared, (call_id, response), request, timeout)
                 .await;
             match sent {
                 Sent::Answered(result) => return result,
@@ -226,21 +222,22 @@ impl<C: Connection> Channel<C> {
         }
     }
 
-    /// Sends the request of call `call_id` on `shared` and waits for its `response`.
-    #[allow(clippy::too_many_arguments)]
+    /// Sends `request` as call `call_id` on `shared` and waits for its `response`.
     pub(super) async fn send_and_wait<Req: prost::Message>(
         &self,
         shared: &Shared<C>,
-        call_id: u64,
-        response: CallResponse<C>,
-        metadata: &Metadata,
-        message: &Req,
-        split: Option<SplitFn<Req>>,
-        method: &MethodDescriptor,
-        payload_len: usize,
+        (call_id, response): (u64, CallResponse<C>),
+        request: &Outgoing<'_, Req>,
         timeout: Option<std::time::Duration>,
-        span: &tracing::Span,
     ) -> Sent<C> {
+        let Outgoing {
+            metadata,
+            message,
+            split,
+            method,
+            payload_len,
+            span,
+        } = *request;
         span.record("call_id", call_id);
         let mut guard = CallGuard {
             shared,

@@ -96,16 +96,7 @@ fn plain(kind: FrameKind, call_id: u64, flags: Flags, payload: &[u8]) -> Bytes {
 
 /// Everything the inbox has for its reader now: messages, then the end if it came.
 fn drain(inbox: &Inbox) -> (Vec<Bytes>, Option<Result<(), Status>>) {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut messages = Vec::new();
-    loop {
-        match inbox.poll_next(&mut cx) {
-            Poll::Ready(Some(Ok(m))) => messages.push(m),
-            Poll::Ready(Some(Err(status))) => return (messages, Some(Err(status))),
-            Poll::Ready(None) => return (messages, Some(Ok(()))),
-            Poll::Pending => return (messages, None),
-        }
-    }
+    inbox.drain_now()
 }
 
 #[test]
