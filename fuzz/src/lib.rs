@@ -9,9 +9,10 @@
 //!
 //! # Layout
 //! - [`frame()`], [`metadata()`], [`rdma_control()`], [`handshake()`], [`tcp_stream()`],
-//!   [`client_demux()`], [`server_demux()`], [`grpc_response()`], [`rdma_session()`]: the
-//!   targets, one module each (the two demultiplexers share `demux`), with the fields
-//!   the structure-aware mutations rewrite and the seeds the corpus started from.
+//!   [`client_demux()`], [`server_demux()`], [`grpc_response()`], [`grpc_request()`],
+//!   [`rdma_session()`]: the targets, one module each (the two demultiplexers share
+//!   `demux`), with the fields the structure-aware mutations rewrite and the seeds the
+//!   corpus started from.
 //! - [`TARGETS`]: the table the driver runs.
 //! - [`mutate`]: byte-level and structure-aware mutations.
 //! - [`runner`]: corpus replay, the mutation loop, crash artifacts.
@@ -23,6 +24,7 @@
 
 pub mod demux;
 pub mod frame;
+pub mod grpc_request;
 pub mod grpc_response;
 pub mod handshake;
 pub mod metadata;
@@ -35,6 +37,7 @@ pub mod tcp_stream;
 
 pub use demux::{client_demux, server_demux};
 pub use frame::frame;
+pub use grpc_request::grpc_request;
 pub use grpc_response::grpc_response;
 pub use handshake::handshake;
 pub use metadata::metadata;
@@ -58,7 +61,7 @@ pub struct Target {
 }
 
 /// Every target, in the order `all` runs them.
-pub const TARGETS: [Target; 9] = [
+pub const TARGETS: [Target; 10] = [
     Target {
         name: "frame",
         run: frame::frame,
@@ -106,6 +109,12 @@ pub const TARGETS: [Target; 9] = [
         run: grpc_response::grpc_response,
         fields: grpc_response::fields,
         seeds: grpc_response::seeds,
+    },
+    Target {
+        name: "grpc_request",
+        run: grpc_request::grpc_request,
+        fields: grpc_request::fields,
+        seeds: grpc_request::seeds,
     },
     Target {
         name: "rdma_session",

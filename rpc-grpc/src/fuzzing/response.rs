@@ -1,7 +1,4 @@
-//! Entry points for the fuzz targets only (the `rpc-fuzz` crate in `fuzz/`): the
-//! server's response translator (`server/translate.rs`), which is private, driven by a
-//! script with its invariants checked. Hidden from the docs and not part of the crate's
-//! API; nothing else may use it.
+//! Target `grpc_response`: the server's response translator (`server/translate.rs`).
 //!
 //! A script: byte 0 gives the call's kind (bits 0-1: unary, server-streaming,
 //! client-streaming, bidirectional) and the response encoding (bits 2-3: none, gzip,

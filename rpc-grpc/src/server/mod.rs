@@ -36,6 +36,7 @@ mod rewind;
 mod room;
 mod status;
 pub(crate) mod translate;
+pub(crate) mod upload;
 
 use self::driver::drive;
 use self::rewind::Rewind;

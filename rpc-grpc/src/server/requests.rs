@@ -1,38 +1,20 @@
-//! A call's request side: length-prefixed messages read from the HTTP/2 body (inflated
-//! when compressed), charged, and handed to the server as frames.
-
-use std::collections::VecDeque;
+//! A call's request side: the one message of a unary or server-streaming call read from
+//! the HTTP/2 body, and the I/O shell of a request stream's translator (`upload.rs`):
+//! reading the body into it, waiting for room and for the server's window, handing the
+//! server what it lets go.
 
 use bytes::Bytes;
-use rpc_core::account::{Account, Charge, Resource};
-use rpc_core::wire::{Flags, FrameKind, Header, HEADER_LEN};
+use rpc_core::account::{Charge, Resource};
+use rpc_core::wire::{Flags, FrameKind, Header};
 use rpc_core::{Code, Metadata, Status};
 use tokio::sync::mpsc;
 
 use super::call::{Call, Stop};
-use super::room::Room;
 use super::status::stalled;
+use super::upload::{inflate, Upload};
 use super::ToCall;
 use crate::deframe::Deframer;
 use crate::frames::frame;
-
-/// Charges `n` more bytes of a message's inflated output into `inflated`, refusing when
-/// the account has no room; what the call holds (`held`, what is still compressed, and
-/// `inflated`) is charged up to the smallest limit at most, as `Call::hold` does.
-pub(super) fn inflate(
-    account: &Account,
-    held: &Charge,
-    inflated: &mut Charge,
-    n: usize,
-) -> Result<(), Status> {
-    let room = account
-        .limit(Resource::Bytes)
-        .saturating_sub(held.amount() + inflated.amount());
-    if room > 0 {
-        inflated.merge(account.try_charge(Resource::Bytes, n.min(room))?);
-    }
-    Ok(())
-}
 
 impl Call {
     /// The one message of a unary or server-streaming request, read to the end of the
@@ -147,7 +129,7 @@ impl Call {
         let limit = self.shared.config.stream_window as usize;
         loop {
             self.forward(&mut up).await?;
-            if up.body_done && up.queued.is_empty() {
+            if up.finished() {
                 let mut end = Header::new(FrameKind::Message, self.call_id);
                 end.flags = Flags::END_STREAM;
                 self.to_server(frame(end, &Metadata::new(), &[]), Charge::none())
@@ -165,7 +147,7 @@ impl Call {
             // count against the client. A chunk is read once there is room on the account
             // for it, waited for as a branch of its own: the call goes on forwarding its
             // queued messages (which frees room) meanwhile.
-            let reading = !up.body_done && up.queued_bytes < limit && up.room.ready(&up.held);
+            let reading = up.wants_body(limit);
             if reading && !was_reading {
                 last_chunk = tokio::time::Instant::now();
             }
@@ -176,7 +158,7 @@ impl Call {
                         Some(Ok(chunk)) => {
                             last_chunk = tokio::time::Instant::now();
                             let _ = self.body.flow_control().release_capacity(chunk.len());
-                            if let Err(status) = up.push_chunk(&chunk, self.account(), max) {
+                            if let Err(status) = up.push_chunk(&chunk, max) {
                                 // The server's call is told to stop; the client gets the reason.
                                 self.cancel_server().await;
                                 self.fail(&status);
@@ -184,18 +166,19 @@ impl Call {
                             }
                         }
                         Some(Err(_)) => return Err(Stop::Cancelled),
-                        None => up.body_done = true,
+                        None => up.body_ended(),
                     }
                 }
                 () = up.room.granted(), if up.room.is_waiting() => {}
                 frame = frames.recv() => {
                     let Some(frame) = frame else { return Err(Stop::ServerGone) };
-                    up.window += self.on_server_frames(frame, frames)?;
+                    let granted = self.on_server_frames(frame, frames)?;
+                    up.grant(granted);
                 }
                 wait = Self::wait_stream(&mut self.respond, &mut self.sending, self.response.waiting(), &mut self.waiting, self.shared.config.stream_idle_timeout) => {
                     self.sent(wait).await?;
                 }
-                () = tokio::time::sleep_until(last_chunk + body_timeout), if reading && up.deframer.held() > 0 => {
+                () = tokio::time::sleep_until(last_chunk + body_timeout), if reading && up.in_message() => {
                     self.cancel_server().await;
                     self.fail(&stalled());
                     return Err(Stop::ServerGone);
@@ -206,75 +189,11 @@ impl Call {
 
     /// Hands the server the queued messages its window allows.
     async fn forward(&mut self, up: &mut Upload) -> Result<(), Stop> {
-        while up.window > 0 {
-            let Some((message, charge)) = up.queued.pop_front() else {
-                break;
-            };
-            up.queued_bytes -= HEADER_LEN + message.len();
-            up.window -= (HEADER_LEN + message.len()) as i64;
+        while let Some((message, charge)) = up.next_message() {
             let m = Header::new(FrameKind::Message, self.call_id);
             self.to_server(frame(m, &Metadata::new(), &message), charge)
                 .await?;
         }
         Ok(())
-    }
-}
-
-/// A request stream's state while its call forwards it to the server.
-struct Upload {
-    deframer: Deframer,
-    /// Messages waiting for the server's window, each with what it holds on the
-    /// connection's account (its bytes as received, or as inflated).
-    queued: VecDeque<(Bytes, Charge)>,
-    queued_bytes: usize,
-    /// What the deframer holds (a message in progress) on the account.
-    held: Charge,
-    /// The room taken on the account for the next chunk.
-    room: Room,
-    /// What the server granted and the queue has not used.
-    window: i64,
-    body_done: bool,
-}
-
-impl Upload {
-    fn new(encoding: Option<crate::compress::Encoding>, account: Account) -> Upload {
-        let mut deframer = Deframer::default();
-        deframer.set_encoding(encoding);
-        Upload {
-            deframer,
-            queued: VecDeque::new(),
-            queued_bytes: 0,
-            held: Charge::none(),
-            room: Room::new(account),
-            window: 0,
-            body_done: false,
-        }
-    }
-
-    /// A chunk of the body, read into the room taken for it: the messages it completes
-    /// are queued with their charges; a malformed, oversized or over-account message is
-    /// the status that ends the call.
-    fn push_chunk(&mut self, chunk: &Bytes, account: &Account, max: usize) -> Result<(), Status> {
-        self.room.take(&mut self.held, chunk.len());
-        self.deframer.push(chunk);
-        loop {
-            let mut inflated = Charge::none();
-            let held = &self.held;
-            let next = self
-                .deframer
-                .next_charged(max, &mut |n| inflate(account, held, &mut inflated, n))?;
-            let Some(message) = next else {
-                return Ok(());
-            };
-            // As received, or as inflated (the compressed bytes are gone then).
-            let received = self.held.split(self.deframer.take_consumed());
-            let charge = if inflated.amount() > 0 {
-                inflated
-            } else {
-                received
-            };
-            self.queued_bytes += HEADER_LEN + message.len();
-            self.queued.push_back((message, charge));
-        }
     }
 }

@@ -11,14 +11,14 @@ pub(super) const CHUNK: usize = 16 * 1024;
 /// before the chunk is read; when there is none, waited for without holding up the rest
 /// of the call (the server's frames, its responses), so that a call never waits for room
 /// that only its own queued messages could free.
-pub(super) struct Room {
+pub(crate) struct Room {
     pub(super) account: Account,
     pub(super) reserved: Charge,
     pub(super) waiting: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Charge> + Send>>>,
 }
 
 impl Room {
-    pub(super) fn new(account: Account) -> Room {
+    pub(crate) fn new(account: Account) -> Room {
         Room {
             account,
             reserved: Charge::none(),
@@ -28,7 +28,7 @@ impl Room {
 
     /// Whether a chunk may be read now, `held` being what the call's message in
     /// progress holds; if not, a wait for room has started ([`Room::granted`]).
-    pub(super) fn ready(&mut self, held: &Charge) -> bool {
+    pub(crate) fn ready(&mut self, held: &Charge) -> bool {
         if self.waiting.is_some() {
             return false;
         }
@@ -54,12 +54,12 @@ impl Room {
         }
     }
 
-    pub(super) fn is_waiting(&self) -> bool {
+    pub(crate) fn is_waiting(&self) -> bool {
         self.waiting.is_some()
     }
 
     /// Resolves once the room waited for is granted.
-    pub(super) async fn granted(&mut self) {
+    pub(crate) async fn granted(&mut self) {
         if let Some(waiting) = self.waiting.as_mut() {
             let more = waiting.await;
             self.reserved.merge(more);
@@ -68,7 +68,7 @@ impl Room {
     }
 
     /// A chunk of `n` bytes arrived: its room moves to `held`.
-    pub(super) fn take(&mut self, held: &mut Charge, n: usize) {
+    pub(crate) fn take(&mut self, held: &mut Charge, n: usize) {
         held.merge(self.reserved.split(n));
     }
 }

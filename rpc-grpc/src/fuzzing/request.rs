@@ -1,0 +1,175 @@
+//! Target `grpc_request`: a request stream's translator (`server/upload.rs`), fed body
+//! chunks, the server's window, the server taking and consuming messages, and the body's
+//! end, against a real account.
+//!
+//! A script: byte 0 gives the encoding (bits 0-1: none, gzip, zstd, none), the account's
+//! byte limit (bits 2-3: 1 KiB, 64 KiB, 1 MiB, 16 MiB) and the largest message (bits 4-5:
+//! 0, 100 B, 64 KiB, 1 MiB); then steps of `[op u8][n u16 LE]`, followed by `n` bytes for
+//! op 0: op 0 is a chunk of the body (read only if the translator wants the body now);
+//! op 1 grants `n` bytes of window; op 2 hands the server every message the window lets
+//! go; op 3 lets the server consume what it took; op 4 ends the body.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Waker};
+
+use bytes::Bytes;
+use rpc_core::account::{Account, Charge, Limit, Limits, Resource, Scope};
+use rpc_core::wire::HEADER_LEN;
+use rpc_core::Code;
+
+use crate::compress::Encoding;
+use crate::deframe::Deframer;
+use crate::server::upload::Upload;
+
+/// Where the steps start.
+const STEPS_AT: usize = 1;
+
+/// Frame bytes of queued messages past which the body is not read.
+const QUEUE_LIMIT: usize = 64 * 1024;
+
+/// The steps of `script`: where each one's bytes start, its op, and `n`.
+pub fn steps(script: &[u8]) -> Vec<(usize, u8, usize)> {
+    rpc_core::fuzzing::op_steps(script, STEPS_AT)
+}
+
+/// An account of its own that holds at most `bytes` of requests.
+fn account(bytes: usize) -> Account {
+    let limit = |n| Limit {
+        connection: n,
+        peer: n,
+        server: n,
+    };
+    Account::standalone(Limits {
+        calls: limit(16),
+        streams: limit(16),
+        bytes: limit(bytes),
+        sending: limit(1 << 20),
+    })
+}
+
+/// Plays `script` against a request stream's translator.
+///
+/// # Panics
+/// When a message is handed over that the body did not carry, or out of order, or past
+/// the server's window; when the account holds more than its limit, or anything once
+/// every message and the translator are gone; when the call fails for another reason
+/// than the body's own (its messages' limits and encoding, or the account's room); or
+/// when the translator says it finished with messages unsent.
+pub fn grpc_request(script: &[u8]) {
+    let Some(&setting) = script.first() else {
+        return;
+    };
+    let encoding =
+        [None, Some(Encoding::Gzip), Some(Encoding::Zstd), None][usize::from(setting & 3)];
+    let limit = [1 << 10, 64 << 10, 1 << 20, 16 << 20][usize::from((setting >> 2) & 3)];
+    let max = [0, 100, 64 << 10, 1 << 20][usize::from((setting >> 4) & 3)];
+    let account = account(limit);
+    let mut up = Upload::new(encoding, account.clone());
+    // The same body, deframed with nothing charged: what must come out.
+    let mut reference = Deframer::default();
+    reference.set_encoding(encoding);
+    let mut expected: Vec<Bytes> = Vec::new();
+    let mut handed: Vec<Bytes> = Vec::new();
+    let mut taken: Vec<Charge> = Vec::new();
+    let mut window = 0i64;
+    let mut ended = false;
+    for (at, op, n) in steps(script) {
+        wait_for_room(&mut up);
+        match op {
+            0 if !ended && up.wants_body(QUEUE_LIMIT) => {
+                let chunk = &script[at..(at + n).min(script.len())];
+                if !body_chunk(&mut up, &mut reference, chunk, max, &mut expected) {
+                    break;
+                }
+            }
+            1 => {
+                up.grant(n as i64);
+                window += n as i64;
+            }
+            2 => {
+                while let Some((message, charge)) = up.next_message() {
+                    assert!(window > 0, "a message past the window");
+                    // Charged at its size in memory (as received, or as inflated),
+                    // where the account is large enough not to cap it.
+                    if limit >= 16 << 20 {
+                        assert!(charge.amount() >= message.len(), "a message charged short");
+                    }
+                    window -= (HEADER_LEN + message.len()) as i64;
+                    handed.push(message);
+                    taken.push(charge);
+                }
+            }
+            3 => taken.clear(),
+            4 => {
+                up.body_ended();
+                ended = true;
+            }
+            _ => {}
+        }
+        assert!(account.held(Resource::Bytes, Scope::Connection) <= limit.max(1));
+        assert!(
+            expected.starts_with(&handed),
+            "handed over in order, only what came"
+        );
+        if up.finished() {
+            assert_eq!(
+                handed.len(),
+                expected.len(),
+                "finished with messages unsent"
+            );
+        }
+    }
+    drop((up, taken));
+    assert_eq!(
+        account.held(Resource::Bytes, Scope::Connection),
+        0,
+        "a charge outlived its message"
+    );
+}
+
+/// A chunk of the body into the translator and the reference; whether the call goes on.
+fn body_chunk(
+    up: &mut Upload,
+    reference: &mut Deframer,
+    chunk: &[u8],
+    max: usize,
+    expected: &mut Vec<Bytes>,
+) -> bool {
+    reference.push(chunk);
+    let got = up.push_chunk(chunk, max);
+    let wanted = drain(reference, max, expected);
+    if let Err(status) = got {
+        // The body's own fault, or no room on the account to inflate.
+        let code = status.code();
+        let own = wanted.as_ref().err().map(|s| s.code());
+        assert!(
+            own == Some(code) || code == Code::ResourceExhausted,
+            "failed with {status:?}, the body alone gives {own:?}"
+        );
+        return false;
+    }
+    assert!(wanted.is_ok(), "the body is bad ({wanted:?}) and passed");
+    true
+}
+
+/// Resolves a wait for room on the account if the room is there now.
+fn wait_for_room(up: &mut Upload) {
+    if up.room.is_waiting() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let granted = pin!(up.room.granted());
+        let _ = granted.poll(&mut cx);
+    }
+}
+
+/// Every message `reference` completes, into `out`; the first error.
+fn drain(
+    reference: &mut Deframer,
+    max: usize,
+    out: &mut Vec<Bytes>,
+) -> Result<(), rpc_core::Status> {
+    while let Some(message) = reference.next(max)? {
+        out.push(message);
+    }
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! A call's request stream as a sans-IO translator: HTTP/2 body chunks in (each read into
+//! room taken on the connection's account first); out, the gRPC messages deframed (and
+//! inflated), each charged at its size in memory, queued until the server grants window,
+//! then handed over in order within it. The call's task (`requests.rs`) reads the body,
+//! waits for room and for the server, and sends what this lets go. Unit tests in
+//! `upload_tests.rs`; fuzz target `grpc_request` (through `crate::fuzzing`).
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use rpc_core::account::{Account, Charge, Resource};
+use rpc_core::wire::HEADER_LEN;
+use rpc_core::Status;
+
+use super::room::Room;
+use crate::compress::Encoding;
+use crate::deframe::Deframer;
+
+/// Charges `n` more bytes of a message's inflated output into `inflated`, refusing when
+/// the account has no room; what the call holds (`held`, what is still compressed, and
+/// `inflated`) is charged up to the smallest limit at most, as the body's chunks are.
+pub(crate) fn inflate(
+    account: &Account,
+    held: &Charge,
+    inflated: &mut Charge,
+    n: usize,
+) -> Result<(), Status> {
+    let room = account
+        .limit(Resource::Bytes)
+        .saturating_sub(held.amount() + inflated.amount());
+    if room > 0 {
+        inflated.merge(account.try_charge(Resource::Bytes, n.min(room))?);
+    }
+    Ok(())
+}
+
+/// A request stream's state while its call forwards it to the server.
+pub(crate) struct Upload {
+    account: Account,
+    deframer: Deframer,
+    /// Messages waiting for the server's window, each with what it holds on the
+    /// connection's account (its bytes as received, or as inflated).
+    queued: VecDeque<(Bytes, Charge)>,
+    /// Frame bytes of the queued messages.
+    queued_bytes: usize,
+    /// What the deframer holds (a message in progress) on the account.
+    held: Charge,
+    /// The room taken on the account for the next chunk.
+    pub(crate) room: Room,
+    /// What the server granted and the queue has not used.
+    window: i64,
+    body_done: bool,
+}
+
+impl Upload {
+    /// A request stream whose messages are compressed with `encoding`, charged to
+    /// `account`.
+    pub(crate) fn new(encoding: Option<Encoding>, account: Account) -> Upload {
+        let mut deframer = Deframer::default();
+        deframer.set_encoding(encoding);
+        Upload {
+            room: Room::new(account.clone()),
+            account,
+            deframer,
+            queued: VecDeque::new(),
+            queued_bytes: 0,
+            held: Charge::none(),
+            window: 0,
+            body_done: false,
+        }
+    }
+
+    /// Whether to read the body now: it goes on, the messages waiting for the server's
+    /// window are under `limit` frame bytes, and there is room on the account for a
+    /// chunk (if not, a wait for it has started: [`Room::granted`]).
+    pub(crate) fn wants_body(&mut self, limit: usize) -> bool {
+        !self.body_done && self.queued_bytes < limit && self.room.ready(&self.held)
+    }
+
+    /// Whether a message is in progress (part of it arrived).
+    pub(crate) fn in_message(&self) -> bool {
+        self.deframer.held() > 0
+    }
+
+    /// A chunk of the body, read into the room taken for it: the messages it completes
+    /// are queued with their charges.
+    ///
+    /// # Errors
+    /// A malformed, oversized (past `max`) or over-account message: the status that ends
+    /// the call.
+    pub(crate) fn push_chunk(&mut self, chunk: &[u8], max: usize) -> Result<(), Status> {
+        self.room.take(&mut self.held, chunk.len());
+        self.deframer.push(chunk);
+        loop {
+            let mut inflated = Charge::none();
+            let (account, held) = (&self.account, &self.held);
+            let next = self
+                .deframer
+                .next_charged(max, &mut |n| inflate(account, held, &mut inflated, n))?;
+            let Some(message) = next else {
+                return Ok(());
+            };
+            // As received, or as inflated (the compressed bytes are gone then).
+            let received = self.held.split(self.deframer.take_consumed());
+            let charge = if inflated.amount() > 0 {
+                inflated
+            } else {
+                received
+            };
+            self.queued_bytes += HEADER_LEN + message.len();
+            self.queued.push_back((message, charge));
+        }
+    }
+
+    /// The body ended.
+    pub(crate) fn body_ended(&mut self) {
+        self.body_done = true;
+    }
+
+    /// Whether everything was handed over: the body ended and nothing waits.
+    pub(crate) fn finished(&self) -> bool {
+        self.body_done && self.queued.is_empty()
+    }
+
+    /// The server granted `credits` more bytes of window.
+    pub(crate) fn grant(&mut self, credits: i64) {
+        self.window += credits;
+    }
+
+    /// The next message the server's window lets go (it may overdraw it, as a sender
+    /// does), with what it holds on the account until the server takes it.
+    pub(crate) fn next_message(&mut self) -> Option<(Bytes, Charge)> {
+        if self.window <= 0 {
+            return None;
+        }
+        let (message, charge) = self.queued.pop_front()?;
+        let frame_len = HEADER_LEN + message.len();
+        self.queued_bytes -= frame_len;
+        self.window -= frame_len as i64;
+        Some((message, charge))
+    }
+
+    /// Frame bytes of the messages waiting for the server's window.
+    #[cfg(test)]
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+}
+
+#[cfg(test)]
+#[path = "upload_tests.rs"]
+mod tests;

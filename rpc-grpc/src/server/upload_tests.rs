@@ -1,0 +1,155 @@
+//! The request-stream translator with no HTTP/2 connection: body chunks in, messages
+//! out within the server's window, each charged to a real account.
+
+use bytes::Bytes;
+use rpc_core::account::{Account, Limit, Limits, Resource, Scope};
+use rpc_core::wire::HEADER_LEN;
+use rpc_core::Code;
+
+use super::Upload;
+use crate::compress::Encoding;
+use crate::deframe::{frame, frame_with};
+
+const MAX: usize = 1 << 20;
+
+/// An account of its own that holds at most `bytes` of requests.
+fn account(bytes: usize) -> Account {
+    let limit = |n| Limit {
+        connection: n,
+        peer: n,
+        server: n,
+    };
+    Account::standalone(Limits {
+        calls: limit(100),
+        streams: limit(100),
+        bytes: limit(bytes),
+        sending: limit(1 << 20),
+    })
+}
+
+fn held(account: &Account) -> usize {
+    account.held(Resource::Bytes, Scope::Connection)
+}
+
+/// Pushes `body` in chunks of `chunk` bytes, each after room was taken for it.
+fn push(up: &mut Upload, body: &[u8], chunk: usize) -> Result<(), rpc_core::Status> {
+    for piece in body.chunks(chunk) {
+        assert!(up.wants_body(usize::MAX), "room for a chunk");
+        up.push_chunk(piece, MAX)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn messages_cut_across_chunks_go_whole_and_in_order_within_the_window() {
+    let account = account(1 << 20);
+    let mut up = Upload::new(None, account.clone());
+    let messages: Vec<Bytes> = (0..5u8)
+        .map(|i| Bytes::from(vec![i; 10 + i as usize * 30]))
+        .collect();
+    let body: Vec<u8> = messages.iter().flat_map(|m| frame(m).to_vec()).collect();
+    push(&mut up, &body, 7).unwrap();
+    assert_eq!(
+        up.queued_bytes(),
+        messages.iter().map(|m| HEADER_LEN + m.len()).sum::<usize>()
+    );
+    assert!(up.next_message().is_none(), "no window yet");
+    // A window of one byte lets one message go (a sender may overdraw by one).
+    up.grant(1);
+    let (first, _) = up.next_message().expect("one message");
+    assert_eq!(first, messages[0]);
+    assert!(up.next_message().is_none(), "the window is spent");
+    up.grant(1 << 20);
+    let rest: Vec<Bytes> = std::iter::from_fn(|| up.next_message().map(|(m, _)| m)).collect();
+    assert_eq!(rest, messages[1..]);
+    assert!(!up.finished(), "the body goes on");
+    up.body_ended();
+    assert!(up.finished());
+    // What is left is the room taken for a next chunk, given back with the stream.
+    assert!(held(&account) <= 16 * 1024, "held {}", held(&account));
+    drop(up);
+    assert_eq!(held(&account), 0, "every charge went with its message");
+}
+
+#[test]
+fn a_queued_message_holds_its_bytes_until_the_server_takes_it() {
+    let account = account(1 << 20);
+    let mut up = Upload::new(None, account.clone());
+    push(&mut up, &frame(&[7; 1000]), 16 * 1024).unwrap();
+    assert!(held(&account) >= 1000, "held {}", held(&account));
+    up.grant(1 << 20);
+    let (message, charge) = up.next_message().unwrap();
+    assert_eq!(message.len(), 1000);
+    assert!(charge.amount() >= 1000);
+    drop(charge);
+    drop(up);
+    assert_eq!(held(&account), 0);
+}
+
+#[test]
+fn a_compressed_message_is_charged_at_its_inflated_size() {
+    for encoding in [Encoding::Gzip, Encoding::Zstd] {
+        let account = account(1 << 20);
+        let mut up = Upload::new(Some(encoding), account.clone());
+        let message = vec![b'a'; 200_000];
+        let body = frame_with(&message, Some(encoding));
+        assert!(body.len() < 10_000, "compressed to {} bytes", body.len());
+        push(&mut up, &body, 16 * 1024).unwrap();
+        up.grant(1);
+        let (got, charge) = up.next_message().unwrap();
+        assert_eq!(got, message);
+        assert!(
+            charge.amount() >= 200_000,
+            "{encoding:?}: {}",
+            charge.amount()
+        );
+    }
+}
+
+#[test]
+fn a_message_that_inflates_past_the_account_fails_the_call() {
+    let account = account(64 * 1024);
+    let mut up = Upload::new(Some(Encoding::Gzip), account.clone());
+    // Held by something else: the account has 64 KiB, 60 of them taken.
+    let other = account.try_charge(Resource::Bytes, 60 * 1024).unwrap();
+    let body = frame_with(&vec![0u8; 500_000], Some(Encoding::Gzip));
+    let status = push(&mut up, &body, 16 * 1024).expect_err("no room to inflate");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    drop((up, other));
+    assert_eq!(held(&account), 0);
+}
+
+#[test]
+fn oversized_and_malformed_messages_end_the_call() {
+    let mut up = Upload::new(None, account(1 << 20));
+    let mut prefix = vec![0u8];
+    prefix.extend_from_slice(&((MAX + 1) as u32).to_be_bytes());
+    assert_eq!(
+        up.push_chunk(&prefix, MAX).unwrap_err().code(),
+        Code::ResourceExhausted
+    );
+    // A compressed message where no encoding was negotiated.
+    let mut up = Upload::new(None, account(1 << 20));
+    let compressed = frame_with(&vec![1u8; 4096], Some(Encoding::Gzip));
+    assert_eq!(
+        up.push_chunk(&compressed, MAX).unwrap_err().code(),
+        Code::Internal
+    );
+}
+
+#[test]
+fn the_body_waits_while_messages_wait_for_the_server() {
+    let mut up = Upload::new(None, account(1 << 20));
+    push(&mut up, &frame(&[0; 3000]), 16 * 1024).unwrap();
+    assert!(
+        !up.wants_body(3000),
+        "3040 frame bytes wait, over a limit of 3000"
+    );
+    assert!(up.wants_body(4000));
+    up.grant(1);
+    let _ = up.next_message();
+    assert!(up.wants_body(3000));
+    assert!(!up.in_message());
+    up.push_chunk(&frame(&[0; 100])[..50], MAX).unwrap();
+    assert!(up.in_message(), "half a message arrived");
+}
