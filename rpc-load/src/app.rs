@@ -62,16 +62,15 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let monitor = Arc::new(Monitor::new());
     let on_ctrl_c = tokio::spawn(cancel_on_ctrl_c(monitor.clone()));
     let progress = crate::progress::spawn(monitor.clone(), &plan);
-    let result = run_on(
-        &address,
+    let run = Run {
         args,
-        &method,
-        &metadata,
+        method: &method,
+        metadata: &metadata,
         messages,
-        &plan,
-        monitor.clone(),
-    )
-    .await;
+        plan: &plan,
+        monitor: monitor.clone(),
+    };
+    let result = run_on(&address, run).await;
     on_ctrl_c.abort();
     monitor.finish();
     let _ = progress.await;
@@ -97,26 +96,30 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     Ok(Report::new(&outcome, options, transport))
 }
 
-/// Runs `plan` over the transport `address` names.
-async fn run_on(
-    address: &Address,
-    args: &Args,
-    method: &Method,
-    metadata: &[(String, String)],
+/// One run: what to call, with what, on which plan, and where it is counted; the same
+/// over every transport.
+struct Run<'a> {
+    args: &'a Args,
+    method: &'a Method,
+    metadata: &'a [(String, String)],
     messages: Arc<Messages>,
-    plan: &LoadPlan,
+    plan: &'a LoadPlan,
     monitor: Arc<Monitor>,
-) -> anyhow::Result<(RunOutcome, String)> {
+}
+
+impl Run<'_> {
+    /// Runs the plan over `targets`.
+    async fn over<T: crate::target::Target>(self, targets: &[Arc<T>]) -> RunOutcome {
+        runner::run(targets, self.messages, self.plan, self.monitor).await
+    }
+}
+
+/// Runs `run` over the transport `address` names.
+async fn run_on(address: &Address, run: Run<'_>) -> anyhow::Result<(RunOutcome, String)> {
     match address {
-        Address::Rpc(endpoint) => {
-            run_rpc(args, endpoint, method, metadata, messages, plan, monitor).await
-        }
-        Address::Balanced(target) => {
-            run_balanced(args, target, method, metadata, messages, plan, monitor).await
-        }
-        Address::Grpc(addrs) => {
-            run_grpc(args, addrs, method, metadata, messages, plan, monitor).await
-        }
+        Address::Rpc(endpoint) => run_rpc(run, endpoint).await,
+        Address::Balanced(target) => run_balanced(run, target).await,
+        Address::Grpc(addrs) => run_grpc(run, addrs).await,
     }
 }
 
@@ -185,14 +188,10 @@ async fn cancel_on_ctrl_c(monitor: Arc<Monitor>) {
 
 /// Runs over `--connections` connections of this framework's transports.
 async fn run_rpc(
-    args: &Args,
+    run: Run<'_>,
     endpoint: &rpc_core::Endpoint,
-    method: &Method,
-    metadata: &[(String, String)],
-    messages: Arc<Messages>,
-    plan: &LoadPlan,
-    monitor: Arc<Monitor>,
 ) -> anyhow::Result<(RunOutcome, String)> {
+    let (args, method, metadata) = (run.args, run.method, run.metadata);
     let settings = ConnectSettings {
         connect_timeout: args.connect_timeout,
         max_message_size: args.max_message_size,
@@ -226,7 +225,7 @@ async fn run_rpc(
         .await?;
         targets.push(rpc_target(args, channel, method, metadata));
     }
-    let outcome = runner::run(&targets, messages, plan, monitor).await;
+    let outcome = run.over(&targets).await;
     Ok((
         outcome,
         transports.into_iter().collect::<Vec<_>>().join("+"),
@@ -276,15 +275,8 @@ fn rpc_target(
 
 /// Runs over `--connections` balanced channels, each with a connection per endpoint of
 /// `target` (a list or a DNS name).
-async fn run_balanced(
-    args: &Args,
-    target: &str,
-    method: &Method,
-    metadata: &[(String, String)],
-    messages: Arc<Messages>,
-    plan: &LoadPlan,
-    monitor: Arc<Monitor>,
-) -> anyhow::Result<(RunOutcome, String)> {
+async fn run_balanced(run: Run<'_>, target: &str) -> anyhow::Result<(RunOutcome, String)> {
+    let (args, method, metadata) = (run.args, run.method, run.metadata);
     let settings = ConnectSettings {
         connect_timeout: args.connect_timeout,
         max_message_size: args.max_message_size,
@@ -310,7 +302,7 @@ async fn run_balanced(
         schemes.extend(found.iter().map(|e| e.endpoint.scheme()));
         targets.push(rpc_target(args, channel, method, metadata));
     }
-    let outcome = runner::run(&targets, messages, plan, monitor).await;
+    let outcome = run.over(&targets).await;
     let schemes = schemes.into_iter().collect::<Vec<_>>().join("+");
     let strategy = rpc_core::LbStrategy::from(args.lb_strategy);
     Ok((
@@ -321,15 +313,8 @@ async fn run_balanced(
 
 /// Runs over `--connections` HTTP/2 connections to a gRPC server (tonic's balanced
 /// channel over several).
-async fn run_grpc(
-    args: &Args,
-    addrs: &[String],
-    method: &Method,
-    metadata: &[(String, String)],
-    messages: Arc<Messages>,
-    plan: &LoadPlan,
-    monitor: Arc<Monitor>,
-) -> anyhow::Result<(RunOutcome, String)> {
+async fn run_grpc(run: Run<'_>, addrs: &[String]) -> anyhow::Result<(RunOutcome, String)> {
+    let (args, method, metadata) = (run.args, run.method, run.metadata);
     let settings = GrpcSettings {
         connect_timeout: args.connect_timeout,
         max_message_size: args.max_message_size,
@@ -358,7 +343,7 @@ async fn run_grpc(
             .with_kind(method.descriptor.kind, args.stream_options()),
         ));
     }
-    let outcome = runner::run(&targets, messages, plan, monitor).await;
+    let outcome = run.over(&targets).await;
     let transport = match addrs.len() {
         1 => "grpc".to_owned(),
         n => format!("grpc, tonic's balanced channel over {n} endpoints (p2c)"),

@@ -3,7 +3,7 @@
 //! invariants checked. Hidden from the docs and not part of the crate's API; nothing else
 //! may use them.
 
-mod request;
+pub(crate) mod request;
 mod response;
 
 pub use self::request::{grpc_request, steps as request_steps};

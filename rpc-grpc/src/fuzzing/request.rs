@@ -33,8 +33,8 @@ pub fn steps(script: &[u8]) -> Vec<(usize, u8, usize)> {
     rpc_core::fuzzing::op_steps(script, STEPS_AT)
 }
 
-/// An account of its own that holds at most `bytes` of requests.
-fn account(bytes: usize) -> Account {
+/// An account of its own that holds at most `bytes` of requests (also the unit tests').
+pub(crate) fn account(bytes: usize) -> Account {
     let limit = |n| Limit {
         connection: n,
         peer: n,

@@ -2,30 +2,16 @@
 //! out within the server's window, each charged to a real account.
 
 use bytes::Bytes;
-use rpc_core::account::{Account, Limit, Limits, Resource, Scope};
+use rpc_core::account::{Account, Resource, Scope};
 use rpc_core::wire::HEADER_LEN;
 use rpc_core::Code;
 
 use super::Upload;
 use crate::compress::Encoding;
 use crate::deframe::{frame, frame_with};
+use crate::fuzzing::request::account;
 
 const MAX: usize = 1 << 20;
-
-/// An account of its own that holds at most `bytes` of requests.
-fn account(bytes: usize) -> Account {
-    let limit = |n| Limit {
-        connection: n,
-        peer: n,
-        server: n,
-    };
-    Account::standalone(Limits {
-        calls: limit(100),
-        streams: limit(100),
-        bytes: limit(bytes),
-        sending: limit(1 << 20),
-    })
-}
 
 fn held(account: &Account) -> usize {
     account.held(Resource::Bytes, Scope::Connection)
