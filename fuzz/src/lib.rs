@@ -10,7 +10,7 @@
 //! # Layout
 //! - [`frame()`], [`metadata()`], [`rdma_control()`], [`handshake()`], [`tcp_stream()`],
 //!   [`client_demux()`], [`server_demux()`], [`grpc_response()`], [`grpc_request()`],
-//!   [`rdma_session()`]: the targets, one module each (the two demultiplexers share
+//!   [`rdma_session()`], [`grpc_client()`]: the targets, one module each (the two demultiplexers share
 //!   `demux`), with the fields the structure-aware mutations rewrite and the seeds the
 //!   corpus started from.
 //! - [`TARGETS`]: the table the driver runs.
@@ -24,6 +24,7 @@
 
 pub mod demux;
 pub mod frame;
+pub mod grpc_client;
 pub mod grpc_request;
 pub mod grpc_response;
 pub mod handshake;
@@ -37,6 +38,7 @@ pub mod tcp_stream;
 
 pub use demux::{client_demux, server_demux};
 pub use frame::frame;
+pub use grpc_client::grpc_client;
 pub use grpc_request::grpc_request;
 pub use grpc_response::grpc_response;
 pub use handshake::handshake;
@@ -61,7 +63,7 @@ pub struct Target {
 }
 
 /// Every target, in the order `all` runs them.
-pub const TARGETS: [Target; 10] = [
+pub const TARGETS: [Target; 11] = [
     Target {
         name: "frame",
         run: frame::frame,
@@ -121,6 +123,12 @@ pub const TARGETS: [Target; 10] = [
         run: rdma_session::rdma_session,
         fields: rdma_session::fields,
         seeds: rdma_session::seeds,
+    },
+    Target {
+        name: "grpc_client",
+        run: grpc_client::grpc_client,
+        fields: grpc_client::fields,
+        seeds: grpc_client::seeds,
     },
 ];
 

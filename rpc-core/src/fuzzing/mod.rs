@@ -15,5 +15,5 @@ mod script;
 mod server;
 
 pub use self::client::{client_demux, seeds as client_seeds};
-pub use self::script::{op_steps, steps, Step, CALLS, HEADER_AT};
+pub use self::script::{op_steps, op_steps_with, steps, Step, CALLS, HEADER_AT};
 pub use self::server::{seeds as server_seeds, server_demux};

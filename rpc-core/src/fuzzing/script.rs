@@ -66,13 +66,22 @@ pub fn steps(script: &[u8], ids: &[u64; CALLS]) -> Vec<Step> {
 /// The steps of a script of `[op u8][n u16 LE]` steps from `at` on, each followed by `n`
 /// bytes when its op is 0 (the gRPC and RDMA targets' scripts): where each step's bytes
 /// start, its op, and `n`.
-pub fn op_steps(script: &[u8], mut at: usize) -> Vec<(usize, u8, usize)> {
+pub fn op_steps(script: &[u8], at: usize) -> Vec<(usize, u8, usize)> {
+    op_steps_with(script, at, |op| op == 0)
+}
+
+/// [`op_steps`], with the ops whose steps carry `n` bytes told by `carries`.
+pub fn op_steps_with(
+    script: &[u8],
+    mut at: usize,
+    carries: fn(u8) -> bool,
+) -> Vec<(usize, u8, usize)> {
     let mut steps = Vec::new();
     while let Some(&[op, lo, hi]) = script.get(at..at + 3) {
         let n = usize::from(u16::from_le_bytes([lo, hi]));
         let start = at + 3;
         steps.push((start, op, n));
-        at = if op == 0 {
+        at = if carries(op) {
             (start + n).min(script.len())
         } else {
             start

@@ -1,23 +1,24 @@
-//! One call's task: opens its HTTP/2 stream, sends the channel's request messages as
-//! flow control allows, and hands the response back to the channel.
+//! One call's task, the I/O shell of the call's translator (`translate.rs`): opens its
+//! HTTP/2 stream, reads the response and writes the request body as h2 allows, and
+//! hands the channel what the translator lets go.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use h2::client::ResponseFuture;
 use h2::{RecvStream, SendStream};
 use http::{HeaderValue, Request};
 use rpc_core::codegen::MethodKind;
-use rpc_core::wire::{Flags, Frame, FrameKind, Header};
+use rpc_core::wire::{Flags, Frame, Header};
 use rpc_core::{Metadata, Status};
 use tokio::sync::mpsc;
 
-use super::status::{format_timeout, status_frame, within_limit};
+use super::status::format_timeout;
+use super::translate::{Exchange, Failure, FromChannel};
 use super::Shared;
-use crate::compress::{Encoding, ACCEPT};
-use crate::deframe::{self, Deframer};
+use crate::compress::ACCEPT;
 use crate::text;
 
 /// One call's task: see the module docs.
@@ -25,30 +26,6 @@ pub(super) struct Call {
     pub(super) shared: Arc<Shared>,
     pub(super) call_id: u64,
     pub(super) kind: MethodKind,
-    /// Request messages (prefixed) waiting for HTTP/2 flow control, with the window
-    /// each took from the channel.
-    pub(super) out: VecDeque<(Bytes, usize)>,
-    /// The channel half-closed the request stream.
-    pub(super) out_done: bool,
-    /// The request body was ended on HTTP/2.
-    pub(super) out_ended: bool,
-    /// Response messages waiting for the channel's window.
-    pub(super) queued: VecDeque<Bytes>,
-    pub(super) queued_bytes: usize,
-    /// The channel's window for response stream messages, in frame bytes.
-    pub(super) window: i64,
-    /// Response headers' metadata, kept for the final frame of a call with one response.
-    pub(super) headers: Metadata,
-    /// The one response message of a unary or client-streaming call.
-    pub(super) message: Option<Bytes>,
-    /// The response headers of a stream, for the channel before its messages.
-    pub(super) head: Option<Bytes>,
-    /// The final frame, sent once `queued` is empty.
-    pub(super) last: Option<Bytes>,
-    /// How request messages are compressed, if they are.
-    pub(super) request_encoding: Option<Encoding>,
-    /// How the server compresses its messages (`grpc-encoding` of the response).
-    pub(super) response_encoding: Option<Encoding>,
 }
 
 impl Call {
@@ -57,18 +34,6 @@ impl Call {
             shared,
             call_id,
             kind,
-            out: VecDeque::new(),
-            out_done: false,
-            out_ended: false,
-            queued: VecDeque::new(),
-            queued_bytes: 0,
-            window: 0,
-            headers: Metadata::new(),
-            message: None,
-            head: None,
-            last: None,
-            request_encoding: None,
-            response_encoding: None,
         }
     }
 
@@ -79,75 +44,67 @@ impl Call {
         request: Bytes,
         mut frames: mpsc::UnboundedReceiver<Bytes>,
     ) {
-        if let Err((status, flags)) = self.exchange(path, header, request, &mut frames).await {
-            // Headers over the limit are the reason, not a part, of the failure.
-            if within_limit(&self.headers, "").is_err() {
-                self.headers = Metadata::new();
+        let config = &self.shared.config;
+        let mut ex = Exchange::new(
+            self.call_id,
+            self.kind,
+            &header,
+            config.max_message_size,
+            config.stream_window as usize,
+            config.send_compression,
+        );
+        if let Err((status, flags)) = self
+            .exchange(&mut ex, path, header, request, &mut frames)
+            .await
+        {
+            if !ex.is_done() {
+                let _ = self.to_channel(ex.failed(&status, flags)).await;
             }
-            let _ = self
-                .to_channel(status_frame(self.call_id, &status, flags, &self.headers))
-                .await;
         }
     }
 
     /// The whole call; `Err` carries the status it failed with, for the channel.
-    pub(super) async fn exchange(
+    async fn exchange(
         &mut self,
+        ex: &mut Exchange,
         path: &'static str,
         header: Header,
         request: Bytes,
         frames: &mut mpsc::UnboundedReceiver<Bytes>,
-    ) -> Result<(), (Status, Flags)> {
-        let frame = Frame::parse(&request)
-            .map_err(|e| (Status::internal(e.to_string()), Flags::default()))?;
-        let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
-        if header.credits > 0 {
-            self.window = i64::from(header.credits);
-        } else if self.kind.server_streams() {
-            self.window = i64::from(rpc_core::wire::INITIAL_STREAM_WINDOW);
-        }
-        let http = self.http_request(path, &header, &metadata)?;
-
+    ) -> Result<(), Failure> {
+        let (response, mut body_out) = self.open(ex, path, &header, &request).await?;
         let shared = self.shared.clone();
         let unavailable = |e: h2::Error| shared.stream_error(&e);
-        let Some((response, mut body_out)) = self.open(http, frame.payload).await? else {
-            return Ok(()); // the channel went
-        };
         let mut response = std::pin::pin!(response);
         let mut body: Option<RecvStream> = None;
-        let mut deframer = Deframer::for_responses();
-        let limit = self.shared.config.stream_window as usize;
         loop {
-            if let Some(head) = self.head.take() {
-                self.to_channel(head)
+            while let Some(frame) = ex.next_for_channel() {
+                self.to_channel(frame)
                     .await
                     .map_err(|()| (Status::cancelled("the channel went"), Flags::default()))?;
             }
-            self.deliver().await?;
-            if self.last.is_some() && self.queued.is_empty() {
-                let last = self.last.take().expect("checked");
-                let _ = self.to_channel(last).await;
+            if ex.is_done() {
                 return Ok(());
             }
-            if self.out_done && self.out.is_empty() && !self.out_ended {
-                self.out_ended = true;
+            if ex.take_end_of_body() {
                 let _ = body_out.send_data(Bytes::new(), true);
             }
-            let reading = body.is_some() && self.queued_bytes < limit && self.last.is_none();
+            let reading = body.is_some() && ex.wants_body();
+            let waiting = ex.waiting();
             tokio::select! {
                 got = frames.recv() => match got {
                     None => return Ok(()),
                     Some(frame) => {
-                        if self.on_channel_frame(&frame) {
+                        if ex.on_channel_frame(&frame) == FromChannel::Cancel {
                             body_out.send_reset(h2::Reason::CANCEL);
                             return Ok(());
                         }
                     }
                 },
-                headers = &mut response, if body.is_none() && self.last.is_none() => {
-                    let response = headers.map_err(unavailable)?;
-                    if let Some(ended) = self.on_headers(response, &mut body)? {
-                        self.last = Some(ended);
+                headers = &mut response, if body.is_none() && ex.wants_headers() => {
+                    let (parts, stream) = headers.map_err(unavailable)?.into_parts();
+                    if ex.on_headers(parts.status, &parts.headers)? {
+                        body = Some(stream);
                     }
                 }
                 chunk = async { body.as_mut().expect("reading").data().await }, if reading => {
@@ -155,84 +112,65 @@ impl Call {
                         Some(Ok(chunk)) => {
                             let stream = body.as_mut().expect("reading");
                             let _ = stream.flow_control().release_capacity(chunk.len());
-                            self.on_data(&chunk, &mut deframer, &mut body_out)?;
+                            ex.on_data(&chunk).inspect_err(|_| body_out.send_reset(h2::Reason::CANCEL))?;
                         }
                         Some(Err(e)) => return Err(self.shared.stream_error(&e)),
                         None => {
-                            let stream = body.take().expect("reading");
-                            self.on_body_end(stream, &deframer).await?;
+                            let mut stream = body.take().expect("reading");
+                            let trailers = stream
+                                .trailers()
+                                .await
+                                .map_err(|e| self.shared.stream_error(&e))?;
+                            ex.on_trailers(trailers.as_ref())?;
                         }
                     }
                 }
-                wait = Self::wait_stream(&mut body_out, &self.out), if !self.out.is_empty() => {
-                    self.sent(&mut body_out, wait).await?;
+                capacity = Self::wait_stream(&mut body_out, waiting), if waiting > 0 => {
+                    match capacity {
+                        // The server reset the request stream; the response tells why.
+                        None => ex.request_reset(),
+                        Some(n) => {
+                            let (data, end) = ex.take_data(n);
+                            body_out.send_data(data, end).map_err(|e| self.shared.stream_error(&e))?;
+                        }
+                    }
                 }
             }
         }
     }
 
-    /// Opens the call's HTTP/2 stream, waiting while the server's limit of concurrent
-    /// streams is reached (frames from the channel wait in their queue; a cancel is seen
-    /// once the stream is open), and sends a unary or server-streaming call's one message
-    /// (`payload`), or grants the channel the request stream's window. `None` when the
-    /// channel went meanwhile.
+    /// Opens the call's HTTP/2 stream for the channel's `request` (its `header` parsed),
+    /// waiting while the server's limit of concurrent streams is reached (frames from
+    /// the channel wait in their queue meanwhile), and sends a unary or server-streaming
+    /// call's one message.
     async fn open(
-        &mut self,
-        http: Request<()>,
-        payload: &[u8],
-    ) -> Result<Option<(h2::client::ResponseFuture, SendStream<Bytes>)>, (Status, Flags)> {
-        let shared = self.shared.clone();
-        let unavailable = |e: h2::Error| shared.stream_error(&e);
+        &self,
+        ex: &mut Exchange,
+        path: &'static str,
+        header: &Header,
+        request: &Bytes,
+    ) -> Result<(ResponseFuture, SendStream<Bytes>), Failure> {
+        let frame = Frame::parse(request)
+            .map_err(|e| (Status::internal(e.to_string()), Flags::default()))?;
+        let metadata = Metadata::decode(frame.metadata).unwrap_or_default();
+        let http = self.http_request(path, header, &metadata)?;
+        let unavailable = |e: h2::Error| self.shared.stream_error(&e);
         let mut h2 = self.shared.h2.clone().ready().await.map_err(unavailable)?;
         let (response, mut body_out) = h2.send_request(http, false).map_err(unavailable)?;
-        if !self.kind.client_streams() {
-            body_out
-                .send_data(deframe::frame_with(payload, self.request_encoding), true)
-                .map_err(unavailable)?;
-            self.out_ended = true;
-            return Ok(Some((response, body_out)));
+        if let Some(data) = ex.opened(frame.payload, self.shared.config.stream_window) {
+            body_out.send_data(data, true).map_err(unavailable)?;
         }
-        // The request stream's window: the channel may send this much ahead.
-        let mut grant = Header::new(FrameKind::WindowUpdate, self.call_id);
-        grant.credits = self.shared.config.stream_window;
-        match self
-            .to_channel(Bytes::copy_from_slice(&grant.encode()))
-            .await
-        {
-            Ok(()) => Ok(Some((response, body_out))),
-            Err(()) => Ok(None),
-        }
-    }
-
-    /// The response body ended: its trailers end the call (a message cut short is an
-    /// error).
-    async fn on_body_end(
-        &mut self,
-        mut body: RecvStream,
-        deframer: &Deframer,
-    ) -> Result<(), (Status, Flags)> {
-        let trailers = body
-            .trailers()
-            .await
-            .map_err(|e| self.shared.stream_error(&e))?;
-        if deframer.held() > 0 {
-            return Err((
-                Status::internal("the response ended inside a message"),
-                Flags::default(),
-            ));
-        }
-        self.last = Some(self.on_trailers(trailers.unwrap_or_default())?);
-        Ok(())
+        Ok((response, body_out))
     }
 
     /// The HTTP/2 request that opens the call: `path`, gRPC's headers, the timeout the
     /// channel's `header` tells, the request encoding, and the call's `metadata`.
     fn http_request(
-        &mut self,
+        &self,
         path: &'static str,
         header: &Header,
         metadata: &Metadata,
-    ) -> Result<Request<()>, (Status, Flags)> {
+    ) -> Result<Request<()>, Failure> {
         let uri = http::Uri::builder()
             .scheme(self.shared.scheme.clone())
             .authority(self.shared.authority.clone())
@@ -256,7 +194,6 @@ impl Call {
         if let Some(encoding) = request_encoding {
             headers.insert("grpc-encoding", HeaderValue::from_static(encoding.name()));
         }
-        self.request_encoding = request_encoding;
         if header.timeout_us > 0 {
             let timeout = format_timeout(Duration::from_micros(header.timeout_us));
             headers.insert(
@@ -268,66 +205,14 @@ impl Call {
         Ok(http)
     }
 
-    /// A chunk of the response body: the messages it completes go to the channel's
-    /// queue; a malformed or oversized message resets the request stream.
-    fn on_data(
-        &mut self,
-        chunk: &Bytes,
-        deframer: &mut Deframer,
-        body_out: &mut SendStream<Bytes>,
-    ) -> Result<(), (Status, Flags)> {
-        let max = self.shared.config.max_message_size;
-        deframer.push(chunk);
-        deframer.set_encoding(self.response_encoding);
-        while let Some(message) = deframer.next(max).map_err(|s| {
-            body_out.send_reset(h2::Reason::CANCEL);
-            (s, Flags::default())
-        })? {
-            self.on_message(message)?;
-        }
-        Ok(())
-    }
-
-    /// A frame from the channel for this call; `true` if it cancels the call.
-    pub(super) fn on_channel_frame(&mut self, buf: &Bytes) -> bool {
-        let Ok(frame) = Frame::parse(buf) else {
-            return false;
-        };
-        let header = frame.header;
-        match header.kind {
-            FrameKind::Cancel => return true,
-            FrameKind::WindowUpdate => self.window += i64::from(header.credits),
-            FrameKind::Message
-                if header.flags.contains(Flags::END_STREAM) && frame.payload.is_empty() =>
-            {
-                self.out_done = true;
-            }
-            FrameKind::Message => {
-                if self.out_ended {
-                    return false;
-                }
-                self.out
-                    .push_back((deframe::frame(frame.payload), header.frame_len()));
-                if header.flags.contains(Flags::END_STREAM) {
-                    self.out_done = true;
-                }
-            }
-            _ => {}
-        }
-        false
-    }
-
-    /// Waits until HTTP/2 lets some of the first queued request message go; `None` if
-    /// the stream was reset.
-    pub(super) async fn wait_stream(
-        stream: &mut SendStream<Bytes>,
-        out: &VecDeque<(Bytes, usize)>,
-    ) -> Option<usize> {
+    /// Waits until HTTP/2 lets some of the `waiting` request bytes go; `None` if the
+    /// stream was reset.
+    async fn wait_stream(stream: &mut SendStream<Bytes>, waiting: usize) -> Option<usize> {
         std::future::poll_fn(|cx| {
             if stream.poll_reset(cx).is_ready() {
                 return Poll::Ready(None);
             }
-            stream.reserve_capacity(out.iter().map(|(data, _)| data.len()).sum());
+            stream.reserve_capacity(waiting);
             match stream.poll_capacity(cx) {
                 Poll::Ready(Some(Ok(0))) | Poll::Pending => Poll::Pending,
                 Poll::Ready(Some(Ok(n))) => Poll::Ready(Some(n)),
@@ -337,52 +222,7 @@ impl Call {
         .await
     }
 
-    /// Sends what HTTP/2 allows (`capacity`) of the queued request messages in one DATA
-    /// frame; each message that went out whole gives the channel its window back. `None`:
-    /// the server reset the request stream, nothing more is sent.
-    pub(super) async fn sent(
-        &mut self,
-        stream: &mut SendStream<Bytes>,
-        capacity: Option<usize>,
-    ) -> Result<(), (Status, Flags)> {
-        let Some(mut capacity) = capacity else {
-            // The server reset the request stream; the response tells why.
-            self.out.clear();
-            self.out_ended = true;
-            return Ok(());
-        };
-        let mut data = BytesMut::new();
-        let mut granted = 0usize;
-        while capacity > 0 {
-            let Some((message, charged)) = self.out.front_mut() else {
-                break;
-            };
-            let n = capacity.min(message.len());
-            data.extend_from_slice(&message.split_to(n));
-            capacity -= n;
-            if message.is_empty() {
-                granted += *charged;
-                self.out.pop_front();
-            }
-        }
-        let end = self.out_done && self.out.is_empty();
-        stream
-            .send_data(data.freeze(), end)
-            .map_err(|e| self.shared.stream_error(&e))?;
-        if end {
-            self.out_ended = true;
-        }
-        if granted > 0 {
-            let mut grant = Header::new(FrameKind::WindowUpdate, self.call_id);
-            grant.credits = granted.min(u32::MAX as usize) as u32;
-            let _ = self
-                .to_channel(Bytes::copy_from_slice(&grant.encode()))
-                .await;
-        }
-        Ok(())
-    }
-
-    pub(super) async fn to_channel(&self, frame: Bytes) -> Result<(), ()> {
+    async fn to_channel(&self, frame: Bytes) -> Result<(), ()> {
         self.shared.to_channel.send(frame).await.map_err(|_| ())
     }
 }

@@ -29,8 +29,8 @@ use tokio::sync::{mpsc, watch};
 use crate::frames::{control, set};
 use crate::GrpcConfig;
 mod call;
-mod response;
 mod status;
+pub(crate) mod translate;
 
 use self::call::Call;
 use self::status::{reset_status, status_frame};

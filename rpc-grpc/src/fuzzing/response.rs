@@ -58,12 +58,7 @@ pub fn grpc_response(script: &[u8]) {
     let Some(&setting) = script.first() else {
         return;
     };
-    let kind = [
-        MethodKind::Unary,
-        MethodKind::ServerStreaming,
-        MethodKind::ClientStreaming,
-        MethodKind::Streaming,
-    ][usize::from(setting & 3)];
+    let kind = super::kind(setting);
     let encodings = [None, Some(Encoding::Gzip), Some(Encoding::Zstd), None];
     let encoding = encodings[usize::from((setting >> 2) & 3)];
     let mut r: Responder<()> = Responder::new(kind, encoding);

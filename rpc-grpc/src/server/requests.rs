@@ -1,38 +1,34 @@
-//! A call's request side: the one message of a unary or server-streaming call read from
-//! the HTTP/2 body, and the I/O shell of a request stream's translator (`upload.rs`):
-//! reading the body into it, waiting for room and for the server's window, handing the
+//! A call's request side, the I/O shell of the request translator (`upload.rs`): the
+//! one message of a unary or server-streaming call read from the HTTP/2 body; a request
+//! stream read into it, waiting for room and for the server's window, handing the
 //! server what it lets go.
 
 use bytes::Bytes;
-use rpc_core::account::{Charge, Resource};
+use rpc_core::account::Charge;
 use rpc_core::wire::{Flags, FrameKind, Header};
 use rpc_core::{Code, Metadata, Status};
 use tokio::sync::mpsc;
 
 use super::call::{Call, Stop};
 use super::status::stalled;
-use super::upload::{inflate, Upload};
+use super::upload::Upload;
 use super::ToCall;
-use crate::deframe::Deframer;
 use crate::frames::frame;
 
 impl Call {
     /// The one message of a unary or server-streaming request, read to the end of the
-    /// body, with what it holds on the connection's account (what arrived, and what a
-    /// compressed message inflated to). `Err(None)`: the client went.
+    /// body through the request translator (`upload.rs`, which never forwards here), with
+    /// what it holds on the connection's account (what arrived, or what a compressed
+    /// message inflated to). `Err(None)`: the client went.
     ///
     /// The whole body must arrive within the body timeout and the call's deadline, both
-    /// counted from the request's headers: a body trickled a byte at a time does not
-    /// hold the call open past them.
+    /// counted from the request's headers: a body trickled a byte at a time, or held back
+    /// waiting for room on the account, does not hold the call open past them.
     pub(super) async fn one_request(
         &mut self,
         max: usize,
     ) -> Result<(Bytes, Charge), Option<Status>> {
-        let mut deframer = Deframer::default();
-        deframer.set_encoding(self.request_encoding);
-        let mut message: Option<(Bytes, Charge)> = None;
-        // What the deframer holds (the message in progress) on the account.
-        let mut held = Charge::none();
+        let mut up = Upload::new(self.request_encoding, self.account().clone());
         let body_deadline = tokio::time::Instant::now() + self.shared.config.body_timeout;
         let (until, why) = match self.deadline {
             Some(deadline) if deadline < body_deadline => (deadline, Code::DeadlineExceeded),
@@ -44,67 +40,29 @@ impl Call {
             }
             _ => stalled(),
         };
-        loop {
-            let chunk = match tokio::time::timeout_at(until, self.body.data()).await {
-                Err(_) => return Err(Some(late())),
-                Ok(None) => break,
-                Ok(Some(chunk)) => chunk.map_err(|_| None)?,
-            };
-            if tokio::time::timeout_at(until, self.hold(&mut held, chunk.len()))
-                .await
-                .is_err()
-            {
-                return Err(Some(late()));
+        while !up.body_done() {
+            if !up.wants_body(usize::MAX) {
+                // No room on the account for a chunk yet: the body waits unread.
+                if tokio::time::timeout_at(until, up.room.granted())
+                    .await
+                    .is_err()
+                {
+                    return Err(Some(late()));
+                }
+                continue;
             }
-            let _ = self.body.flow_control().release_capacity(chunk.len());
-            deframer.push(&chunk);
-            loop {
-                let account = self.account();
-                let mut inflated = Charge::none();
-                let next =
-                    deframer.next_charged(max, &mut |n| inflate(account, &held, &mut inflated, n));
-                match next.map_err(Some)? {
-                    Some(next) => {
-                        // As received, or as inflated (the compressed bytes are gone).
-                        let received = held.split(deframer.take_consumed());
-                        let charge = if inflated.amount() > 0 {
-                            inflated
-                        } else {
-                            received
-                        };
-                        if message.replace((next, charge)).is_some() {
-                            return Err(Some(Status::unimplemented(
-                                "more than one request message for a method that takes one",
-                            )));
-                        }
-                    }
-                    None => break,
+            match tokio::time::timeout_at(until, self.body.data()).await {
+                Err(_) => return Err(Some(late())),
+                Ok(None) => up.body_ended(),
+                Ok(Some(chunk)) => {
+                    let chunk = chunk.map_err(|_| None)?;
+                    let _ = self.body.flow_control().release_capacity(chunk.len());
+                    up.push_chunk(&chunk, max).map_err(Some)?;
+                    up.at_most_one().map_err(Some)?;
                 }
             }
         }
-        if deframer.held() > 0 {
-            return Err(Some(Status::internal("the request ended inside a message")));
-        }
-        message.ok_or_else(|| Some(Status::unimplemented("no request message")))
-    }
-
-    /// Charges `bytes` more (a chunk of the body, read) to the connection's account into
-    /// `held`, waiting (the body unread) while the connection, its peer or the server
-    /// holds its maximum of requests. What one holder holds is charged up to the
-    /// smallest limit at most (a message larger than it fits an account that holds
-    /// nothing else, as the whole of it), so that a call never waits for itself.
-    pub(super) async fn hold(&self, held: &mut Charge, bytes: usize) {
-        let room = self
-            .account()
-            .limit(Resource::Bytes)
-            .saturating_sub(held.amount());
-        if room > 0 {
-            let more = self
-                .account()
-                .charge(Resource::Bytes, bytes.min(room))
-                .await;
-            held.merge(more);
-        }
+        up.the_one().map_err(Some)
     }
 
     /// A client-streaming or bidirectional call: the opening request, then the body's

@@ -117,6 +117,42 @@ impl Upload {
         self.body_done = true;
     }
 
+    /// Whether the body ended.
+    pub(crate) fn body_done(&self) -> bool {
+        self.body_done
+    }
+
+    /// For a method that takes one request message: fails once a second one arrived.
+    ///
+    /// # Errors
+    /// `UNIMPLEMENTED`, as gRPC answers a second message where one is expected.
+    pub(crate) fn at_most_one(&self) -> Result<(), Status> {
+        if self.queued.len() > 1 {
+            return Err(Status::unimplemented(
+                "more than one request message for a method that takes one",
+            ));
+        }
+        Ok(())
+    }
+
+    /// For a method that takes one request message, once the body ended: that message,
+    /// with what it holds on the account.
+    ///
+    /// # Errors
+    /// The body ended inside a message, or with none, or with more than one.
+    pub(crate) fn the_one(&mut self) -> Result<(Bytes, Charge), Status> {
+        if self.in_message() {
+            return Err(Status::internal("the request ended inside a message"));
+        }
+        self.at_most_one()?;
+        let (message, charge) = self
+            .queued
+            .pop_front()
+            .ok_or_else(|| Status::unimplemented("no request message"))?;
+        self.queued_bytes -= HEADER_LEN + message.len();
+        Ok((message, charge))
+    }
+
     /// Whether everything was handed over: the body ended and nothing waits.
     pub(crate) fn finished(&self) -> bool {
         self.body_done && self.queued.is_empty()

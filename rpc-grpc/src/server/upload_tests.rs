@@ -139,3 +139,37 @@ fn the_body_waits_while_messages_wait_for_the_server() {
     up.push_chunk(&frame(&[0; 100])[..50], MAX).unwrap();
     assert!(up.in_message(), "half a message arrived");
 }
+
+#[test]
+fn a_unary_request_is_its_one_message_with_its_charge() {
+    let account = account(1 << 20);
+    let mut up = Upload::new(Some(Encoding::Zstd), account.clone());
+    let message = vec![b'z'; 100_000];
+    push(&mut up, &frame_with(&message, Some(Encoding::Zstd)), 100).unwrap();
+    up.at_most_one().unwrap();
+    up.body_ended();
+    let (got, charge) = up.the_one().unwrap();
+    assert_eq!(got, message);
+    assert!(charge.amount() >= 100_000, "charged {}", charge.amount());
+    drop(up);
+    assert!(held(&account) >= 100_000, "the message holds its charge");
+    drop(charge);
+    assert_eq!(held(&account), 0);
+}
+
+#[test]
+fn a_unary_request_with_none_two_or_half_a_message_fails() {
+    let mut up = Upload::new(None, account(1 << 20));
+    up.body_ended();
+    assert_eq!(up.the_one().unwrap_err().code(), Code::Unimplemented);
+
+    let mut up = Upload::new(None, account(1 << 20));
+    let two = [frame(b"one").to_vec(), frame(b"two").to_vec()].concat();
+    push(&mut up, &two, 16 * 1024).unwrap();
+    assert_eq!(up.at_most_one().unwrap_err().code(), Code::Unimplemented);
+
+    let mut up = Upload::new(None, account(1 << 20));
+    push(&mut up, &frame(&[5; 100])[..60], 16 * 1024).unwrap();
+    up.body_ended();
+    assert_eq!(up.the_one().unwrap_err().code(), Code::Internal);
+}
