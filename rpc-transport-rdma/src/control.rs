@@ -34,7 +34,7 @@ impl Inner {
                     let slots = inner.rings.send_slots() as usize;
                     let state = inner.state.lock();
                     state.session.is_closed()
-                        || (state.free_send.len() == slots && state.session.loans() == 0)
+                        || (state.sends.all_free(slots) && state.session.loans() == 0)
                 };
                 if settled || Instant::now() >= deadline {
                     break;
@@ -71,13 +71,13 @@ impl Inner {
     pub(crate) fn flush_control(&self) {
         loop {
             let mut state = self.state.lock();
-            if state.free_send.is_empty() {
+            if !state.sends.has_free() {
                 return;
             }
             let Some(control) = state.session.poll_control() else {
                 return;
             };
-            let mut slot = state.free_send.pop().expect("checked non-empty");
+            let mut slot = state.sends.take().expect("checked non-empty");
             let n = control.tokens.len();
             let bytes = self.rings.slot_mut(&mut slot);
             control.advert.prefix(Kind::Control, n as u16).encode(bytes);
@@ -85,7 +85,7 @@ impl Inner {
                 let at = PREFIX_LEN + 8 * i;
                 bytes[at..at + 8].copy_from_slice(&token.to_le_bytes());
             }
-            let posted = state.post(&self.rings, slot, PREFIX_LEN + 8 * n);
+            let posted = state.sends.post(&self.rings, slot, PREFIX_LEN + 8 * n);
             drop(state);
             match posted {
                 Ok(()) => Counters::bump(&self.counters.control_sends, 1),
@@ -116,7 +116,7 @@ impl Inner {
         }
         self.closed.send_replace(Some(why));
         self.loan_charges.clear();
-        self.arrived.notify_one();
+        self.receiving.wake();
         if let Err(e) = self.rings.fail() {
             tracing::debug!("moving the QP to the error state: {e}");
         }

@@ -54,21 +54,16 @@ pub(crate) async fn run(inner: Arc<Inner>, mut side: Socket) {
     // Frames held by the session hold the connection: release them (outside the lock).
     let held = inner.state.lock().session.close(Close::Local);
     drop(held);
-    let (sink, waiting) = {
-        let mut upward = inner.upward.lock();
-        upward.ended = true;
-        // Nobody will receive what is left: it holds the connection's state.
-        let waiting = upward
-            .receiver_gone
-            .then(|| inner.state.lock().session.take_ready());
-        (upward.sink.clone(), waiting)
-    };
+    // If nobody will receive what is left, it goes: it holds the connection's state.
+    let (sink, waiting) = inner
+        .receiving
+        .end(|| inner.state.lock().session.take_ready());
     drop(waiting);
     // Outside the lock: the sink's work may drop the connection handle, whose drop takes it.
     if let Some(sink) = sink {
         sink.closed(inner.end_result());
     }
-    inner.arrived.notify_one();
+    inner.receiving.wake();
 }
 
 impl Member for Inner {
@@ -156,10 +151,7 @@ fn first_error(event: &Event) -> Option<(&'static str, WcStatus)> {
 /// the sink's work, re-enters the connection. Returns whether a ring is to grow (looked
 /// at under the same lock, so the batch takes it once).
 fn hand_up(inner: &Inner) -> bool {
-    let (sink, gone) = {
-        let upward = inner.upward.lock();
-        (upward.sink.clone(), upward.receiver_gone)
-    };
+    let (sink, gone) = inner.receiving.sink();
     let (ready, discarded, waiting, growth) = {
         let mut state = inner.state.lock();
         let discarded = state.session.take_discarded();
@@ -186,7 +178,7 @@ fn hand_up(inner: &Inner) -> bool {
         None => drop(ready),
     }
     if waiting {
-        inner.arrived.notify_one();
+        inner.receiving.wake();
     }
     growth
 }
@@ -215,7 +207,7 @@ pub(crate) fn grow(inner: &Inner) -> Result<(), Close> {
             .grow_send()
             .map_err(|e| Close::Failed(format!("growing the send ring: {e}")))?;
         if !slots.is_empty() {
-            inner.state.lock().free_send.extend(slots);
+            inner.state.lock().sends.grew(slots);
             inner.space.notify_waiters();
             tracing::debug!(peer = %inner.peer, slots = inner.rings.send_slots(), "send ring grew");
         }
@@ -228,9 +220,7 @@ fn handle(inner: &Arc<Inner>, event: Event, cause: Option<&str>) -> Result<(), C
     match event {
         Event::Sent { slot, status } => {
             {
-                let mut state = inner.state.lock();
-                state.free_send.push(slot);
-                state.in_flight -= 1;
+                inner.state.lock().sends.completed(slot);
             }
             inner.space.notify_waiters();
             status.map_err(|s| failure(inner, "send", s, cause))

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{watch, Notify};
 
 use crate::completion::Membership;
-use crate::connection::{max_frame, Inner, KeptBytes, RdmaConnection, State};
+use crate::connection::{max_frame, Inner, KeptBytes, RdmaConnection, Sends, State};
 use crate::counters::Counters;
 use crate::device::Device;
 use crate::driver::{self, READ_WR_BUDGET};
@@ -152,17 +152,14 @@ impl Connected {
             completion: self.completion,
             state: Mutex::new(State {
                 session: Session::new(session_config, Instant::now()),
-                free_send: slots,
-                in_flight: 0,
-                batch: None,
+                sends: Sends::new(slots),
             }),
             space: Notify::new(),
             closed,
             counters: Counters::registered(),
-            upward: Default::default(),
+            receiving: Default::default(),
             cause_logged: AtomicBool::new(false),
             frames: Default::default(),
-            arrived: Notify::new(),
             tx_pool: LargePool::new(self.pd.clone(), Access::Lendable, config.pool_keep_bytes),
             // Lendable too: a kept frame sent on is lent from where it lies. Only this
             // connection's frames ever land in them.

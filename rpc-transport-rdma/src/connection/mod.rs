@@ -26,16 +26,19 @@ use crate::counters::{Counters, RdmaCounters};
 use crate::pool::LargePool;
 use crate::protocol::session::{Close, Session};
 use crate::protocol::MAX_BATCH;
-use crate::verbs::{Error, Rings, SendBuf, SendSlot, Target};
+use crate::verbs::{Rings, SendBuf, Target};
 mod message;
 mod received;
 mod send;
+mod slots;
+mod upward;
 
 pub use self::message::MessageBuf;
 pub use self::received::RecvBuf;
 pub(crate) use self::received::{KeptBytes, Received, SlotHold};
-use self::send::Batch;
 pub(crate) use self::send::RegisteredSend;
+pub(crate) use self::slots::Sends;
+pub(crate) use self::upward::Receiving;
 
 /// An established RDMA connection. Cheap to share: clones of the inner state are held by
 /// its task, the ping task, a shared CQ's poller while it handles its completions and
@@ -61,15 +64,14 @@ pub(crate) struct Inner {
     pub(crate) closed: watch::Sender<Option<Close>>,
     pub(crate) counters: Arc<Counters>,
     /// Where received frames go once the runtime asked for them to be pushed
-    /// ([`Connection::push_to`]); until then they wait in the session for `recv`.
-    pub(crate) upward: Mutex<Upward>,
+    /// ([`Connection::push_to`]); until then they wait in the session for `recv`, which
+    /// is woken here.
+    pub(crate) receiving: Receiving,
     /// The first completion error after the end was logged.
     pub(crate) cause_logged: AtomicBool,
     /// Frames sent and received (also counted by the shared CQ, which spins for replies
     /// while more were sent than received there).
     pub(crate) frames: crate::completion::FrameCounts,
-    /// Woken when frames wait for `recv`, or the connection ends.
-    pub(crate) arrived: Notify,
     pub(crate) tx_pool: LargePool,
     pub(crate) rx_pool: LargePool,
     /// Message buffers: lendable, never kept idle (each is registered for one use).
@@ -88,57 +90,13 @@ pub(crate) struct Inner {
     pub(crate) loan_charges: crate::sending::LoanCharges,
 }
 
-/// Mutable state, under one short lock: the protocol session, the free send slots, the
-/// sends in flight and the batch waiting for them.
+/// Mutable state, under one short lock: the protocol session (a sans-IO core, its
+/// fields its own) and the send half (`slots.rs`: free send slots, sends in flight, the
+/// batch waiting for them; private fields).
 #[derive(Debug)]
 pub(crate) struct State {
     pub(crate) session: Session<RecvBuf>,
-    pub(crate) free_send: Vec<SendSlot>,
-    /// SENDs posted and not completed.
-    pub(crate) in_flight: u32,
-    /// Eager frames waiting to go as one message.
-    pub(crate) batch: Option<Batch>,
-}
-
-impl State {
-    /// Posts the first `len` bytes of `slot` as one SEND and counts it in flight; on
-    /// failure the slot goes back to the free ones. Every SEND goes through here, under
-    /// the state lock: so the advertised count written in the slot cannot be overtaken
-    /// by a later message that advertised less, and `in_flight` (which releases a
-    /// waiting batch as completions come) is exact.
-    pub(crate) fn post(&mut self, rings: &Rings, slot: SendSlot, len: usize) -> Result<(), Error> {
-        match rings.post_send(slot, len) {
-            Ok(()) => {
-                self.in_flight += 1;
-                Ok(())
-            }
-            Err((slot, e)) => {
-                self.free_send.push(slot);
-                Err(e)
-            }
-        }
-    }
-}
-
-/// The runtime's receive path, when it takes frames from the completion path.
-#[derive(Default)]
-pub(crate) struct Upward {
-    pub(crate) sink: Option<Arc<dyn FrameSink<RecvBuf>>>,
-    /// The driver finished: the sink, set now or later, has (or gets) the end.
-    pub(crate) ended: bool,
-    /// The connection handle is gone: nobody will receive (frames are dropped, not
-    /// kept: a kept frame holds the connection's state alive).
-    pub(crate) receiver_gone: bool,
-}
-
-impl std::fmt::Debug for Upward {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upward")
-            .field("sink", &self.sink.is_some())
-            .field("ended", &self.ended)
-            .field("receiver_gone", &self.receiver_gone)
-            .finish()
-    }
+    pub(crate) sends: Sends,
 }
 
 impl Inner {
@@ -207,13 +165,8 @@ impl RdmaConnection {
 
     /// [`Connection::push_to`] while nobody polls.
     fn push_waiting(&self, sink: Arc<dyn FrameSink<RecvBuf>>) -> bool {
-        let ended = {
-            let mut upward = self.inner.upward.lock();
-            if upward.sink.is_some() {
-                return false;
-            }
-            upward.sink = Some(sink.clone());
-            upward.ended
+        let Some(ended) = self.inner.receiving.set_sink(sink.clone()) else {
+            return false;
         };
         // Outside the `upward` lock: the sink's work may drop this handle, whose drop
         // takes it.
@@ -309,7 +262,7 @@ impl Connection for RdmaConnection {
     async fn recv(&self) -> Result<Option<RecvBuf>, TransportError> {
         let inner = &self.inner;
         loop {
-            let notified = inner.arrived.notified();
+            let notified = inner.receiving.notified();
             tokio::pin!(notified);
             // Registered before the check, so a wake-up in between is not lost.
             notified.as_mut().enable();
@@ -360,11 +313,10 @@ impl Drop for RdmaConnection {
     fn drop(&mut self) {
         self.inner.close_gracefully();
         // Frames nobody will receive hold the connection's state: let them go.
-        let waiting = {
-            let mut upward = self.inner.upward.lock();
-            upward.receiver_gone = true;
-            self.inner.state.lock().session.take_ready()
-        };
+        let waiting = self
+            .inner
+            .receiving
+            .receiver_gone(|| self.inner.state.lock().session.take_ready());
         drop(waiting);
     }
 }

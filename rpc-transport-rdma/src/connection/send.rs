@@ -32,7 +32,10 @@ pub(super) fn frames_in(bytes: &[u8]) -> u16 {
     n.max(1)
 }
 
-/// Eager frames back to back in one send slot, not posted yet.
+/// Eager frames back to back in one send slot, not posted yet (held by [`Sends`] while
+/// it waits).
+///
+/// [`Sends`]: super::Sends
 #[derive(Debug)]
 pub(crate) struct Batch {
     pub(super) slot: SendSlot,
@@ -40,11 +43,6 @@ pub(crate) struct Batch {
     pub(super) len: usize,
     pub(super) frames: u16,
 }
-
-/// Sends in flight from which an eager frame waits in a batch rather than going at once.
-/// One: a frame goes at once whenever the send queue is idle (no latency added to a
-/// lone call); behind a send in flight it waits at most until that send completes.
-pub(crate) const COALESCE_AT: u32 = 1;
 
 /// A send in progress on registered memory: the token(s) it owns.
 #[derive(Debug)]
@@ -82,7 +80,7 @@ impl Drop for RegisteredSend {
         }
         let mut state = self.inner.state.lock();
         if let Some(slot) = slot {
-            state.free_send.push(slot);
+            state.sends.give_back(slot);
             state.session.untake();
         }
         if reserved > 0 {
@@ -110,8 +108,8 @@ impl Inner {
     pub(super) async fn take_slot(&self) -> Result<SendSlot, TransportError> {
         self.wait_for(
             |state| {
-                (!state.free_send.is_empty() && state.session.try_take_data())
-                    .then(|| state.free_send.pop().expect("checked non-empty"))
+                (state.sends.has_free() && state.session.try_take_data())
+                    .then(|| state.sends.take().expect("checked non-empty"))
             },
             || Counters::bump(&self.counters.credit_stalls, 1),
         )
@@ -196,14 +194,14 @@ impl Inner {
         let large = send.large.take();
         let mut state = self.state.lock();
         if state.session.is_closed() {
-            state.free_send.push(slot);
+            state.sends.give_back(slot);
             return Err(self.close_error());
         }
         let Some(buf) = large else {
             return self.send_eager(state, slot, send.len);
         };
         // Frames waiting in a batch go first: frames arrive in the order sent.
-        if let Some(batch) = state.batch.take() {
+        if let Some(batch) = state.sends.take_batch() {
             if let Err(e) = self.post_batch(&mut state, batch) {
                 drop(state);
                 return Err(self.post_failed(e));
@@ -222,7 +220,7 @@ impl Inner {
             }
             Err((_buf, e)) => {
                 state.session.release_lending(charge);
-                state.free_send.push(slot);
+                state.sends.give_back(slot);
                 drop(state);
                 let reason = format!("lending a rendezvous buffer failed: {e}");
                 self.fail(Close::Failed(reason.clone()));
@@ -267,7 +265,7 @@ impl Inner {
             .encode(bytes);
         descriptor.encode(&mut bytes[PREFIX_LEN..]);
         Counters::bump(&self.counters.rendezvous_sends, 1);
-        let posted = state.post(
+        let posted = state.sends.post(
             &self.rings,
             slot,
             PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN + head_len,
@@ -319,11 +317,11 @@ impl Inner {
         let mut state = self.state.lock();
         if state.session.is_closed() {
             state.session.release_lending(charge);
-            state.free_send.push(slot);
+            state.sends.give_back(slot);
             return Err(self.close_error());
         }
         // Frames waiting in a batch go first: frames arrive in the order sent.
-        if let Some(batch) = state.batch.take() {
+        if let Some(batch) = state.sends.take_batch() {
             if let Err(e) = self.post_batch(&mut state, batch) {
                 drop(state);
                 return Err(self.post_failed(e));
@@ -336,7 +334,7 @@ impl Inner {
             }
             Err(e) => {
                 state.session.release_lending(charge);
-                state.free_send.push(slot);
+                state.sends.give_back(slot);
                 drop(state);
                 let reason = format!("lending a kept frame failed: {e}");
                 self.fail(Close::Failed(reason.clone()));
@@ -371,7 +369,7 @@ impl Inner {
     }
 
     /// Sends an eager frame of `len` bytes written in `slot`: at once when fewer than
-    /// [`COALESCE_AT`] sends are in flight; else it waits in a batch (a slot of frames
+    /// [`COALESCE_AT`](super::slots::COALESCE_AT) sends are in flight; else it waits in a batch (a slot of frames
     /// back to back) that goes as one message when the sends in flight complete or the
     /// batch is full. Under load, many frames then cost the NIC one message.
     pub(super) fn send_eager(
@@ -386,7 +384,7 @@ impl Inner {
         for _ in 0..frames {
             self.frame_sent();
         }
-        if let Some(batch) = state.batch.as_mut() {
+        if let Some(batch) = state.sends.batch_mut() {
             if batch.len + len <= self.eager_limit && batch.frames + frames <= MAX_BATCH {
                 let from = &self.rings.slot_mut(&mut slot)[PREFIX_LEN..PREFIX_LEN + len];
                 let at = PREFIX_LEN + batch.len;
@@ -394,21 +392,21 @@ impl Inner {
                 batch.len += len;
                 batch.frames += frames;
                 // The frame's own slot and credit go back: the batch's message carries it.
-                state.free_send.push(slot);
+                state.sends.give_back(slot);
                 state.session.untake();
                 drop(state);
                 self.space.notify_waiters();
                 return Ok(());
             }
-            let full = state.batch.take().expect("checked");
+            let full = state.sends.take_batch().expect("checked");
             if let Err(e) = self.post_batch(&mut state, full) {
                 drop(state);
                 return Err(self.post_failed(e));
             }
         }
         let batch = Batch { slot, len, frames };
-        if state.in_flight >= COALESCE_AT {
-            state.batch = Some(batch);
+        if state.sends.coalescing() {
+            state.sends.hold_batch(batch);
             return Ok(());
         }
         let posted = self.post_batch(&mut state, batch);
@@ -425,7 +423,9 @@ impl Inner {
             .advertise()
             .prefix(Kind::Data, n)
             .encode(bytes);
-        state.post(&self.rings, batch.slot, PREFIX_LEN + batch.len)?;
+        state
+            .sends
+            .post(&self.rings, batch.slot, PREFIX_LEN + batch.len)?;
         Counters::bump(&self.counters.eager_sends, u64::from(batch.frames));
         if batch.frames > 1 {
             Counters::bump(&self.counters.batches, 1);
@@ -433,13 +433,14 @@ impl Inner {
         Ok(())
     }
 
-    /// Posts the waiting batch once fewer than [`COALESCE_AT`] sends are in flight.
+    /// Posts the waiting batch once fewer than
+    /// [`COALESCE_AT`](super::slots::COALESCE_AT) sends are in flight.
     pub(crate) fn flush_batch(&self) -> Result<(), Close> {
         let mut state = self.state.lock();
-        if state.in_flight >= COALESCE_AT || state.session.is_closed() {
+        if state.sends.coalescing() || state.session.is_closed() {
             return Ok(());
         }
-        match state.batch.take() {
+        match state.sends.take_batch() {
             Some(batch) => self
                 .post_batch(&mut state, batch)
                 .map_err(|e| Close::Failed(format!("posting a send failed: {e}"))),
