@@ -480,3 +480,100 @@ async fn a_trickled_body_ends_at_the_body_timeout_and_a_colliding_path_routes_no
     );
     assert_eq!(echoed, Some(0), "the real path is served");
 }
+
+/// A unary gRPC call on `client` with `body`, `timeout` its `grpc-timeout`: its status
+/// (within 30 s) and how long it took.
+async fn call_on(
+    client: &h2::client::SendRequest<Bytes>,
+    timeout: Option<&str>,
+    body: Bytes,
+) -> (Option<u32>, Duration) {
+    let mut request = grpc_request("/echo.Echo/Echo");
+    if let Some(timeout) = timeout {
+        request
+            .headers_mut()
+            .insert("grpc-timeout", timeout.parse().unwrap());
+    }
+    let mut client = client.clone().ready().await.unwrap();
+    let (response, mut stream) = client.send_request(request, false).unwrap();
+    let started = Instant::now();
+    stream.send_data(body, true).unwrap();
+    let status = grpc_status_within(response, Duration::from_secs(30)).await;
+    (status, started.elapsed())
+}
+
+/// Unary bodies that find no room on their connection's account (1 MiB here, 600 KiB of
+/// it held by a call whose handler keeps its request for 5 s) wait, unread, for room, and
+/// no longer than the body timeout (2 s: CANCELLED) or their deadline (`grpc-timeout`
+/// 1 s: DEADLINE_EXCEEDED); once the holder is done, the same connection is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_bodies_with_no_room_on_the_account_wait_no_longer_than_their_timeouts() {
+    let server = ServerProcess::start(&[
+        ("RPC_GRPC_BODY_TIMEOUT_MS", "2000"),
+        ("RPC_SERVER_MAX_HELD_BYTES_PER_CONNECTION", "1048576"),
+    ]);
+    let attacker: IpAddr = "127.0.0.2".parse().unwrap();
+    let client = h2_from(&server, attacker).await;
+    let large = |delay_ms| {
+        prefixed_echo(&EchoRequest {
+            payload: vec![7; 600 << 10].into(),
+            delay_ms,
+            reply_size: 16,
+            ..Default::default()
+        })
+    };
+    let holding = tokio::spawn({
+        let (client, body) = (client.clone(), large(5000));
+        async move { call_on(&client, None, body).await }
+    });
+    // The holder's request is read and charged first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (stalled, deadlined, good) = tokio::join!(
+        call_on(&client, None, large(0)),
+        call_on(&client, Some("1S"), large(0)),
+        good_call(server.port),
+    );
+    let held = holding.await.unwrap();
+    let after = call_on(&client, None, large(0)).await;
+    report(&format!(
+        "no room: 600 KiB unary bodies behind a 600 KiB request held 5 s (connection limit 1 MiB): status {:?} after {:?} (body timeout 2 s); with grpc-timeout 1S: {:?} after {:?}; the holder {:?}; the same connection after: {:?}; good client {good:?}",
+        stalled.0, stalled.1, deadlined.0, deadlined.1, held.0, after.0,
+    ));
+    good.expect("a good client is served meanwhile");
+    assert_eq!(stalled.0, Some(1), "CANCELLED at the body timeout");
+    assert!(stalled.1 < Duration::from_millis(4000), "{:?}", stalled.1);
+    assert_eq!(deadlined.0, Some(4), "DEADLINE_EXCEEDED at grpc-timeout");
+    assert!(
+        deadlined.1 < Duration::from_millis(4000),
+        "{:?}",
+        deadlined.1
+    );
+    assert_eq!(held.0, Some(0), "the holder is served");
+    assert_eq!(after.0, Some(0), "room is back once the holder is done");
+}
+
+/// Unary requests of about, exactly and twice the connection's byte limit, alone on their
+/// connection, are served: a message larger than the limit is charged as the whole of it,
+/// and reading the rest of its body (its end) waits for no room it holds itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_requests_up_to_twice_the_account_alone_on_it_are_served() {
+    let server = ServerProcess::start(&[
+        ("RPC_GRPC_BODY_TIMEOUT_MS", "2000"),
+        ("RPC_SERVER_MAX_HELD_BYTES_PER_CONNECTION", "1048576"),
+    ]);
+    let attacker: IpAddr = "127.0.0.2".parse().unwrap();
+    let client = h2_from(&server, attacker).await;
+    for size in [1000 << 10, 1 << 20, 2 << 20] {
+        let body = prefixed_echo(&EchoRequest {
+            payload: vec![7; size].into(),
+            delay_ms: 100,
+            reply_size: 16,
+            ..Default::default()
+        });
+        let (status, took) = call_on(&client, None, body).await;
+        report(&format!(
+            "alone: a unary request of {size} bytes (connection limit 1 MiB): status {status:?} after {took:?}"
+        ));
+        assert_eq!(status, Some(0), "{size} bytes");
+    }
+}

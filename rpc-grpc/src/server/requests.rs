@@ -28,7 +28,7 @@ impl Call {
         &mut self,
         max: usize,
     ) -> Result<(Bytes, Charge), Option<Status>> {
-        let mut up = Upload::new(self.request_encoding, self.account().clone());
+        let mut up = Upload::single(self.request_encoding, self.account().clone());
         let body_deadline = tokio::time::Instant::now() + self.shared.config.body_timeout;
         let (until, why) = match self.deadline {
             Some(deadline) if deadline < body_deadline => (deadline, Code::DeadlineExceeded),
@@ -58,7 +58,6 @@ impl Call {
                     let chunk = chunk.map_err(|_| None)?;
                     let _ = self.body.flow_control().release_capacity(chunk.len());
                     up.push_chunk(&chunk, max).map_err(Some)?;
-                    up.at_most_one().map_err(Some)?;
                 }
             }
         }
@@ -79,7 +78,7 @@ impl Call {
         }
         self.to_server(frame(header, metadata, &[]), Charge::none())
             .await?;
-        let mut up = Upload::new(self.request_encoding, self.account().clone());
+        let mut up = Upload::single(self.request_encoding, self.account().clone());
         // When the last chunk came: a message in progress may stall only so long.
         let mut last_chunk = tokio::time::Instant::now();
         let mut was_reading = true;

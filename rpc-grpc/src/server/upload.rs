@@ -1,7 +1,8 @@
-//! A call's request stream as a sans-IO translator: HTTP/2 body chunks in (each read into
+//! A call's request body as a sans-IO translator: HTTP/2 body chunks in (each read into
 //! room taken on the connection's account first); out, the gRPC messages deframed (and
 //! inflated), each charged at its size in memory, queued until the server grants window,
-//! then handed over in order within it. The call's task (`requests.rs`) reads the body,
+//! then handed over in order within it (a request stream), or the one message of a
+//! unary or server-streaming call once the body ended ([`Upload::single`]). The call's task (`requests.rs`) reads the body,
 //! waits for room and for the server, and sends what this lets go. Unit tests in
 //! `upload_tests.rs`; fuzz target `grpc_request` (through `crate::fuzzing`).
 
@@ -15,6 +16,11 @@ use rpc_core::Status;
 use super::room::Room;
 use crate::compress::Encoding;
 use crate::deframe::Deframer;
+
+/// A second request message where the method takes one: gRPC answers `UNIMPLEMENTED`.
+fn more_than_one() -> Status {
+    Status::unimplemented("more than one request message for a method that takes one")
+}
 
 /// Charges `n` more bytes of a message's inflated output into `inflated`, refusing when
 /// the account has no room; what the call holds (`held`, what is still compressed, and
@@ -34,7 +40,7 @@ pub(crate) fn inflate(
     Ok(())
 }
 
-/// A request stream's state while its call forwards it to the server.
+/// A request body's state while its call reads it.
 pub(crate) struct Upload {
     account: Account,
     deframer: Deframer,
@@ -50,6 +56,9 @@ pub(crate) struct Upload {
     /// What the server granted and the queue has not used.
     window: i64,
     body_done: bool,
+    /// The method takes one request message: a second one fails the call as soon as it
+    /// starts, before any of it is deframed or inflated.
+    single: bool,
 }
 
 impl Upload {
@@ -67,6 +76,16 @@ impl Upload {
             held: Charge::none(),
             window: 0,
             body_done: false,
+            single: false,
+        }
+    }
+
+    /// The body of a unary or server-streaming call: one message, taken with
+    /// [`Upload::the_one`] once the body ended.
+    pub(crate) fn single(encoding: Option<Encoding>, account: Account) -> Upload {
+        Upload {
+            single: true,
+            ..Upload::new(encoding, account)
         }
     }
 
@@ -74,6 +93,12 @@ impl Upload {
     /// window are under `limit` frame bytes, and there is room on the account for a
     /// chunk (if not, a wait for it has started: [`Room::granted`]).
     pub(crate) fn wants_body(&mut self, limit: usize) -> bool {
+        if self.single && !self.queued.is_empty() {
+            // The one message is here: what follows can only be the body's end (or a
+            // second message, refused at its first byte). Read without room: the
+            // message may hold the whole account, and must not wait for itself.
+            return !self.body_done;
+        }
         !self.body_done && self.queued_bytes < limit && self.room.ready(&self.held)
     }
 
@@ -92,6 +117,9 @@ impl Upload {
         self.room.take(&mut self.held, chunk.len());
         self.deframer.push(chunk);
         loop {
+            if self.single && !self.queued.is_empty() && self.in_message() {
+                return Err(more_than_one());
+            }
             let mut inflated = Charge::none();
             let (account, held) = (&self.account, &self.held);
             let next = self
@@ -122,29 +150,16 @@ impl Upload {
         self.body_done
     }
 
-    /// For a method that takes one request message: fails once a second one arrived.
+    /// The one message of a [`Upload::single`] body, once the body ended, with what it
+    /// holds on the account.
     ///
     /// # Errors
-    /// `UNIMPLEMENTED`, as gRPC answers a second message where one is expected.
-    pub(crate) fn at_most_one(&self) -> Result<(), Status> {
-        if self.queued.len() > 1 {
-            return Err(Status::unimplemented(
-                "more than one request message for a method that takes one",
-            ));
-        }
-        Ok(())
-    }
-
-    /// For a method that takes one request message, once the body ended: that message,
-    /// with what it holds on the account.
-    ///
-    /// # Errors
-    /// The body ended inside a message, or with none, or with more than one.
+    /// The body ended inside a message, or with none.
     pub(crate) fn the_one(&mut self) -> Result<(Bytes, Charge), Status> {
+        debug_assert!(self.single && self.queued.len() <= 1);
         if self.in_message() {
             return Err(Status::internal("the request ended inside a message"));
         }
-        self.at_most_one()?;
         let (message, charge) = self
             .queued
             .pop_front()

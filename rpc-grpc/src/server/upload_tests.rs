@@ -143,10 +143,9 @@ fn the_body_waits_while_messages_wait_for_the_server() {
 #[test]
 fn a_unary_request_is_its_one_message_with_its_charge() {
     let account = account(1 << 20);
-    let mut up = Upload::new(Some(Encoding::Zstd), account.clone());
+    let mut up = Upload::single(Some(Encoding::Zstd), account.clone());
     let message = vec![b'z'; 100_000];
     push(&mut up, &frame_with(&message, Some(Encoding::Zstd)), 100).unwrap();
-    up.at_most_one().unwrap();
     up.body_ended();
     let (got, charge) = up.the_one().unwrap();
     assert_eq!(got, message);
@@ -159,17 +158,37 @@ fn a_unary_request_is_its_one_message_with_its_charge() {
 
 #[test]
 fn a_unary_request_with_none_two_or_half_a_message_fails() {
-    let mut up = Upload::new(None, account(1 << 20));
+    let mut up = Upload::single(None, account(1 << 20));
     up.body_ended();
     assert_eq!(up.the_one().unwrap_err().code(), Code::Unimplemented);
 
-    let mut up = Upload::new(None, account(1 << 20));
-    let two = [frame(b"one").to_vec(), frame(b"two").to_vec()].concat();
-    push(&mut up, &two, 16 * 1024).unwrap();
-    assert_eq!(up.at_most_one().unwrap_err().code(), Code::Unimplemented);
+    // A second message fails as soon as its first byte arrives: nothing of it is
+    // deframed or inflated (here, 1 MiB of zeros compressed to a few hundred bytes).
+    let shared = account(1 << 20);
+    let mut up = Upload::single(Some(Encoding::Gzip), shared.clone());
+    let second = frame_with(&vec![0u8; 1 << 20], Some(Encoding::Gzip));
+    let two = [frame(b"one").to_vec(), second.to_vec()].concat();
+    let status = push(&mut up, &two, 16 * 1024).unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
+    assert!(held(&shared) < 64 * 1024, "held {}", held(&shared));
 
-    let mut up = Upload::new(None, account(1 << 20));
+    let mut up = Upload::single(None, account(1 << 20));
     push(&mut up, &frame(&[5; 100])[..60], 16 * 1024).unwrap();
     up.body_ended();
     assert_eq!(up.the_one().unwrap_err().code(), Code::Internal);
+}
+
+#[test]
+fn a_unary_request_larger_than_the_account_reads_to_its_end() {
+    let account = account(1 << 20);
+    let limit = account.limit(Resource::Bytes);
+    let mut up = Upload::single(None, account.clone());
+    push(&mut up, &frame(&vec![1u8; limit + 100]), 16 * 1024).unwrap();
+    assert_eq!(held(&account), limit, "charged as the whole of the limit");
+    // The account is full, held by the message itself: the body's end is read anyway.
+    assert!(up.wants_body(usize::MAX), "waits for room only it holds");
+    up.body_ended();
+    let (message, charge) = up.the_one().unwrap();
+    assert_eq!(message.len(), limit + 100);
+    assert_eq!(charge.amount(), limit);
 }
