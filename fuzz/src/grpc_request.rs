@@ -18,7 +18,7 @@ pub fn grpc_request(data: &[u8]) {
 /// Where the mutations write: the setting, each step's op and `n`, and the gRPC prefix
 /// of each chunk (its compressed flag and length).
 pub fn fields(data: &[u8]) -> Vec<Field> {
-    let mut fields = vec![Field::new(0, 1, (0..64).collect())];
+    let mut fields = vec![Field::new(0, 1, (0..128).collect())];
     for (at, op, n) in fuzzing::request_steps(data) {
         fields.push(Field::new(at - 3, 1, vec![0, 1, 2, 3, 4]));
         if op == 0 {
@@ -88,5 +88,14 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         ),
         ("seed-small-max".into(), [vec![0x18], tight].concat()),
         ("seed-large-account".into(), [vec![0x2c], flow].concat()),
+        ("seed-unary".into(), unary_seed(0x68)),
+        ("seed-unary-gzip".into(), unary_seed(0x69)),
     ]
+}
+
+/// A unary body (setting bit 6): one message cut across chunks, then the end.
+fn unary_seed(setting: u8) -> Vec<u8> {
+    let body = message(&[9; 3000]);
+    let (a, b) = body.split_at(1000);
+    [vec![setting], step(0, 0, a), step(0, 0, b), step(4, 0, b"")].concat()
 }

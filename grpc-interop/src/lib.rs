@@ -128,8 +128,9 @@ fn trailing(metadata: &MetadataMap) -> Option<Vec<u8>> {
 /// A `FullDuplexCall` in progress on tonic's client.
 #[derive(Debug)]
 pub struct TonicDuplex {
-    requests: Requests<StreamingOutputCallRequest>,
+    /// Dropped first: a dropped call is cancelled while its request stream is open.
     responses: Streaming<StreamingOutputCallResponse>,
+    requests: Requests<StreamingOutputCallRequest>,
     initial: Option<String>,
 }
 
@@ -140,6 +141,16 @@ impl Duplex for TonicDuplex {
 
     fn close(&mut self) {
         self.requests.close();
+    }
+
+    async fn cancel(self, request: OutputRequest) {
+        let Self {
+            responses,
+            requests,
+            ..
+        } = self;
+        drop(responses);
+        let _ = requests.send(output_request(request)).await;
     }
 
     async fn next(&mut self) -> Result<Option<usize>, Failure> {
@@ -168,6 +179,8 @@ impl Duplex for TonicDuplex {
 
 impl Client for TonicClient {
     type Duplex = TonicDuplex;
+    const OWN_DEADLINE: Option<(i32, &'static str)> =
+        Some((interop_cases::code::CANCELLED, "Timeout expired"));
 
     async fn empty_call(&self) -> Result<(), Failure> {
         self.test
@@ -245,6 +258,9 @@ impl Client for TonicClient {
         for request in call.first {
             let _ = tx.send(output_request(request)).await;
         }
+        // Half-closed (if asked) before the response headers are awaited: a server may
+        // send them only with its first response, or at the end.
+        let tx = Requests::new(tx, call.close);
         let mut request = Request::new(requests);
         echo_metadata(request.metadata_mut(), call.echo_metadata);
         if let Some(timeout) = call.timeout {
@@ -257,7 +273,7 @@ impl Client for TonicClient {
             .await
             .map_err(failure)?;
         Ok(TonicDuplex {
-            requests: Requests::new(tx, call.close),
+            requests: tx,
             initial: initial(response.metadata()),
             responses: response.into_inner(),
         })

@@ -106,7 +106,7 @@ pub struct OutputRequest {
 pub struct DuplexCall {
     /// Requests sent before the call is opened.
     pub first: Vec<OutputRequest>,
-    /// Half-close once they are sent.
+    /// Half-close once they are sent (before the response headers are awaited).
     pub close: bool,
     /// Send the echo metadata.
     pub echo_metadata: bool,
@@ -144,6 +144,10 @@ pub trait Duplex: Send {
     fn initial(&self) -> Option<String>;
     /// Reads the remaining responses and the trailers: the echoed trailing value.
     fn trailing(&mut self) -> impl Future<Output = Result<Option<Vec<u8>>, Failure>> + Send;
+    /// Cancels the call while its request stream is open (drops the response stream
+    /// first), then tries to send `request` (which must not reach the server or fail
+    /// the client), and lets the call go.
+    fn cancel(self, request: OutputRequest) -> impl Future<Output = ()> + Send;
 }
 
 /// What the cases ask of a client of `grpc.testing.TestService` (and of
@@ -151,6 +155,10 @@ pub trait Duplex: Send {
 pub trait Client: Sync {
     /// A `FullDuplexCall` in progress.
     type Duplex: Duplex;
+    /// The status (code, message) the client's own timer ends a call with, when it
+    /// fires before the server's DEADLINE_EXCEEDED arrives (tonic's: CANCELLED "Timeout
+    /// expired"); `None` if the client always reports DEADLINE_EXCEEDED.
+    const OWN_DEADLINE: Option<(i32, &'static str)> = None;
     /// `EmptyCall`.
     fn empty_call(&self) -> impl Future<Output = Result<(), Failure>> + Send;
     /// `UnaryCall`.

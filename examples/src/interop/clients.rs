@@ -97,8 +97,9 @@ fn trailing(trailers: &Metadata) -> Option<Vec<u8>> {
 /// A `FullDuplexCall` in progress on this framework's client.
 #[derive(Debug)]
 pub struct RpcDuplex {
-    requests: Requests<StreamingOutputCallRequest>,
+    /// Dropped first: a dropped call is cancelled while its request stream is open.
     responses: Streaming<StreamingOutputCallResponse>,
+    requests: Requests<StreamingOutputCallRequest>,
     initial: Option<String>,
 }
 
@@ -109,6 +110,16 @@ impl Duplex for RpcDuplex {
 
     fn close(&mut self) {
         self.requests.close();
+    }
+
+    async fn cancel(self, request: OutputRequest) {
+        let Self {
+            responses,
+            requests,
+            ..
+        } = self;
+        drop(responses);
+        let _ = requests.send(output_request(request)).await;
     }
 
     async fn next(&mut self) -> Result<Option<usize>, Failure> {
@@ -198,6 +209,9 @@ impl<C: Connection> Client for InteropClients<C> {
         for request in call.first {
             let _ = tx.send(output_request(request)).await;
         }
+        // Half-closed (if asked) before the response headers are awaited: a server may
+        // send them only with its first response, or at the end.
+        let tx = Requests::new(tx, call.close);
         let mut request = Request::new(requests);
         *request.metadata_mut() = echo_metadata(call.echo_metadata);
         if let Some(timeout) = call.timeout {
@@ -205,7 +219,7 @@ impl<C: Connection> Client for InteropClients<C> {
         }
         let response = self.test.full_duplex_call(request).await.map_err(failure)?;
         Ok(RpcDuplex {
-            requests: Requests::new(tx, call.close),
+            requests: tx,
             initial: response.metadata().get(ECHO_INITIAL).map(str::to_owned),
             responses: response.into_inner(),
         })

@@ -211,12 +211,13 @@ impl Exchange {
     }
 
     /// Frame bytes of response messages waiting for the channel's window.
+    #[cfg(test)]
     pub(crate) fn queued_bytes(&self) -> usize {
         self.queued_bytes
     }
 
     /// The response's headers. `Ok(true)`: a body follows, to be read; `Ok(false)`: a
-    /// trailers-only response, the call's end.
+    /// trailers-only response, the call's end (or headers no longer awaited, ignored).
     ///
     /// # Errors
     /// Not a gRPC response (HTTP status, content-type), an unknown encoding, or headers

@@ -20,7 +20,8 @@
 //! - 9: HTTP/2 lets `n` bytes of the request body go; 10: the server resets the request
 //!   stream; 11: the channel takes every frame it may.
 //!
-//! At the end the channel takes every frame, granting window as it goes.
+//! At the end (unless the call failed or was cancelled), HTTP/2 lets every request byte
+//! go and the channel takes every frame, granting the window they need.
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -70,10 +71,19 @@ struct Model {
     granted: usize,
     /// The channel's window for response messages, as the channel counts it.
     window: i64,
-    /// Frames the channel took: the response's headers, its messages, the final frame.
+    /// Frames the channel took: the response's headers, its messages' payloads, the
+    /// final frame.
     headed: bool,
-    messages: usize,
+    delivered: Vec<Bytes>,
     last: Option<Bytes>,
+    /// The response body the translator read, deframed by a plain deframer, and the
+    /// messages it holds: what must reach the channel.
+    reference: Deframer,
+    expected: Vec<Bytes>,
+    /// The largest response message.
+    max: usize,
+    /// The status the response ended with (trailers, or a trailers-only response).
+    status: Option<u8>,
     /// The response encoding the headers said, for op 7.
     encoding: Option<Encoding>,
     /// The call failed (the shell would stop here).
@@ -85,10 +95,13 @@ struct Model {
 /// # Panics
 /// When the translator hands the channel a frame for another call, anything after the
 /// final frame, a response message before the headers or past the channel's window; when
-/// the DATA it sends does not decode to the channel's request messages in order, is sent
-/// after the body ended or ends it before the channel half-closed; when the window it
-/// grants back differs from what the messages that went out whole took; or when it asks
-/// for the body while more than its limit waits.
+/// the response messages that reach the channel are not the body's, in order (a stream),
+/// or the final frame's status or message is not the response's; when it fails on a good
+/// body or passes a bad one (against a plain deframer of the same body); when the DATA
+/// it sends does not decode to the channel's request messages in order, is sent after
+/// the body ended, ends it before the channel half-closed, or never ends it once all was
+/// sent; or when the window it grants back differs from what the messages that went out
+/// whole took.
 pub fn grpc_client(script: &[u8]) {
     let Some(&setting) = script.first() else {
         return;
@@ -109,8 +122,12 @@ pub fn grpc_client(script: &[u8]) {
         granted: 0,
         window: i64::from(credits),
         headed: false,
-        messages: 0,
+        delivered: Vec::new(),
         last: None,
+        reference: Deframer::for_responses(),
+        expected: Vec::new(),
+        max,
+        status: None,
         encoding: None,
         failed: false,
     };
@@ -124,15 +141,38 @@ pub fn grpc_client(script: &[u8]) {
     }
     for (at, op, n) in steps(script) {
         let bytes = &script[at.min(script.len())..(at + n).min(script.len())];
-        if !play(&mut ex, &mut model, op, n, bytes) || model.failed || ex.is_done() {
-            return;
+        if !play(&mut ex, &mut model, op, n, bytes) {
+            return; // cancelled
+        }
+        if model.failed || ex.is_done() {
+            break;
         }
     }
-    for _ in 0..3 {
-        take(&mut ex, &mut model);
-        model.window += 1 << 30;
+    if model.failed || ex.is_done() {
+        return; // the shell stops here
     }
-    check_requests(&model, true);
+    // Everything goes: the request body as HTTP/2 allows, the responses as the channel
+    // grants window for them.
+    send(&mut ex, &mut model, usize::MAX);
+    end_of_body(&mut ex, &mut model);
+    take(&mut ex, &mut model);
+    let mut grant = Header::new(FrameKind::WindowUpdate, 1);
+    grant.credits = u32::MAX;
+    channel_frame(
+        &mut ex,
+        &mut model,
+        &Bytes::copy_from_slice(&grant.encode()),
+    );
+    take(&mut ex, &mut model);
+    if model.half_closed && !model.reset && kind.client_streams() {
+        assert!(
+            model.ended,
+            "the channel half-closed, all was sent, the body goes on"
+        );
+    }
+    if model.last.is_none() && model.status.is_some() {
+        panic!("the response ended and the channel never got its final frame");
+    }
 }
 
 /// One step; `false` once the call is over for the shell (cancelled).
@@ -158,9 +198,7 @@ fn play(ex: &mut Exchange, model: &mut Model, op: u8, n: usize, bytes: &[u8]) ->
                 deframe::frame_with(&vec![7; n], model.encoding)
             };
             if ex.wants_body() {
-                assert!(ex.queued_bytes() < LIMIT);
-                let got = ex.on_data(&chunk);
-                outcome(ex, model, got);
+                body_chunk(ex, model, &chunk);
             }
         }
         8 => {
@@ -171,6 +209,14 @@ fn play(ex: &mut Exchange, model: &mut Model, op: u8, n: usize, bytes: &[u8]) ->
             });
             if ex.wants_body() {
                 let ended = ex.on_trailers(trailers.as_ref());
+                if ended.is_ok() {
+                    let code = if n < 17 {
+                        n as u8
+                    } else {
+                        Code::Internal as u8
+                    };
+                    model.status = Some(code);
+                }
                 outcome(ex, model, ended);
             }
         }
@@ -206,6 +252,33 @@ fn message(payload: &[u8], end: bool) -> Bytes {
         header.flags = Flags::END_STREAM;
     }
     frame(header, &Metadata::new(), payload)
+}
+
+/// A chunk of the response body into the translator and the reference deframer: the
+/// translator fails exactly when the body is bad (or carries a second message where
+/// the method returns one).
+fn body_chunk(ex: &mut Exchange, model: &mut Model, chunk: &[u8]) {
+    model.reference.push(chunk);
+    let mut wanted = Ok(());
+    while wanted.is_ok() {
+        match model.reference.next(model.max) {
+            Ok(Some(message)) => model.expected.push(message),
+            Ok(None) => break,
+            Err(status) => wanted = Err(status),
+        }
+    }
+    let got = ex.on_data(chunk);
+    let one_too_many = !model.kind.server_streams() && model.expected.len() > 1;
+    match (&got, &wanted) {
+        // A second message where the method returns one fails the call when it is cut,
+        // whatever follows it.
+        (Err((status, _)), _) if one_too_many => assert_eq!(status.code(), Code::Internal),
+        (Ok(()), Ok(())) => assert!(!one_too_many, "a second response message passed"),
+        (Err(_), Ok(())) => panic!("failed on a good body: {got:?}"),
+        (Err((status, _)), Err(own)) => assert_eq!(status.code(), own.code()),
+        (Ok(()), Err(own)) => panic!("a bad body passed: {own:?}"),
+    }
+    outcome(ex, model, got);
 }
 
 /// A frame from the channel: what it adds to what must go out. `false`: it cancelled
@@ -277,6 +350,11 @@ fn headers(ex: &mut Exchange, model: &mut Model, bytes: &[u8]) {
     let got = ex.on_headers(status, &map);
     if wanted && got.is_ok() {
         model.encoding = Encoding::of_headers(&map).ok().flatten();
+        model.reference.set_encoding(model.encoding);
+        if got == Ok(false) {
+            // Trailers-only: the headers' status ends the call.
+            model.status = Some(Code::from_u8(((bits >> 8) & 31) as u8) as u8);
+        }
     }
     outcome(ex, model, got.map(|_| ()));
 }
@@ -340,6 +418,7 @@ fn take(ex: &mut Exchange, model: &mut Model) {
             FrameKind::Response if header.flags.contains(Flags::END_STREAM) => {
                 model.last = Some(frame.clone());
                 assert!(ex.is_done());
+                check_end(model, header.status, parsed.payload);
             }
             FrameKind::Response => {
                 assert!(
@@ -357,12 +436,34 @@ fn take(ex: &mut Exchange, model: &mut Model) {
                 assert!(model.headed, "a response message before the headers");
                 assert!(model.window > 0, "a message past the channel's window");
                 model.window -= frame.len() as i64;
-                model.messages += 1;
+                model.delivered.push(Bytes::copy_from_slice(parsed.payload));
             }
             other => panic!("a {other:?} frame for the channel"),
         }
     }
     check_requests(model, true);
+}
+
+/// The final frame of a call that did not fail: the status the response ended with,
+/// after every response message of a stream, or with the one message of a unary call.
+fn check_end(model: &Model, status: u8, payload: &[u8]) {
+    let want = model
+        .status
+        .expect("a final frame before the response ended");
+    assert_eq!(status, want, "the final frame's status");
+    if model.kind.server_streams() {
+        assert_eq!(
+            model.delivered, model.expected,
+            "every response message, in order"
+        );
+    } else if status == Code::Ok as u8 {
+        assert_eq!(model.expected.len(), 1);
+        assert_eq!(
+            payload,
+            &model.expected[0][..],
+            "the unary response's message"
+        );
+    }
 }
 
 /// The DATA sent decodes to the request messages, in order, and once the channel took

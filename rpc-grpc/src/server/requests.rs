@@ -78,7 +78,7 @@ impl Call {
         }
         self.to_server(frame(header, metadata, &[]), Charge::none())
             .await?;
-        let mut up = Upload::single(self.request_encoding, self.account().clone());
+        let mut up = Upload::new(self.request_encoding, self.account().clone());
         // When the last chunk came: a message in progress may stall only so long.
         let mut last_chunk = tokio::time::Instant::now();
         let mut was_reading = true;
