@@ -1,10 +1,10 @@
 //! Generates the acme packages from proto/ and the protoless `ping.Ping` service.
 
-use rpc_codegen::manual;
+use rdmarpc_codegen::manual;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    rpc_codegen::configure()
-        // No rpc-transport here: the tests make clients over the in-memory transport.
+    rdmarpc_codegen::configure()
+        // No rdmarpc-transport here: the tests make clients over the in-memory transport.
         .build_connect(false)
         .bytes([".acme.store.Item.thumbnail"])
         .type_attribute(".acme.common.Currency", "#[doc(alias = \"iso4217\")]")

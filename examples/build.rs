@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
-    rpc_codegen::configure()
+    rdmarpc_codegen::configure()
         .file_descriptor_set_path(out.join("examples_descriptor_set.bin"))
         // `bytes` fields as `bytes::Bytes`: a large payload decodes as a slice of the
         // received frame and is sent without a copy (docs/limits.md, "Large messages").

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
-    rpc_codegen::configure()
+    rdmarpc_codegen::configure()
         // A library: its users choose the transport (FooClient::new(channel)).
         .build_connect(false)
         // Descriptors go out as `Bytes` clones of the registered set: no copy per answer.

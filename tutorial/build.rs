@@ -1,5 +1,5 @@
 // build.rs: no protoc needed, the .proto is parsed in Rust
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    rpc_codegen::configure().compile_protos(&["proto/hello.proto"], &["proto"])?;
+    rdmarpc_codegen::configure().compile_protos(&["proto/hello.proto"], &["proto"])?;
     Ok(())
 }

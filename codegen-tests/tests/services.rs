@@ -1,4 +1,4 @@
-//! The generated clients and servers, end to end over rpc-core's in-memory transport: the server
+//! The generated clients and servers, end to end over rdmarpc-core's in-memory transport: the server
 //! traits are implemented with `async fn`, every client method is called, and the routing data
 //! (`NAME`, `METHODS`, method ids) is what the wire expects.
 
@@ -13,9 +13,9 @@ use codegen_tests::acme::store::{
 use codegen_tests::manual_types::{PingReply, PingRequest};
 use codegen_tests::ping::{ping_client::PingClient, ping_methods, ping_server};
 use prost::Message;
-use rpc_core::codegen::{method_id, NamedService, Service};
-use rpc_core::memory::{self, MemoryConnection};
-use rpc_core::{Channel, Code, Payload, Request, Response, Server, Status};
+use rdmarpc_core::codegen::{method_id, NamedService, Service};
+use rdmarpc_core::memory::{self, MemoryConnection};
+use rdmarpc_core::{Channel, Code, Payload, Request, Response, Server, Status};
 
 /// An in-memory catalogue.
 #[derive(Debug, Default)]

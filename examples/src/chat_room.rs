@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rpc_core::{BoxStream, Request, Response, Status, Streaming};
+use rdmarpc_core::{BoxStream, Request, Response, Status, Streaming};
 use tokio::sync::broadcast;
 
 use crate::chat::chat_server::Chat;

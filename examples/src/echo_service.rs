@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use rpc_core::{BoxStream, Code, Request, Response, Status};
+use rdmarpc_core::{BoxStream, Code, Request, Response, Status};
 
 use crate::echo::echo_server::Echo;
 use crate::echo::{EchoReply, EchoRequest, RepeatRequest};

@@ -1,6 +1,6 @@
 //! [`GatewayService`]: the front end of the two-service example.
 
-use rpc_core::{Request, Response, Status};
+use rdmarpc_core::{Request, Response, Status};
 
 use crate::gateway::gateway_server::Gateway;
 use crate::gateway::{LookupReply, LookupRequest, StoreReply, StoreRequest};
@@ -10,7 +10,7 @@ use crate::transport::ClientConnection;
 
 /// Answers lookups and stores from the key-value back end it holds a client of. Each
 /// back-end call continues the caller's trace when the channel has
-/// [`rpc_core::trace::ClientTraceLayer`] (or the `propagate` interceptor).
+/// [`rdmarpc_core::trace::ClientTraceLayer`] (or the `propagate` interceptor).
 #[derive(Debug, Clone)]
 pub struct GatewayService {
     backend: KvClient<ClientConnection>,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::RwLock;
-use rpc_core::{BoxStream, Request, Response, Status};
+use rdmarpc_core::{BoxStream, Request, Response, Status};
 use tokio::sync::broadcast;
 
 use crate::kv::kv_server::Kv;

@@ -17,31 +17,31 @@
 /// Generated from `proto/echo.proto`.
 #[allow(missing_docs)]
 pub mod echo {
-    rpc_core::include_proto!("echo");
+    rdmarpc_core::include_proto!("echo");
 }
 
 /// Generated from `proto/kv.proto`.
 #[allow(missing_docs)]
 pub mod kv {
-    rpc_core::include_proto!("kv");
+    rdmarpc_core::include_proto!("kv");
 }
 
 /// Generated from `proto/chat.proto`.
 #[allow(missing_docs)]
 pub mod chat {
-    rpc_core::include_proto!("chat");
+    rdmarpc_core::include_proto!("chat");
 }
 
 /// Generated from `proto/gateway.proto`: the front end of the two-service example.
 #[allow(missing_docs)]
 pub mod gateway {
-    rpc_core::include_proto!("gateway");
+    rdmarpc_core::include_proto!("gateway");
 }
 
 /// Generated from `proto/grpc/testing/*.proto`: the gRPC interop test services.
 #[allow(missing_docs)]
 pub mod grpc_testing {
-    rpc_core::include_proto!("grpc.testing");
+    rdmarpc_core::include_proto!("grpc.testing");
 }
 
 /// The encoded `FileDescriptorSet` of every example's `.proto` files (imports included),

@@ -1,14 +1,14 @@
 //! Turning `--addr URL` / `--config FILE` into a listener or a channel.
 //!
 //! `URL` is `tcp://HOST:PORT`, `rdma://HOST:PORT` or `auto://HOST:PORT`; the TOML file
-//! (see `rpc_transport::FileConfig`) can give the address and the transport's
+//! (see `rdmarpc_transport::FileConfig`) can give the address and the transport's
 //! tunables. A flag wins over the file. No rebuild switches transport.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rpc_core::{Channel, ClientConfig, Endpoint, ServerConfig};
-use rpc_transport::{AnyConnection, AnyListener, FileConfig, TransportSettings};
+use rdmarpc_core::{Channel, ClientConfig, Endpoint, ServerConfig};
+use rdmarpc_transport::{AnyConnection, AnyListener, FileConfig, TransportSettings};
 
 /// The connection type the examples use.
 pub type ClientConnection = AnyConnection;
@@ -64,7 +64,7 @@ impl ObserveArgs {
                 .install()
                 .map_err(|e| anyhow::anyhow!("cannot serve metrics at {addr}: {e}"))?;
             // The RDMA transport's counters too (rpc_rdma_*), refreshed every second.
-            rpc_transport::spawn_rdma_metrics(Duration::from_secs(1));
+            rdmarpc_transport::spawn_rdma_metrics(Duration::from_secs(1));
             tracing::info!(%addr, "serving Prometheus metrics at /metrics");
         }
         Ok(())
@@ -161,7 +161,7 @@ impl Resolved {
         let (endpoint, settings) = (self.endpoint.clone(), self.settings.clone());
         Channel::with_reconnect(config, move || {
             let (endpoint, settings) = (endpoint.clone(), settings.clone());
-            async move { rpc_transport::connect(&endpoint, &settings).await }
+            async move { rdmarpc_transport::connect(&endpoint, &settings).await }
         })
         .await
         .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", self.endpoint))
@@ -174,10 +174,10 @@ impl Resolved {
 ///
 /// # Errors
 /// A name no example `.proto` defines.
-pub fn reflection(served: &[&str]) -> anyhow::Result<rpc_reflection::ReflectionService> {
-    let builder = rpc_reflection::Builder::new()
+pub fn reflection(served: &[&str]) -> anyhow::Result<rdmarpc_reflection::ReflectionService> {
+    let builder = rdmarpc_reflection::Builder::new()
         .register_encoded_file_descriptor_set(crate::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(rpc_health::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(rdmarpc_health::FILE_DESCRIPTOR_SET)
         .with_service_name("grpc.health.v1.Health");
     let builder = served
         .iter()
@@ -195,16 +195,16 @@ pub fn reflection(served: &[&str]) -> anyhow::Result<rpc_reflection::ReflectionS
 pub fn example_server<S>(
     service: S,
     config: ServerConfig,
-) -> anyhow::Result<(rpc_core::Server, rpc_health::HealthReporter)>
+) -> anyhow::Result<(rdmarpc_core::Server, rdmarpc_health::HealthReporter)>
 where
-    S: rpc_core::codegen::Service + rpc_core::codegen::NamedService,
+    S: rdmarpc_core::codegen::Service + rdmarpc_core::codegen::NamedService,
 {
     observed_server(service, config, &ObserveArgs::default())
 }
 
 /// [`example_server`] with the observability `observe` asks for: the service metered
-/// ([`rpc_core::MeteredService`]) with `--metrics-addr`, every call traced
-/// ([`rpc_core::trace::ServerTraceLayer`]) with `--trace-calls`.
+/// ([`rdmarpc_core::MeteredService`]) with `--metrics-addr`, every call traced
+/// ([`rdmarpc_core::trace::ServerTraceLayer`]) with `--trace-calls`.
 ///
 /// # Errors
 /// As [`example_server`].
@@ -212,19 +212,19 @@ pub fn observed_server<S>(
     service: S,
     config: ServerConfig,
     observe: &ObserveArgs,
-) -> anyhow::Result<(rpc_core::Server, rpc_health::HealthReporter)>
+) -> anyhow::Result<(rdmarpc_core::Server, rdmarpc_health::HealthReporter)>
 where
-    S: rpc_core::codegen::Service + rpc_core::codegen::NamedService,
+    S: rdmarpc_core::codegen::Service + rdmarpc_core::codegen::NamedService,
 {
-    let (reporter, health) = rpc_health::health_reporter();
+    let (reporter, health) = rdmarpc_health::health_reporter();
     reporter.set_serving::<S>();
     let reflection = reflection(&[S::NAME])?;
-    let mut builder = rpc_core::Server::builder();
+    let mut builder = rdmarpc_core::Server::builder();
     if observe.trace_calls {
-        builder = builder.layer(rpc_core::trace::ServerTraceLayer);
+        builder = builder.layer(rdmarpc_core::trace::ServerTraceLayer);
     }
     let builder = if observe.metrics_addr.is_some() {
-        builder.add_service(rpc_core::MeteredService::new(service))
+        builder.add_service(rdmarpc_core::MeteredService::new(service))
     } else {
         builder.add_service(service)
     };
@@ -255,7 +255,7 @@ pub async fn serve_until_ctrl_c<S>(
     service: S,
 ) -> anyhow::Result<()>
 where
-    S: rpc_core::codegen::Service + rpc_core::codegen::NamedService,
+    S: rdmarpc_core::codegen::Service + rdmarpc_core::codegen::NamedService,
 {
     let resolved = args.resolve(default_addr, default_max)?;
     let listener = resolved.listen().await?;
@@ -265,7 +265,7 @@ where
             shutdown_signal().await;
             tracing::info!("shutting down");
             reporter.set_not_serving::<S>();
-            reporter.set_service_status("", rpc_health::ServingStatus::NotServing);
+            reporter.set_service_status("", rdmarpc_health::ServingStatus::NotServing);
         })
         .await?;
     Ok(())

@@ -11,13 +11,13 @@ use examples::echo::echo_client::EchoClient;
 use examples::echo::echo_server::{Echo, EchoServer};
 use examples::echo::{EchoReply, EchoRequest, RepeatRequest};
 use examples::EchoService;
-use rpc_core::{
+use rdmarpc_core::{
     Channel, ClientConfig, Code, LbStrategy, Request, Response, RetryPolicy, Server, Status,
 };
-use rpc_health::HealthReporter;
-use rpc_health::ServingStatus;
-use rpc_transport::AnyConnection;
-use rpc_transport_tcp::{TcpConfig, TcpListener};
+use rdmarpc_health::HealthReporter;
+use rdmarpc_health::ServingStatus;
+use rdmarpc_transport::AnyConnection;
+use rdmarpc_transport_tcp::{TcpConfig, TcpListener};
 
 /// One in-process server: its address, the calls it served, its health reporter.
 struct Backend {
@@ -33,7 +33,7 @@ struct Backend {
 struct Delayed(Duration);
 
 impl Echo for Delayed {
-    type RepeatStream = rpc_core::BoxStream<EchoReply>;
+    type RepeatStream = rdmarpc_core::BoxStream<EchoReply>;
 
     async fn repeat(
         &self,
@@ -65,7 +65,7 @@ async fn backend_with(ip: &str, port: u16, fail: bool, delay: Duration) -> Backe
         }
         Ok(request)
     });
-    let (health, health_service) = rpc_health::health_reporter();
+    let (health, health_service) = rdmarpc_health::health_reporter();
     let server = Server::builder()
         .add_service(echo)
         .unwrap()
@@ -112,7 +112,7 @@ fn echo(payload: &[u8]) -> EchoRequest {
 async fn until_endpoints(
     channel: &Channel<AnyConnection>,
     what: &str,
-    ready: impl Fn(&[rpc_core::EndpointStatus]) -> bool,
+    ready: impl Fn(&[rdmarpc_core::EndpointStatus]) -> bool,
 ) {
     let start = Instant::now();
     loop {
@@ -569,7 +569,7 @@ async fn dns_srv_records_give_hosts_and_ports() {
 async fn endpoints_from_a_stream_the_application_supplies() {
     let a = backend().await;
     let b = backend().await;
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Vec<rpc_core::Endpoint>>();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Vec<rdmarpc_core::Endpoint>>();
     let updates =
         futures_util::stream::unfold(
             rx,

@@ -15,9 +15,9 @@ use examples::echo::echo_client::EchoClient;
 use examples::echo::EchoRequest;
 use peer::grpc::*;
 use peer::*;
-use rpc_core::wire::FrameKind;
-use rpc_core::{Channel, Code};
-use rpc_transport::AnyConnection;
+use rdmarpc_core::wire::FrameKind;
+use rdmarpc_core::{Channel, Code};
+use rdmarpc_transport::AnyConnection;
 use tokio::io::AsyncWriteExt;
 
 /// A raw TCP-frames connection from `source` with one echo call of `delay_ms` sent.
@@ -50,7 +50,7 @@ async fn client(server: &ServerProcess, scheme: &str) -> EchoClient<AnyConnectio
 async fn next_frame(
     tcp: &mut tokio::net::TcpStream,
     within: Duration,
-) -> Option<(rpc_core::wire::Header, Vec<u8>)> {
+) -> Option<(rdmarpc_core::wire::Header, Vec<u8>)> {
     tokio::time::timeout(within, read_frame(tcp))
         .await
         .expect("a frame or the end within the time given")

@@ -21,8 +21,8 @@ use prost::Message;
 use examples::echo::EchoRequest;
 use peer::grpc::*;
 use peer::*;
-use rpc_core::wire::{FrameKind, Header};
-use rpc_core::Code;
+use rdmarpc_core::wire::{FrameKind, Header};
+use rdmarpc_core::Code;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -398,13 +398,13 @@ async fn a_million_message_server_stream_has_bounded_memory() {
     use examples::echo::RepeatRequest;
     const COUNT: u64 = 1_000_000;
     let server = ServerProcess::start(&[]);
-    let conn = rpc_transport_tcp::TcpConnection::connect(
+    let conn = rdmarpc_transport_tcp::TcpConnection::connect(
         &format!("127.0.0.1:{}", server.port),
-        &rpc_transport_tcp::TcpConfig::default(),
+        &rdmarpc_transport_tcp::TcpConfig::default(),
     )
     .await
     .unwrap();
-    let client = EchoClient::new(rpc_core::Channel::new(conn));
+    let client = EchoClient::new(rdmarpc_core::Channel::new(conn));
     let payload = bytes::Bytes::from(vec![7u8; 64]);
     let mut stream = client
         .repeat(RepeatRequest {
@@ -452,7 +452,7 @@ async fn a_million_message_server_stream_has_bounded_memory() {
 }
 
 /// The repeat method's wire id.
-const REPEAT: u32 = rpc_core::codegen::method_id("/echo.Echo/Repeat");
+const REPEAT: u32 = rdmarpc_core::codegen::method_id("/echo.Echo/Repeat");
 
 /// Opens `connections` connections from `source` (an address of the loopback network)
 /// and `per_connection` endless server streams on each, announcing a receive window of
@@ -484,7 +484,7 @@ async fn hold_idle_streams(
             // mean the default).
             let mut header = Header::decode(&frame).unwrap().unwrap();
             header.credits = 1;
-            frame[..rpc_core::wire::HEADER_LEN].copy_from_slice(&header.encode());
+            frame[..rdmarpc_core::wire::HEADER_LEN].copy_from_slice(&header.encode());
             frames.extend_from_slice(&frame);
         }
         stream.write_all(&frames).await.unwrap();
@@ -496,7 +496,7 @@ async fn hold_idle_streams(
 /// A stream from the other address, of 100 messages, within 5 s.
 async fn other_stream(
     port: u16,
-) -> Result<Result<usize, rpc_core::Status>, tokio::time::error::Elapsed> {
+) -> Result<Result<usize, rdmarpc_core::Status>, tokio::time::error::Elapsed> {
     let client = channel(port, 1 << 20).await;
     tokio::time::timeout(Duration::from_secs(5), async {
         let mut replies = client
@@ -510,7 +510,7 @@ async fn other_stream(
         while replies.message().await?.is_some() {
             n += 1;
         }
-        Ok::<_, rpc_core::Status>(n)
+        Ok::<_, rdmarpc_core::Status>(n)
     })
     .await
 }

@@ -1,4 +1,4 @@
-//! Hostile peers against the server's one resource model (`rpc_core::account`): from
+//! Hostile peers against the server's one resource model (`rdmarpc_core::account`): from
 //! other loopback addresses (127.0.0.2 and up) against a real `echo-server` process with
 //! its default settings, while a well-behaved client on 127.0.0.1 is served within its
 //! deadlines. Each test prints its figures (`hostile: …`); `HOSTILE_SERVER_BIN` runs
@@ -133,7 +133,7 @@ const ATTACKERS: std::ops::RangeInclusive<u8> = 2..=5;
 async fn watch_while(
     server: &ServerProcess,
     during: Duration,
-) -> (u64, Vec<Result<Duration, rpc_core::Status>>) {
+) -> (u64, Vec<Result<Duration, rdmarpc_core::Status>>) {
     let mut peak = 0;
     let started = Instant::now();
     let mut served = Vec::new();
@@ -249,7 +249,7 @@ async fn replies_nobody_reads_from_four_addresses_are_bounded_over_http2() {
     }
 }
 
-const WATCH: u32 = rpc_core::codegen::method_id("/grpc.health.v1.Health/Watch");
+const WATCH: u32 = rdmarpc_core::codegen::method_id("/grpc.health.v1.Health/Watch");
 
 /// Four addresses (127.0.0.2-5) each open 1,100 `grpc.health.v1.Health/Watch` streams,
 /// 4,400 on 24 connections, and keep them open. When streams held call permits (before
@@ -302,7 +302,7 @@ async fn long_lived_streams_from_four_addresses_leave_unary_calls_served() {
         while replies.message().await?.is_some() {
             n += 1;
         }
-        Ok::<_, rpc_core::Status>(n)
+        Ok::<_, rdmarpc_core::Status>(n)
     })
     .await;
     report(&format!(
@@ -334,8 +334,8 @@ fn fnv_inverse() -> u32 {
 /// three backward from the target's id: 2^36 pairs for a 32-bit match).
 fn colliding_path(target: &str, prefix: &str) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let goal = rpc_core::codegen::method_id(target);
-    let start = rpc_core::codegen::method_id(prefix);
+    let goal = rdmarpc_core::codegen::method_id(target);
+    let start = rdmarpc_core::codegen::method_id(prefix);
     let step = |h: u32, b: u8| (h ^ u32::from(b)).wrapping_mul(FNV_PRIME);
     let mut forward = std::collections::HashMap::new();
     for &a in ALPHABET {
@@ -353,7 +353,7 @@ fn colliding_path(target: &str, prefix: &str) -> String {
                 if let Some(first) = forward.get(&back(back(back(goal, f), e), d)) {
                     let tail = [first[0], first[1], first[2], d, e, f];
                     let path = format!("{prefix}{}", std::str::from_utf8(&tail).unwrap());
-                    assert_eq!(rpc_core::codegen::method_id(&path), goal);
+                    assert_eq!(rdmarpc_core::codegen::method_id(&path), goal);
                     return path;
                 }
             }

@@ -373,8 +373,8 @@ async fn rapid_reset_gets_goaway_enhance_your_calm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_cancelling_its_calls_keeps_its_connection() {
     use examples::echo::echo_client::EchoClient;
-    use rpc_core::{Channel, Code, Request};
-    use rpc_transport::AnyConnection;
+    use rdmarpc_core::{Channel, Code, Request};
+    use rdmarpc_transport::AnyConnection;
 
     let server = ServerProcess::start(&[]);
     let url = format!("grpc://127.0.0.1:{}", server.port);

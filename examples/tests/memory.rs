@@ -1,10 +1,10 @@
-//! The shared end-to-end suite over rpc-core's in-memory transport.
+//! The shared end-to-end suite over rdmarpc-core's in-memory transport.
 
 mod suite;
 
 use parking_lot::Mutex;
-use rpc_core::memory::{self, MemoryConnection, MemoryConnector};
-use rpc_core::{Channel, ClientConfig, Server};
+use rdmarpc_core::memory::{self, MemoryConnection, MemoryConnector};
+use rdmarpc_core::{Channel, ClientConfig, Server};
 use suite::*;
 
 #[derive(Default)]

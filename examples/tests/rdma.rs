@@ -16,8 +16,8 @@ use examples::echo::echo_client::EchoClient;
 use examples::echo::{EchoReply, EchoRequest};
 use examples::kv::kv_client::KvClient;
 use examples::kv::{GetRequest, PutRequest};
-use rpc_core::{Channel, ClientConfig, Code, Endpoint, Request, Server, TransportKind};
-use rpc_transport::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
+use rdmarpc_core::{Channel, ClientConfig, Code, Endpoint, Request, Server, TransportKind};
+use rdmarpc_transport::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
 use suite::*;
 
 const SERVER_IP: &str = "10.77.0.2";
@@ -174,10 +174,10 @@ async fn rdma_with_the_side_channel_under_tls() {
     let endpoint: Endpoint = format!("rdma+tls://{addr}").parse().unwrap();
     let conn = connect(&endpoint, &client_settings).await.unwrap();
     assert_eq!(conn.transport(), TransportKind::Rdma);
-    let peer = rpc_core::Connection::peer(&conn);
+    let peer = rdmarpc_core::Connection::peer(&conn);
     assert!(peer.starts_with("rdma+tls://"), "{peer}");
     // The server's chain, from the side channel's handshake.
-    let chain = rpc_core::Connection::peer_certificates(&conn);
+    let chain = rdmarpc_core::Connection::peer_certificates(&conn);
     assert!(chain.is_some_and(|c| c.len() == 2));
     let channel = Channel::new(conn);
     let client = EchoClient::new(channel.clone());
@@ -929,7 +929,7 @@ async fn two_percent_loss_still_delivers_everything() {
             .into_inner()
             .value;
         assert!(got == value);
-        Ok::<_, rpc_core::Status>(())
+        Ok::<_, rdmarpc_core::Status>(())
     }
     .await;
     sh("tc qdisc del dev veth0 root");
@@ -1004,8 +1004,8 @@ async fn graceful_shutdown_delivers_in_flight_responses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_arrive_in_the_order_sent_across_eager_and_rendezvous() {
     use prost::bytes::BufMut;
-    use rpc_core::wire::{FrameKind, Header};
-    use rpc_core::{Connection, Listener, Metadata};
+    use rdmarpc_core::wire::{FrameKind, Header};
+    use rdmarpc_core::{Connection, Listener, Metadata};
     if skip() {
         return;
     }
@@ -1033,10 +1033,10 @@ async fn frames_arrive_in_the_order_sent_across_eager_and_rendezvous() {
             header.payload_len = size as u32;
             let metadata = Metadata::new();
             let mut frame = client
-                .alloc(rpc_core::wire::HEADER_LEN + metadata.encoded_len() + size)
+                .alloc(rdmarpc_core::wire::HEADER_LEN + metadata.encoded_len() + size)
                 .await
                 .unwrap();
-            rpc_core::wire::encode_head(&mut header, &metadata, &mut frame);
+            rdmarpc_core::wire::encode_head(&mut header, &metadata, &mut frame);
             frame.put_bytes(id as u8, size);
             client.send(frame).await.unwrap();
         }
@@ -1047,8 +1047,8 @@ async fn frames_arrive_in_the_order_sent_across_eager_and_rendezvous() {
             let frame = server.recv().await.unwrap().expect("a frame");
             let header = Header::decode(&frame).unwrap().unwrap();
             let id = header.call_id as usize - 1;
-            assert_eq!(frame.len(), rpc_core::wire::HEADER_LEN + sizes[id]);
-            assert!(frame[rpc_core::wire::HEADER_LEN..]
+            assert_eq!(frame.len(), rdmarpc_core::wire::HEADER_LEN + sizes[id]);
+            assert!(frame[rdmarpc_core::wire::HEADER_LEN..]
                 .iter()
                 .all(|&b| b == id as u8));
             order.push(id);
@@ -1076,7 +1076,7 @@ async fn balanced_auto_endpoints_use_rdma_and_counters_become_metrics() {
                 .await,
         );
     }
-    let before = rpc_transport::process_counters();
+    let before = rdmarpc_transport::process_counters();
     let target = format!("auto://{},{}", addrs[0], addrs[1]);
     let channel = Channel::<AnyConnection>::connect(&target).await.unwrap();
     let start = Instant::now();
@@ -1099,7 +1099,7 @@ async fn balanced_auto_endpoints_use_rdma_and_counters_become_metrics() {
             .unwrap();
         assert_eq!(&reply.into_inner().payload[..], &i.to_le_bytes());
     }
-    let after = rpc_transport::process_counters();
+    let after = rdmarpc_transport::process_counters();
     // Each call: a request and a response sent eagerly over RDMA, in this process.
     assert!(
         after.eager_sends.saturating_sub(before.eager_sends) >= 200,
@@ -1108,7 +1108,7 @@ async fn balanced_auto_endpoints_use_rdma_and_counters_become_metrics() {
     assert!(after.live_connections >= before.live_connections + 4);
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, rpc_transport::publish_rdma_metrics);
+    metrics::with_local_recorder(&recorder, rdmarpc_transport::publish_rdma_metrics);
     let published: std::collections::HashMap<String, u64> = snapshotter
         .snapshot()
         .into_vec()
@@ -1132,7 +1132,7 @@ async fn balanced_auto_endpoints_use_rdma_and_counters_become_metrics() {
     drop(client);
     drop(channel);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let closed = rpc_transport::process_counters();
+    let closed = rdmarpc_transport::process_counters();
     assert!(
         closed.eager_sends >= after.eager_sends,
         "{after:?} -> {closed:?}"

@@ -9,8 +9,8 @@ use std::time::Duration;
 use examples::echo::echo_client::EchoClient;
 use examples::echo::EchoRequest;
 use rand::{Rng, SeedableRng};
-use rpc_core::{Channel, ClientConfig, Code, Server};
-use rpc_transport_tcp::{TcpConfig, TcpConnection, TcpListener};
+use rdmarpc_core::{Channel, ClientConfig, Code, Server};
+use rdmarpc_transport_tcp::{TcpConfig, TcpConnection, TcpListener};
 use suite::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -297,7 +297,7 @@ async fn a_reconnecting_channel_reaches_a_restarted_server() {
     });
     // Once the back-off (with its jitter of at most 20 %) has passed, the next call dials
     // the restarted server.
-    tokio::time::sleep(rpc_core::REDIAL_BACKOFF.mul_f64(1.25)).await;
+    tokio::time::sleep(rdmarpc_core::REDIAL_BACKOFF.mul_f64(1.25)).await;
     let reply = client
         .echo(EchoRequest {
             payload: b"two".to_vec().into(),
@@ -364,16 +364,19 @@ async fn status_details_and_error_metadata_reach_the_caller() {
     assert_eq!(status.message(), "failed as requested");
     assert_eq!(status.details(), &details[..]);
     assert_eq!(status.metadata().get("x-failed"), Some("yes"));
-    assert_eq!(status.metadata().get(rpc_core::STATUS_DETAILS_KEY), None);
+    assert_eq!(
+        status.metadata().get(rdmarpc_core::STATUS_DETAILS_KEY),
+        None
+    );
 }
 
-/// The generated `EchoClient::connect` / `connect_lazy` (over `rpc_transport`): a bad URL
+/// The generated `EchoClient::connect` / `connect_lazy` (over `rdmarpc_transport`): a bad URL
 /// is a typed error at once; a lazy client dials on its first call, which fails with
 /// UNAVAILABLE while nothing listens, and the same client reaches the server once it is
 /// up (after the back-off); `connect` to a closed port fails at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generated_connect_and_connect_lazy() {
-    use rpc_core::{ParseEndpointError, TransportError};
+    use rdmarpc_core::{ParseEndpointError, TransportError};
     let err = EchoClient::connect("http://127.0.0.1:1").await.unwrap_err();
     assert!(
         matches!(
@@ -401,8 +404,8 @@ async fn generated_connect_and_connect_lazy() {
     assert_eq!(status.code(), Code::Unavailable);
     assert!(status.message().contains("connecting failed"), "{status:?}");
 
-    let endpoint: rpc_core::Endpoint = url.parse().unwrap();
-    let listener = rpc_transport::AnyListener::bind(&endpoint, &Default::default())
+    let endpoint: rdmarpc_core::Endpoint = url.parse().unwrap();
+    let listener = rdmarpc_transport::AnyListener::bind(&endpoint, &Default::default())
         .await
         .unwrap();
     let server = Server::builder()
@@ -412,7 +415,7 @@ async fn generated_connect_and_connect_lazy() {
         .unwrap()
         .build();
     tokio::spawn(async move { server.serve(listener).await });
-    tokio::time::sleep(rpc_core::REDIAL_BACKOFF * 2).await;
+    tokio::time::sleep(rdmarpc_core::REDIAL_BACKOFF * 2).await;
     let request = EchoRequest {
         payload: b"late".to_vec().into(),
         ..Default::default()

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use examples::echo::echo_client::EchoClient;
 use examples::echo::EchoRequest;
-use rpc_core::{Channel, ClientConfig, Code, Connection, Endpoint, Server, TransportKind};
-use rpc_transport::{
+use rdmarpc_core::{Channel, ClientConfig, Code, Connection, Endpoint, Server, TransportKind};
+use rdmarpc_transport::{
     connect, AnyConnection, AnyListener, ClientAuth, FileConfig, TransportSettings,
 };
 use suite::*;
@@ -109,7 +109,7 @@ async fn the_interop_cases_pass() {
     interop_cases_pass(tls()).await;
 }
 
-async fn echo(channel: Channel<AnyConnection>) -> Result<(), rpc_core::Status> {
+async fn echo(channel: Channel<AnyConnection>) -> Result<(), rdmarpc_core::Status> {
     EchoClient::new(channel)
         .echo(EchoRequest {
             payload: b"over tls".to_vec().into(),
@@ -301,7 +301,7 @@ async fn tls_settings_come_from_the_toml_file_and_the_environment() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_with_tls_falls_back_to_tcp_under_tls_without_rdma() {
-    if rpc_transport::rdma_available() {
+    if rdmarpc_transport::rdma_available() {
         eprintln!("SKIP: this host has RDMA (the guest suite covers rdma+tls://)");
         return;
     }

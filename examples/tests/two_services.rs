@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use examples::gateway::gateway_client::GatewayClient;
 use examples::gateway::{LookupRequest, StoreRequest};
-use rpc_core::trace::{TraceContext, TRACEPARENT};
-use rpc_core::{Channel, Code, Request};
-use rpc_transport::AnyConnection;
+use rdmarpc_core::trace::{TraceContext, TRACEPARENT};
+use rdmarpc_core::{Channel, Code, Request};
+use rdmarpc_transport::AnyConnection;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

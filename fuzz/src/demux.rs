@@ -1,11 +1,11 @@
-//! Targets `client_demux` and `server_demux`: the call demultiplexers of `rpc-core`
-//! (`rpc_core::fuzzing`), driven by a script of frames against a unary call and calls
+//! Targets `client_demux` and `server_demux`: the call demultiplexers of `rdmarpc-core`
+//! (`rdmarpc_core::fuzzing`), driven by a script of frames against a unary call and calls
 //! streaming each way, with every frame's outcome checked against the call protocol's
-//! rules inside `rpc_core::fuzzing` (the demultiplexers and their calls' state are
+//! rules inside `rdmarpc_core::fuzzing` (the demultiplexers and their calls' state are
 //! private to it). The client's is played twice, frame by frame and in runs, and both
 //! plays must end the same way.
 
-use rpc_core::fuzzing::{self, CALLS, HEADER_AT};
+use rdmarpc_core::fuzzing::{self, CALLS, HEADER_AT};
 
 use crate::frame::frame_fields;
 use crate::mutate::Field;

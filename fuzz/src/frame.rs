@@ -1,7 +1,7 @@
 //! Target `frame`: [`Header::decode`] and [`Frame::parse`] on arbitrary bytes.
 
-use rpc_core::wire::{encode_head, Flags, Frame, FrameError, FrameKind, Header, HEADER_LEN};
-use rpc_core::{Metadata, MAX_METADATA_LEN};
+use rdmarpc_core::wire::{encode_head, Flags, Frame, FrameError, FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::{Metadata, MAX_METADATA_LEN};
 
 use crate::mutate::{read_le, Field};
 

@@ -1,5 +1,5 @@
-//! Target `grpc_client`: the gRPC client's call translator (`rpc-grpc`'s
-//! `client/translate.rs`, through `rpc_grpc::fuzzing`), driven by a script of the
+//! Target `grpc_client`: the gRPC client's call translator (`rdmarpc-grpc`'s
+//! `client/translate.rs`, through `rdmarpc_grpc::fuzzing`), driven by a script of the
 //! channel's frames (request messages, window updates, half-close, cancel) and HTTP/2's
 //! events (response headers, body chunks, trailers, send capacity, a reset): the frames
 //! for the channel are checked against the call protocol (one call, headers before
@@ -7,9 +7,9 @@
 //! against the channel's request messages, the window given back against what the
 //! messages that went out took.
 
-use rpc_core::wire::{Flags, FrameKind, Header};
-use rpc_core::Metadata;
-use rpc_grpc::fuzzing;
+use rdmarpc_core::wire::{Flags, FrameKind, Header};
+use rdmarpc_core::Metadata;
+use rdmarpc_grpc::fuzzing;
 
 use crate::frame::{build, frame_fields};
 use crate::mutate::Field;

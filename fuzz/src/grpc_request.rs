@@ -1,11 +1,11 @@
-//! Target `grpc_request`: the gRPC server's request-stream translator (`rpc-grpc`'s
-//! `server/upload.rs`, through `rpc_grpc::fuzzing`), fed body chunks, window grants, the
+//! Target `grpc_request`: the gRPC server's request-stream translator (`rdmarpc-grpc`'s
+//! `server/upload.rs`, through `rdmarpc_grpc::fuzzing`), fed body chunks, window grants, the
 //! server taking and consuming messages and the body's end, against a real account: the
 //! messages handed over are the body's, in order, within the window; the account never
 //! holds more than its limit, and nothing once all is gone; a failure is the body's own
 //! or the account's.
 
-use rpc_grpc::fuzzing;
+use rdmarpc_grpc::fuzzing;
 
 use crate::grpc_response::step;
 use crate::mutate::Field;

@@ -1,13 +1,13 @@
-//! Target `grpc_response`: the gRPC server's response translator (`rpc-grpc`'s
-//! `server/translate.rs`, through `rpc_grpc::fuzzing`), driven by a script of the
+//! Target `grpc_response`: the gRPC server's response translator (`rdmarpc-grpc`'s
+//! `server/translate.rs`, through `rdmarpc_grpc::fuzzing`), driven by a script of the
 //! server's frames, HTTP/2 capacity, final-status requests and failures; the HTTP/2
 //! actions are checked against gRPC's grammar, the DATA against the messages sent, the
 //! window given back against what the messages took, the status against what ended the
 //! call.
 
-use rpc_core::wire::{Flags, FrameKind, Header};
-use rpc_core::Metadata;
-use rpc_grpc::fuzzing::{self, STEPS_AT};
+use rdmarpc_core::wire::{Flags, FrameKind, Header};
+use rdmarpc_core::Metadata;
+use rdmarpc_grpc::fuzzing::{self, STEPS_AT};
 
 use crate::frame::{build, frame_fields};
 use crate::mutate::Field;
@@ -36,7 +36,7 @@ pub fn fields(data: &[u8]) -> Vec<Field> {
     fields
 }
 
-/// A step of an `[op u8][n u16 LE]` script (`rpc_core::fuzzing::op_steps`): `op` with
+/// A step of an `[op u8][n u16 LE]` script (`rdmarpc_core::fuzzing::op_steps`): `op` with
 /// `n`, and for op 0 the bytes (`n` is their length).
 pub(crate) fn step(op: u8, n: u16, frame: &[u8]) -> Vec<u8> {
     let n = if op == 0 { frame.len() as u16 } else { n };

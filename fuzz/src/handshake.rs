@@ -1,5 +1,5 @@
 //! Target `handshake`: the RDMA side-channel handshake parser, through
-//! [`rpc_transport_rdma::fuzzing::decode_hello`] (the offer decoder behind HELLO and
+//! [`rdmarpc_transport_rdma::fuzzing::decode_hello`] (the offer decoder behind HELLO and
 //! OKAY, and the recognition of NONE).
 //!
 //! ```text
@@ -8,7 +8,7 @@
 //! ```
 //! NONE carries `reason_len: u32` at offset 8 and the reason after the 64 bytes.
 
-use rpc_transport_rdma::fuzzing::{decode_hello, Hello, HELLO_LEN};
+use rdmarpc_transport_rdma::fuzzing::{decode_hello, Hello, HELLO_LEN};
 
 use crate::mutate::{read_le, Field};
 

@@ -1,6 +1,6 @@
 //! Target `metadata`: [`Metadata::decode`] on arbitrary bytes, and its round trip.
 
-use rpc_core::{Metadata, MAX_METADATA_LEN};
+use rdmarpc_core::{Metadata, MAX_METADATA_LEN};
 
 use crate::mutate::{read_le, Field};
 

@@ -1,6 +1,6 @@
 //! Target `rdma_control`: the RDMA transport's decoder of a received ring slot (prefix,
 //! then a frame, a rendezvous descriptor or read-done tokens), through
-//! [`rpc_transport_rdma::fuzzing::decode_control`].
+//! [`rdmarpc_transport_rdma::fuzzing::decode_control`].
 //!
 //! ```text
 //!  0     1      2          4          8                      16
@@ -10,9 +10,9 @@
 //!  CONTROL (3):    body = n_tokens x u64
 //! ```
 
-use rpc_core::wire::{Flags, FrameKind, Header, HEADER_LEN};
-use rpc_core::Metadata;
-use rpc_transport_rdma::fuzzing::{decode_control, ControlBody};
+use rdmarpc_core::wire::{Flags, FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::Metadata;
+use rdmarpc_transport_rdma::fuzzing::{decode_control, ControlBody};
 
 use crate::frame::frame_fields;
 use crate::mutate::{read_le, Field};

@@ -1,13 +1,13 @@
-//! Target `rdma_session`: the RDMA transport's session (`rpc-transport-rdma`'s
-//! `protocol/session/`, through `rpc_transport_rdma::fuzzing`), fed by a hostile peer's
+//! Target `rdma_session`: the RDMA transport's session (`rdmarpc-transport-rdma`'s
+//! `protocol/session/`, through `rdmarpc_transport_rdma::fuzzing`), fed by a hostile peer's
 //! script of messages (data, batches, rendezvous descriptors, read-dones) between READs
 //! completing, frames consumed, time passing, control messages sent and loans made; the
 //! invariants (arrival order, the READ budget, the loan limits, read-dones only for what
 //! was lent, only the peer's lies or timers ending it) are checked inside.
 
-use rpc_core::wire::{FrameKind, Header, HEADER_LEN};
-use rpc_core::Metadata;
-use rpc_transport_rdma::fuzzing::{self, SESSION_STEPS_AT};
+use rdmarpc_core::wire::{FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::Metadata;
+use rdmarpc_transport_rdma::fuzzing::{self, SESSION_STEPS_AT};
 
 use crate::frame::{build, frame_fields};
 use crate::grpc_response::step;

@@ -1,5 +1,5 @@
 //! Target `tcp_stream`: the TCP transport's frame decoder
-//! (`rpc_transport_tcp::fuzzing::FrameDecoder`) on a byte stream cut into arbitrary
+//! (`rdmarpc_transport_tcp::fuzzing::FrameDecoder`) on a byte stream cut into arbitrary
 //! chunks, against a reference that decodes the whole stream at once with
 //! [`Header::decode`].
 //!
@@ -8,9 +8,9 @@
 //! the stream.
 
 use bytes::BufMut;
-use rpc_core::wire::{Flags, FrameError, FrameKind, Header, HEADER_LEN};
-use rpc_core::Metadata;
-use rpc_transport_tcp::fuzzing::{Allowance, FrameDecoder, KEEP_MIN};
+use rdmarpc_core::wire::{Flags, FrameError, FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::Metadata;
+use rdmarpc_transport_tcp::fuzzing::{Allowance, FrameDecoder, KEEP_MIN};
 
 use crate::frame::{build, frame_fields};
 use crate::mutate::Field;

@@ -2,13 +2,13 @@
 //! decoders: a mutator that stopped producing valid frames would fuzz nothing but the
 //! first check, and still pass.
 
-use rpc_core::wire::{Frame, Header};
-use rpc_core::Metadata;
+use rdmarpc_core::wire::{Frame, Header};
+use rdmarpc_core::Metadata;
+use rdmarpc_transport_rdma::fuzzing::{decode_control, decode_hello, ControlBody, Hello};
 use rpc_fuzz::mutate::Mutator;
 use rpc_fuzz::rng::Rng;
 use rpc_fuzz::runner;
 use rpc_fuzz::{tcp_stream, Target, TARGETS};
-use rpc_transport_rdma::fuzzing::{decode_control, decode_hello, ControlBody, Hello};
 
 #[test]
 fn every_corpus_file_and_seed_passes() {
@@ -85,7 +85,7 @@ fn mutated_inputs_get_past_the_first_checks() {
     // Scripts with three well-formed frames or more.
     for demux in [client, server] {
         let n = reached(demux, |d| {
-            let steps = rpc_core::fuzzing::steps(d, &[0; rpc_core::fuzzing::CALLS]);
+            let steps = rdmarpc_core::fuzzing::steps(d, &[0; rdmarpc_core::fuzzing::CALLS]);
             steps
                 .iter()
                 .filter(|s| Frame::parse(&s.bytes).is_ok())
@@ -99,7 +99,7 @@ fn mutated_inputs_get_past_the_first_checks() {
     // of writing.
     let grpc_client = rpc_fuzz::target("grpc_client").expect("a target");
     let n = reached(grpc_client, |d| {
-        let steps = rpc_grpc::fuzzing::client_steps(d);
+        let steps = rdmarpc_grpc::fuzzing::client_steps(d);
         let headed = steps.iter().position(|&(at, op, n)| {
             op == 5 && n >= 2 && d.get(at).is_some_and(|b| b & 0x13 == 0x02)
         });

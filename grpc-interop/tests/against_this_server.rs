@@ -4,8 +4,8 @@
 
 use examples::grpc_testing::test_service_server::TestServiceServer;
 use examples::interop::InteropService;
-use rpc_core::{Endpoint, Server};
-use rpc_transport::{AnyListener, TransportSettings};
+use rdmarpc_core::{Endpoint, Server};
+use rdmarpc_transport::{AnyListener, TransportSettings};
 use tonic::transport::{Certificate, ClientTlsConfig};
 
 /// Starts the interop server on `url`; returns its port.
@@ -128,12 +128,12 @@ async fn status_details_and_error_metadata_reach_grpc_clients() {
 
     // This framework's client over grpc://.
     let endpoint: Endpoint = format!("grpc://127.0.0.1:{port}").parse().unwrap();
-    let conn = rpc_transport::connect(&endpoint, &TransportSettings::default())
+    let conn = rdmarpc_transport::connect(&endpoint, &TransportSettings::default())
         .await
         .unwrap();
-    let client = examples::echo::echo_client::EchoClient::new(rpc_core::Channel::new(conn));
+    let client = examples::echo::echo_client::EchoClient::new(rdmarpc_core::Channel::new(conn));
     let status = client.echo(request).await.unwrap_err();
-    assert_eq!(status.code(), rpc_core::Code::FailedPrecondition);
+    assert_eq!(status.code(), rdmarpc_core::Code::FailedPrecondition);
     assert_eq!(status.details(), &details[..]);
     assert_eq!(status.metadata().get("x-failed"), Some("yes"));
 
@@ -163,7 +163,7 @@ async fn tonics_client_with_compression_both_ways() {
     use grpc_interop::grpc_testing::{Payload, SimpleRequest, StreamingInputCallRequest};
     use tonic::codec::CompressionEncoding;
     let mut settings = TransportSettings::default();
-    settings.grpc.send_compression = Some(rpc_grpc::Encoding::Zstd);
+    settings.grpc.send_compression = Some(rdmarpc_grpc::Encoding::Zstd);
     let port = start("tcp://127.0.0.1:0", &settings).await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .unwrap()

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use examples::interop::{run_case, InteropClients, CASES};
 use grpc_interop::grpc_testing::test_service_server::TestServiceServer;
 use grpc_interop::{EchoMetadata, TonicInteropService};
-use rpc_core::{Channel, Endpoint, TransportKind};
-use rpc_transport::{connect, TransportSettings};
+use rdmarpc_core::{Channel, Endpoint, TransportKind};
+use rdmarpc_transport::{connect, TransportSettings};
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 /// Starts tonic's interop server (under TLS with `identity`); returns its address.
@@ -108,6 +108,6 @@ async fn every_interop_case_passes_over_grpcs_against_tonics_server() {
 async fn every_interop_case_passes_over_grpc_with_gzip_both_ways() {
     let addr = start_with(None, Some(tonic::codec::CompressionEncoding::Gzip)).await;
     let mut settings = TransportSettings::default();
-    settings.grpc.send_compression = Some(rpc_grpc::Encoding::Gzip);
+    settings.grpc.send_compression = Some(rdmarpc_grpc::Encoding::Gzip);
     run_all(&format!("grpc://{addr}"), &settings).await;
 }

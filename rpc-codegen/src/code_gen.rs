@@ -11,22 +11,22 @@ use crate::syntax::{self, doc_attrs};
 use crate::{client, server, Error};
 
 /// The path generated code uses to reach the runtime, unless overridden.
-pub(crate) const DEFAULT_CODEGEN_PATH: &str = "rpc_core::codegen";
+pub(crate) const DEFAULT_CODEGEN_PATH: &str = "rdmarpc_core::codegen";
 /// The connection type of the generated `FooClient::connect`, by default.
-pub(crate) const DEFAULT_CONNECT_TYPE: &str = "rpc_transport::AnyConnection";
+pub(crate) const DEFAULT_CONNECT_TYPE: &str = "rdmarpc_transport::AnyConnection";
 
 /// Emits the Rust code of one [`Service`]: a `<service>_methods` module with the method
 /// descriptors, a `<service>_client` module and a `<service>_server` module.
 ///
 /// Generated code names nothing but `<codegen path>::*`, `core` and `std`, the connect type
-/// (`rpc_transport::AnyConnection` unless changed or turned off), plus the message types
+/// (`rdmarpc_transport::AnyConnection` unless changed or turned off), plus the message types
 /// the IR gives it; every type it mentions is fully qualified, so that a service called `Service`
 /// or a method called `clone` cannot clash with it.
 ///
 /// # Examples
 ///
 /// ```
-/// use rpc_codegen::{manual, CodeGenBuilder};
+/// use rdmarpc_codegen::{manual, CodeGenBuilder};
 ///
 /// let service = manual::Service::builder()
 ///     .name("Echo")
@@ -40,10 +40,10 @@ pub(crate) const DEFAULT_CONNECT_TYPE: &str = "rpc_transport::AnyConnection";
 ///     )
 ///     .build();
 /// let tokens = CodeGenBuilder::new().build_server(false).generate(&service)?;
-/// let code = rpc_codegen::format(tokens)?;
+/// let code = rdmarpc_codegen::format(tokens)?;
 /// assert!(code.contains("pub struct EchoClient"));
 /// assert!(!code.contains("pub trait Echo"));
-/// # Ok::<(), rpc_codegen::Error>(())
+/// # Ok::<(), rdmarpc_codegen::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct CodeGenBuilder {
@@ -73,14 +73,14 @@ impl Default for CodeGenBuilder {
 }
 
 impl CodeGenBuilder {
-    /// A builder that emits clients and servers against `rpc_core::codegen`.
+    /// A builder that emits clients and servers against `rdmarpc_core::codegen`.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The path of the runtime's codegen module. Default: `rpc_core::codegen`.
+    /// The path of the runtime's codegen module. Default: `rdmarpc_core::codegen`.
     ///
-    /// Change it when the user crate renames `rpc-core` or re-exports it from a facade crate.
+    /// Change it when the user crate renames `rdmarpc-core` or re-exports it from a facade crate.
     pub fn codegen_path(&mut self, path: impl Into<String>) -> &mut Self {
         self.codegen_path = path.into();
         self
@@ -112,8 +112,8 @@ impl CodeGenBuilder {
         self
     }
 
-    /// The connection type (implementing `rpc_core::Dial`) of the clients' `connect` and
-    /// `connect_lazy`. Default: `rpc_transport::AnyConnection`, which dials every scheme
+    /// The connection type (implementing `rdmarpc_core::Dial`) of the clients' `connect` and
+    /// `connect_lazy`. Default: `rdmarpc_transport::AnyConnection`, which dials every scheme
     /// (`tcp://`, `rdma://`, `auto://`, `grpc://`, and their TLS forms).
     pub fn connect_type(&mut self, path: impl Into<String>) -> &mut Self {
         self.connect_type = Some(path.into());

@@ -1,16 +1,16 @@
 //! Build-time code generator: `.proto` files to prost messages, client stubs and server traits
-//! for `rpc-core`, used from a `build.rs` like `tonic-build`.
+//! for `rdmarpc-core`, used from a `build.rs` like `tonic-build`.
 //!
 //! ```no_run
 //! // build.rs of a user crate; no `protoc` needed, .proto files are parsed by protox
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     rpc_codegen::configure()
+//!     rdmarpc_codegen::configure()
 //!         .compile_protos(&["../proto/echo.proto", "../proto/kv.proto"], &["../proto"])?;
 //!     Ok(())
 //! }
 //! ```
 //!
-//! and in the crate, `pub mod echo { rpc_core::include_proto!("echo"); }`. Nest the modules of
+//! and in the crate, `pub mod echo { rdmarpc_core::include_proto!("echo"); }`. Nest the modules of
 //! dotted packages the same way (`acme.store` in `pub mod acme { pub mod store { … } }`) so that
 //! prost's relative paths between packages resolve.
 //!
@@ -21,14 +21,14 @@
 //! | item | purpose |
 //! | --- | --- |
 //! | `echo_methods::METHODS` | `static [MethodDescriptor; N]`: path `/echo.Echo/Echo` and its method id, in index order |
-//! | `echo_client::EchoClient<C>` | `new(Channel<C>)`, `channel()`, and `async fn echo(&self, impl IntoRequest<EchoRequest>) -> Result<Response<EchoReply>, Status>`; on `EchoClient<rpc_transport::AnyConnection>`, `connect(url)` (dials now) and `connect_lazy(url)` (on the first call), both reconnecting (`build_connect`) |
+//! | `echo_client::EchoClient<C>` | `new(Channel<C>)`, `channel()`, and `async fn echo(&self, impl IntoRequest<EchoRequest>) -> Result<Response<EchoReply>, Status>`; on `EchoClient<rdmarpc_transport::AnyConnection>`, `connect(url)` (dials now) and `connect_lazy(url)` (on the first call), both reconnecting (`build_connect`) |
 //! | `echo_server::Echo` | the trait to implement, one `fn echo(&self, Request<EchoRequest>) -> impl Future<…> + Send` per RPC (write it as an `async fn`), and one `type FooStream` per method `Foo` that streams responses |
 //! | `echo_server::EchoServer<T>` | `new(T)`, `from_arc(Arc<T>)`; implements `NamedService` (`"echo.Echo"`) and `Service` |
 //!
-//! Generated code names only `rpc_core::codegen::*` (configurable with `codegen_path`), `core`
-//! and `std`, and, for `connect`, `rpc_transport::AnyConnection` (`connect_type`), so a user
-//! crate depends on `rpc-core`, `prost` and `rpc-transport` (or, with
-//! `build_connect(false)`, on just `rpc-core` and `prost`). Proto comments become doc
+//! Generated code names only `rdmarpc_core::codegen::*` (configurable with `codegen_path`), `core`
+//! and `std`, and, for `connect`, `rdmarpc_transport::AnyConnection` (`connect_type`), so a user
+//! crate depends on `rdmarpc-core`, `prost` and `rdmarpc-transport` (or, with
+//! `build_connect(false)`, on just `rdmarpc-core` and `prost`). Proto comments become doc
 //! comments, method names become `snake_case`.
 //!
 //! Streaming methods follow tonic: a server-streaming method `Watch` gets an associated

@@ -19,7 +19,7 @@ use crate::{ir, split, syntax, CodeGenBuilder, Error};
 /// ```no_run
 /// // build.rs
 /// fn main() -> Result<(), Box<dyn std::error::Error>> {
-///     rpc_codegen::configure()
+///     rdmarpc_codegen::configure()
 ///         .bytes(["."])
 ///         .compile_protos(&["../proto/echo.proto"], &["../proto"])?;
 ///     Ok(())
@@ -33,7 +33,7 @@ pub fn configure() -> Builder {
 ///
 /// Each protobuf package becomes one file `<package>.rs` in the output directory, holding the
 /// package's messages and, per service `Foo`, the modules `foo_methods`, `foo_client` and
-/// `foo_server`. Include it with `rpc_core::include_proto!("<package>")` in a module whose path
+/// `foo_server`. Include it with `rdmarpc_core::include_proto!("<package>")` in a module whose path
 /// mirrors the package (`acme.store` in `acme::store`), so that prost's relative paths between
 /// packages resolve.
 #[derive(Debug)]
@@ -99,15 +99,15 @@ impl Builder {
     /// Whether clients get `FooClient::connect(url)` (connected now) and
     /// `FooClient::connect_lazy(url)` (connected on the first call), both reconnecting,
     /// over [`connect_type`](Self::connect_type). Default: `true`; the crate then
-    /// depends on `rpc-transport`. Turn it off in a service library that leaves the
+    /// depends on `rdmarpc-transport`. Turn it off in a service library that leaves the
     /// transport to its users (they make clients with `FooClient::new(channel)`).
     pub fn build_connect(mut self, enable: bool) -> Self {
         self.codegen.build_connect(enable);
         self
     }
 
-    /// The connection type (implementing `rpc_core::Dial`) of the clients' `connect`.
-    /// Default: `rpc_transport::AnyConnection`.
+    /// The connection type (implementing `rdmarpc_core::Dial`) of the clients' `connect`.
+    /// Default: `rdmarpc_transport::AnyConnection`.
     pub fn connect_type(mut self, path: impl Into<String>) -> Self {
         self.codegen.connect_type(path);
         self
@@ -120,14 +120,14 @@ impl Builder {
         self
     }
 
-    /// The path generated code reaches the runtime by. Default: `rpc_core::codegen`.
+    /// The path generated code reaches the runtime by. Default: `rdmarpc_core::codegen`.
     pub fn codegen_path(mut self, path: impl Into<String>) -> Self {
         self.codegen.codegen_path(path);
         self
     }
 
     /// Also writes the compiled descriptors (imports, comments and custom options included)
-    /// as an encoded `FileDescriptorSet` to `path`, for reflection (`rpc-reflection`) or a
+    /// as an encoded `FileDescriptorSet` to `path`, for reflection (`rdmarpc-reflection`) or a
     /// load generator. Default: not written.
     pub fn file_descriptor_set_path(mut self, path: impl AsRef<Path>) -> Self {
         self.file_descriptor_set_path = Some(path.as_ref().to_owned());
@@ -200,7 +200,7 @@ impl Builder {
     /// [`compile_fds`](Self::compile_fds) replaces both.
     ///
     /// ```
-    /// let builder = rpc_codegen::configure().prost_config(|config| {
+    /// let builder = rdmarpc_codegen::configure().prost_config(|config| {
     ///     config.btree_map(["."]);
     /// });
     /// # drop(builder);

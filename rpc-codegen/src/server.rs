@@ -199,7 +199,7 @@ pub(crate) fn generate(plan: &ServicePlan, codegen: &syn::Path) -> TokenStream {
 
             impl<T: #service> #server<T> {
                 /// Serves `inner` behind `interceptor`, which sees every call's request
-                /// head first and may refuse the call (see `rpc_core::Interceptor`).
+                /// head first and may refuse the call (see `rdmarpc_core::Interceptor`).
                 pub fn with_interceptor<I: #codegen::Interceptor>(
                     inner: T,
                     interceptor: I,

@@ -83,7 +83,7 @@ pub(crate) fn qualified_name(package: &str, service: &str) -> String {
     }
 }
 
-/// Parses a path option such as the codegen path `rpc_core::codegen`.
+/// Parses a path option such as the codegen path `rdmarpc_core::codegen`.
 pub(crate) fn parse_path(path: &str, what: &'static str) -> Result<syn::Path, Error> {
     syn::parse_str(path).map_err(|error| Error::InvalidSyntax {
         what,

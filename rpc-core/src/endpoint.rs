@@ -74,18 +74,18 @@ pub enum ParseEndpointError {
 /// `grpcs://` (TLS) name gRPC servers, reached over HTTP/2.
 ///
 /// ```
-/// let ep: rpc_core::Endpoint = "rdma://10.77.0.2:7000".parse().unwrap();
-/// assert_eq!(ep.kind, rpc_core::TransportKind::Rdma);
+/// let ep: rdmarpc_core::Endpoint = "rdma://10.77.0.2:7000".parse().unwrap();
+/// assert_eq!(ep.kind, rdmarpc_core::TransportKind::Rdma);
 /// assert_eq!(ep.address, "10.77.0.2:7000");
 /// assert!(!ep.tls);
-/// let ep: rpc_core::Endpoint = "tcp+tls://example.com:443".parse().unwrap();
+/// let ep: rdmarpc_core::Endpoint = "tcp+tls://example.com:443".parse().unwrap();
 /// assert!(ep.tls);
 /// assert_eq!(ep.to_string(), "tcp+tls://example.com:443");
-/// let ep: rpc_core::Endpoint = "grpcs://example.com:443".parse().unwrap();
-/// assert_eq!((ep.kind, ep.tls), (rpc_core::TransportKind::Grpc, true));
+/// let ep: rdmarpc_core::Endpoint = "grpcs://example.com:443".parse().unwrap();
+/// assert_eq!((ep.kind, ep.tls), (rdmarpc_core::TransportKind::Grpc, true));
 /// assert_eq!(ep.to_string(), "grpcs://example.com:443");
-/// let err = "http://x:1".parse::<rpc_core::Endpoint>().unwrap_err();
-/// assert!(matches!(err, rpc_core::ParseEndpointError::UnknownTransport(_)));
+/// let err = "http://x:1".parse::<rdmarpc_core::Endpoint>().unwrap_err();
+/// assert!(matches!(err, rdmarpc_core::ParseEndpointError::UnknownTransport(_)));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {

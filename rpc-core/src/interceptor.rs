@@ -4,7 +4,7 @@
 //! server, [`InterceptedService`] around a generated `FooServer`.
 //!
 //! ```
-//! use rpc_core::{Request, Status};
+//! use rdmarpc_core::{Request, Status};
 //!
 //! /// Refuses calls without the right bearer token; tells the handler who called.
 //! fn check_token(mut request: Request<()>) -> Result<Request<()>, Status> {

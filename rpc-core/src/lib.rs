@@ -1,6 +1,6 @@
 //! The transport-agnostic runtime of the RDMA-backed RPC framework.
 //!
-//! Services are defined in `.proto` files and compiled by `rpc-codegen` into clients
+//! Services are defined in `.proto` files and compiled by `rdmarpc-codegen` into clients
 //! (`FooClient<C>`, over a [`Channel`]) and server traits (`Foo`, adapted by `FooServer`
 //! into a [`Service`](codegen::Service) that a [`Server`] routes to). Transports implement
 //! the small [`Connection`] trait; generated code never names one.
@@ -73,7 +73,7 @@ pub type BoxStream<T> =
 /// The crate's result type: errors are [`Status`].
 pub type Result<T, E = Status> = std::result::Result<T, E>;
 
-/// Includes the code `rpc-codegen` generated for proto package `$package` (from
+/// Includes the code `rdmarpc-codegen` generated for proto package `$package` (from
 /// `OUT_DIR`).
 #[macro_export]
 macro_rules! include_proto {

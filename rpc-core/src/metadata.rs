@@ -87,7 +87,7 @@ impl Metadata {
     /// wire, as gRPC carries it).
     ///
     /// ```
-    /// let mut m = rpc_core::Metadata::new();
+    /// let mut m = rdmarpc_core::Metadata::new();
     /// m.append_bin("trace-bin", [0u8, 0xff, 7]).unwrap();
     /// assert_eq!(m.get("trace-bin"), Some("AP8H"));
     /// assert_eq!(m.get_bin("trace-bin").unwrap().unwrap(), [0u8, 0xff, 7]);

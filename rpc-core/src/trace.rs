@@ -239,7 +239,7 @@ mod otel {
 }
 
 /// An interceptor that sends the current trace context (see [module docs](self)) with
-/// every call: `channel.with_interceptor(rpc_core::trace::propagate)`.
+/// every call: `channel.with_interceptor(rdmarpc_core::trace::propagate)`.
 ///
 /// # Errors
 /// Never.

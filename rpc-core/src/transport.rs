@@ -269,7 +269,7 @@ pub enum TransportError {
 /// A connection type that dials a URL by itself, with settings of its own (e.g. from the
 /// environment): what [`Channel::connect`](crate::Channel::connect),
 /// [`Channel::connect_lazy`](crate::Channel::connect_lazy) and the generated
-/// `FooClient::connect` use. `rpc_transport::AnyConnection` implements it for every
+/// `FooClient::connect` use. `rdmarpc_transport::AnyConnection` implements it for every
 /// scheme.
 pub trait Dial: Connection + Sized {
     /// Opens a connection to `endpoint`.

@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use bytes::Bytes;
 use http::HeaderMap;
-use rpc_core::Status;
+use rdmarpc_core::Status;
 
 /// A message compression of gRPC (`"gzip"` or `"zstd"` in configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
@@ -145,7 +145,7 @@ impl FromStr for Encoding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rpc_core::Code;
+    use rdmarpc_core::Code;
 
     #[test]
     fn both_encodings_round_trip_and_bombs_stop_at_the_limit() {

@@ -55,9 +55,9 @@ pub struct GrpcConfig {
 impl Default for GrpcConfig {
     fn default() -> Self {
         GrpcConfig {
-            max_message_size: rpc_core::DEFAULT_MAX_MESSAGE_SIZE,
+            max_message_size: rdmarpc_core::DEFAULT_MAX_MESSAGE_SIZE,
             max_concurrent_streams: 256,
-            stream_window: rpc_core::DEFAULT_STREAM_WINDOW,
+            stream_window: rdmarpc_core::DEFAULT_STREAM_WINDOW,
             connection_window: 16 << 20,
             max_buffered_response_bytes: 16 << 20,
             body_timeout: Duration::from_secs(30),

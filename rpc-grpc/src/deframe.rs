@@ -2,7 +2,7 @@
 //! compressed), four bytes of length (big endian), the message.
 
 use bytes::{Buf, Bytes, BytesMut};
-use rpc_core::Status;
+use rdmarpc_core::Status;
 
 use crate::compress::{Encoding, MIN_COMPRESSED};
 
@@ -134,7 +134,7 @@ pub(crate) fn frame(message: &[u8]) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rpc_core::Code;
+    use rdmarpc_core::Code;
 
     #[test]
     fn messages_are_cut_across_chunks_and_lies_are_refused_early() {

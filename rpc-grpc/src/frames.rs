@@ -2,8 +2,8 @@
 //! the watch flags their drivers wait on.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use rpc_core::wire::{encode_head, FrameKind, Header, HEADER_LEN};
-use rpc_core::Metadata;
+use rdmarpc_core::wire::{encode_head, FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::Metadata;
 use tokio::sync::watch;
 
 /// Resolves once the flag is set (or its sender is gone).

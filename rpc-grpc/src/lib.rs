@@ -1,4 +1,4 @@
-//! gRPC over HTTP/2 as a transport of `rpc-core`, both ways.
+//! gRPC over HTTP/2 as a transport of `rdmarpc-core`, both ways.
 //!
 //! **Server side.** A server that finds the HTTP/2 connection preface on its port (see
 //! [`PREFACE`]) wraps the socket in a [`GrpcConnection`] ([`GrpcConnection::accept`]):
@@ -25,8 +25,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use rpc_core::codegen::MethodDescriptor;
-use rpc_core::{Connection, MethodKinds, TransportError};
+use rdmarpc_core::codegen::MethodDescriptor;
+use rdmarpc_core::{Connection, MethodKinds, TransportError};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 mod calm;
@@ -203,7 +203,7 @@ impl Connection for GrpcConnection {
         }
     }
 
-    fn serving(&self, methods: Arc<dyn MethodKinds>, account: &rpc_core::account::Account) {
+    fn serving(&self, methods: Arc<dyn MethodKinds>, account: &rdmarpc_core::account::Account) {
         if let Side::Server(c) = &self.side {
             c.serving(methods, account);
         }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
-use rpc_core::Metadata;
+use rdmarpc_core::Metadata;
 
 /// A `grpc-timeout` value: at most 8 digits and a unit (H, M, S, m, u, n).
 pub(crate) fn parse_timeout(value: &[u8]) -> Option<Duration> {

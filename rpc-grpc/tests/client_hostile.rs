@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
-use rpc_core::codegen::{MethodDescriptor, MethodKind};
-use rpc_core::{Channel, ClientConfig, Code, Request};
-use rpc_grpc::{GrpcConfig, GrpcConnection};
+use rdmarpc_core::codegen::{MethodDescriptor, MethodKind};
+use rdmarpc_core::{Channel, ClientConfig, Code, Request};
+use rdmarpc_grpc::{GrpcConfig, GrpcConnection};
 
 const UNARY: MethodDescriptor = MethodDescriptor::new("/test.Hostile/Unary");
 const STREAM: MethodDescriptor =
@@ -77,7 +77,7 @@ fn prefixed(message: &[u8]) -> Bytes {
     out.into()
 }
 
-async fn unary(channel: &Channel<GrpcConnection>, timeout: Duration) -> rpc_core::Status {
+async fn unary(channel: &Channel<GrpcConnection>, timeout: Duration) -> rdmarpc_core::Status {
     let mut request = Request::new(b"hi".to_vec());
     request.set_timeout(timeout);
     channel

@@ -7,11 +7,11 @@
 //!
 //! ```
 //! # async fn f() {
-//! use rpc_health::{health_reporter, ServingStatus};
+//! use rdmarpc_health::{health_reporter, ServingStatus};
 //!
 //! let (reporter, health) = health_reporter();
 //! reporter.set_service_status("echo.Echo", ServingStatus::Serving);
-//! let server = rpc_core::Server::builder().add_service(health).unwrap().build();
+//! let server = rdmarpc_core::Server::builder().add_service(health).unwrap().build();
 //! // ... later, while draining:
 //! reporter.set_service_status("echo.Echo", ServingStatus::NotServing);
 //! # drop(server); }
@@ -26,17 +26,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use rpc_core::codegen::NamedService;
-use rpc_core::{BoxStream, Request, Response, Status};
+use rdmarpc_core::codegen::NamedService;
+use rdmarpc_core::{BoxStream, Request, Response, Status};
 use tokio::sync::watch;
 
 pub mod pb {
     //! The generated `grpc.health.v1` package: messages, client and server.
-    rpc_core::include_proto!("grpc.health.v1");
+    rdmarpc_core::include_proto!("grpc.health.v1");
 }
 
 /// The encoded `FileDescriptorSet` of `health.proto`, for the reflection service
-/// (`rpc_reflection::Builder::register_encoded_file_descriptor_set`).
+/// (`rdmarpc_reflection::Builder::register_encoded_file_descriptor_set`).
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/health_descriptor_set.bin"));
 

@@ -1,12 +1,12 @@
-//! The health service end to end over rpc-core's in-memory transport.
+//! The health service end to end over rdmarpc-core's in-memory transport.
 
 use std::time::Duration;
 
-use rpc_core::memory;
-use rpc_core::{Channel, Code, Server};
-use rpc_health::pb::health_client::HealthClient;
-use rpc_health::pb::{HealthCheckRequest, HealthListRequest};
-use rpc_health::{health_reporter, ServingStatus};
+use rdmarpc_core::memory;
+use rdmarpc_core::{Channel, Code, Server};
+use rdmarpc_health::pb::health_client::HealthClient;
+use rdmarpc_health::pb::{HealthCheckRequest, HealthListRequest};
+use rdmarpc_health::{health_reporter, ServingStatus};
 
 fn request(service: &str) -> HealthCheckRequest {
     HealthCheckRequest {

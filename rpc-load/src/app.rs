@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use prost_reflect::DynamicMessage;
-use rpc_core::{Channel, ClientConfig};
+use rdmarpc_core::{Channel, ClientConfig};
 
 use crate::cli::{Args, Format};
 use crate::connect::{connect, Address, ConnectSettings, RpcConnection};
@@ -189,7 +189,7 @@ async fn cancel_on_ctrl_c(monitor: Arc<Monitor>) {
 /// Runs over `--connections` connections of this framework's transports.
 async fn run_rpc(
     run: Run<'_>,
-    endpoint: &rpc_core::Endpoint,
+    endpoint: &rdmarpc_core::Endpoint,
 ) -> anyhow::Result<(RunOutcome, String)> {
     let (args, method, metadata) = (run.args, run.method, run.metadata);
     let settings = ConnectSettings {
@@ -236,9 +236,12 @@ async fn run_rpc(
 fn dialer(
     settings: &ConnectSettings,
 ) -> impl Fn(
-    &rpc_core::Endpoint,
+    &rdmarpc_core::Endpoint,
 ) -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<RpcConnection, rpc_core::TransportError>> + Send>,
+    Box<
+        dyn std::future::Future<Output = Result<RpcConnection, rdmarpc_core::TransportError>>
+            + Send,
+    >,
 > + Send
        + Sync
        + 'static {
@@ -249,7 +252,7 @@ fn dialer(
             connect(&endpoint, &settings)
                 .await
                 .map(|(conn, _)| conn)
-                .map_err(|e| rpc_core::TransportError::Other(format!("{e:#}")))
+                .map_err(|e| rdmarpc_core::TransportError::Other(format!("{e:#}")))
         })
     }
 }
@@ -284,7 +287,7 @@ async fn run_balanced(run: Run<'_>, target: &str) -> anyhow::Result<(RunOutcome,
     // The balancing settings (RPC_CLIENT_DNS_SCHEME, RPC_CLIENT_DNS_REFRESH_MS,
     // RPC_CLIENT_HEALTH_CHECK_SERVICE, ...) may come from the environment.
     let mut config = ClientConfig::default();
-    rpc_transport::FileConfig::from_env()?.apply_client(&mut config);
+    rdmarpc_transport::FileConfig::from_env()?.apply_client(&mut config);
     config
         .max_message_size(args.max_message_size)
         .wait_for_ready(true)
@@ -304,7 +307,7 @@ async fn run_balanced(run: Run<'_>, target: &str) -> anyhow::Result<(RunOutcome,
     }
     let outcome = run.over(&targets).await;
     let schemes = schemes.into_iter().collect::<Vec<_>>().join("+");
-    let strategy = rpc_core::LbStrategy::from(args.lb_strategy);
+    let strategy = rdmarpc_core::LbStrategy::from(args.lb_strategy);
     Ok((
         outcome,
         format!("{schemes}, balanced over {endpoints} endpoints ({strategy})"),

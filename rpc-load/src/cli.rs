@@ -13,7 +13,7 @@ use crate::schedule::{Ramp, Schedule};
 /// The most workers a concurrency schedule may reach.
 pub const MAX_WORKERS: usize = 100_000;
 
-/// `rpc-load`: load-tests a method (unary or streaming) of an rpc-core service (`tcp://`,
+/// `rpc-load`: load-tests a method (unary or streaming) of an rdmarpc-core service (`tcp://`,
 /// `rdma://`, `auto://`) or of a gRPC server (`grpc://`), from its .proto at run time.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "rpc-load", version, about, long_about = None)]
@@ -211,11 +211,11 @@ pub enum LbStrategy {
     RoundRobin,
 }
 
-impl From<LbStrategy> for rpc_core::LbStrategy {
+impl From<LbStrategy> for rdmarpc_core::LbStrategy {
     fn from(strategy: LbStrategy) -> Self {
         match strategy {
-            LbStrategy::P2c => rpc_core::LbStrategy::PowerOfTwoChoices,
-            LbStrategy::RoundRobin => rpc_core::LbStrategy::RoundRobin,
+            LbStrategy::P2c => rdmarpc_core::LbStrategy::PowerOfTwoChoices,
+            LbStrategy::RoundRobin => rdmarpc_core::LbStrategy::RoundRobin,
         }
     }
 }
@@ -386,7 +386,7 @@ impl Args {
 ///
 /// ```
 /// use std::time::Duration;
-/// use rpc_load::cli::parse_duration;
+/// use rdmarpc_load::cli::parse_duration;
 /// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
 /// assert_eq!(parse_duration("20"), Ok(Duration::from_secs(20)));
 /// assert!(parse_duration("fast").is_err());

@@ -1,18 +1,18 @@
 //! Turning the address URL into a connection.
 //!
 //! `tcp://`, `rdma://` and `auto://` name this framework's transports (an
-//! [`rpc_core::Endpoint`]); `grpc://HOST:PORT` names a standard gRPC server, driven
+//! [`rdmarpc_core::Endpoint`]); `grpc://HOST:PORT` names a standard gRPC server, driven
 //! through tonic (see [`crate::grpc`]).
 //!
-//! The runner is generic over [`rpc_core::Connection`]; [`RpcConnection`] is the one
+//! The runner is generic over [`rdmarpc_core::Connection`]; [`RpcConnection`] is the one
 //! connection type this binary instantiates it with, and [`connect`] the one function that
 //! makes such connections. Wiring another transport changes those two items only.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use rpc_core::Endpoint;
-use rpc_transport::{AnyConnection, TransportSettings};
+use rdmarpc_core::Endpoint;
+use rdmarpc_transport::{AnyConnection, TransportSettings};
 
 /// Where to send the load.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +35,7 @@ impl Address {
     /// (`dns:///name:port`); with `tonic`, `grpc://` addresses are for tonic's client.
     ///
     /// ```
-    /// use rpc_load::connect::Address;
+    /// use rdmarpc_load::connect::Address;
     /// assert!(matches!(Address::parse("grpc://127.0.0.1:50052", true).unwrap(), Address::Grpc(a) if a == ["127.0.0.1:50052"]));
     /// assert!(matches!(Address::parse("grpc://h:1,h:2", true).unwrap(), Address::Grpc(a) if a == ["h:1", "h:2"]));
     /// assert!(matches!(Address::parse("tcp://h:1,h:2", false).unwrap(), Address::Balanced(_)));
@@ -74,12 +74,12 @@ impl Address {
             }
             return Ok(Address::Balanced(url.to_owned()));
         }
-        let endpoint: Endpoint = url.parse().map_err(|e: rpc_core::ParseEndpointError| {
+        let endpoint: Endpoint = url.parse().map_err(|e: rdmarpc_core::ParseEndpointError| {
             anyhow::anyhow!(
                 "{e}; expected tcp://, rdma://, auto:// (+tls), grpc:// or grpcs://HOST:PORT"
             )
         })?;
-        if tonic && endpoint.kind == rpc_core::TransportKind::Grpc {
+        if tonic && endpoint.kind == rdmarpc_core::TransportKind::Grpc {
             if endpoint.tls {
                 bail!("--grpc-client tonic drives plaintext grpc:// only");
             }
@@ -115,13 +115,13 @@ pub async fn connect(
     settings: &ConnectSettings,
 ) -> anyhow::Result<(RpcConnection, String)> {
     // RDMA tunables may come from RPC_RDMA_* environment variables (see
-    // rpc_transport::FileConfig::from_env); the message limit is rpc-load's own.
+    // rdmarpc_transport::FileConfig::from_env); the message limit is rpc-load's own.
     let mut transport = TransportSettings::default();
-    rpc_transport::FileConfig::from_env().and_then(|env| env.apply(&mut transport))?;
+    rdmarpc_transport::FileConfig::from_env().and_then(|env| env.apply(&mut transport))?;
     transport.max_message_size(settings.max_message_size);
     let conn = tokio::time::timeout(
         settings.connect_timeout,
-        rpc_transport::connect(endpoint, &transport),
+        rdmarpc_transport::connect(endpoint, &transport),
     )
     .await
     .with_context(|| format!("connecting to {endpoint} timed out"))?

@@ -79,7 +79,7 @@ impl CpuTime {
     ///
     /// ```
     /// let line = "42 (a (b) c) S 1 42 42 0 -1 0 0 0 0 0 250 30 0 0 20 0 1 0";
-    /// let cpu = rpc_load::machine::CpuTime::parse_stat(line).unwrap();
+    /// let cpu = rdmarpc_load::machine::CpuTime::parse_stat(line).unwrap();
     /// assert_eq!((cpu.user_seconds, cpu.system_seconds), (2.5, 0.3));
     /// ```
     pub fn parse_stat(line: &str) -> Option<CpuTime> {
@@ -105,7 +105,7 @@ impl CpuTime {
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
 /// let t = UNIX_EPOCH + Duration::from_secs(1_714_566_896);
-/// assert_eq!(rpc_load::machine::rfc3339(t), "2024-05-01T12:34:56Z");
+/// assert_eq!(rdmarpc_load::machine::rfc3339(t), "2024-05-01T12:34:56Z");
 /// ```
 pub fn rfc3339(time: SystemTime) -> String {
     let secs = time

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use rpc_load::cli::Args;
+use rdmarpc_load::cli::Args;
 
 fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -14,7 +14,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .try_init();
     let args = Args::parse();
-    match rpc_load::app::main(&args) {
+    match rdmarpc_load::app::main(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rpc-load: {e:#}");

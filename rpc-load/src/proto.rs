@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use prost_reflect::{DescriptorPool, MessageDescriptor};
-use rpc_core::codegen::{MethodDescriptor, MethodKind};
+use rdmarpc_core::codegen::{MethodDescriptor, MethodKind};
 
 /// The unary method under test, resolved from the `.proto` at run time.
 #[derive(Debug, Clone)]

@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rpc_core::Code;
+use rdmarpc_core::Code;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

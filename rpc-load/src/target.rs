@@ -1,6 +1,6 @@
 //! [`Target`]: one connection to the server under test, as the runner sees it; and
 //! [`RpcTarget`], the one for this framework's services over any
-//! [`rpc_core::Connection`].
+//! [`rdmarpc_core::Connection`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -10,8 +10,8 @@ use futures_util::StreamExt;
 use prost_reflect::{
     Cardinality, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, ReflectMessage, Value,
 };
-use rpc_core::codegen::{MethodDescriptor, MethodKind, SplitLarge};
-use rpc_core::{Channel, Code, Connection, Metadata, Payload, Request, Status};
+use rdmarpc_core::codegen::{MethodDescriptor, MethodKind, SplitLarge};
+use rdmarpc_core::{Channel, Code, Connection, Metadata, Payload, Request, Status};
 
 use crate::data::Messages;
 use crate::stats::CallError;
@@ -58,7 +58,7 @@ pub(crate) fn bad_data(why: String) -> CallError {
     CallError::new(Code::InvalidArgument, why)
 }
 
-/// Calls a method of an rpc-core service over a [`Channel`] on any transport.
+/// Calls a method of an rdmarpc-core service over a [`Channel`] on any transport.
 #[derive(Debug)]
 pub struct RpcTarget<C: Connection> {
     channel: Channel<C>,
@@ -297,7 +297,7 @@ mod tests {
 
     use prost::Message;
     use prost_reflect::{DynamicMessage, Value};
-    use rpc_core::codegen::SplitLarge;
+    use rdmarpc_core::codegen::SplitLarge;
 
     use super::Outgoing;
 
@@ -321,7 +321,7 @@ mod tests {
         assert_eq!(fields.len(), 1);
         assert_eq!(fields[0].0, 1);
         assert_eq!(fields[0].1.as_ptr(), payload.as_ptr(), "taken, not copied");
-        // The rest, then the field (key, length, bytes): what rpc-core sends.
+        // The rest, then the field (key, length, bytes): what rdmarpc-core sends.
         let mut wire = rest.encode_to_vec();
         prost::encoding::bytes::encode(1, &fields[0].1, &mut wire);
         assert_eq!(wire.len(), outgoing.encoded_len());

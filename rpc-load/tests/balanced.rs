@@ -10,9 +10,9 @@ use std::sync::Arc;
 use common::*;
 use examples::echo::echo_server::EchoServer;
 use examples::EchoService;
-use rpc_core::{Endpoint, Server};
-use rpc_load::app;
-use rpc_transport::{AnyListener, TransportSettings};
+use rdmarpc_core::{Endpoint, Server};
+use rdmarpc_load::app;
+use rdmarpc_transport::{AnyListener, TransportSettings};
 
 /// An echo server on 127.0.0.1 that takes tcp:// and gRPC clients on one port and counts
 /// the echo calls it serves. Returns `HOST:PORT` and the count.

@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use common::*;
 
 /// Runs the `rpc-load` binary with `args` (off the async runtime).
-async fn rpc_load(args: Vec<String>) -> Output {
+async fn rdmarpc_load(args: Vec<String>) -> Output {
     tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_rpc-load"))
             .args(args)
@@ -51,7 +51,7 @@ fn stdout_of(output: &Output) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_report_has_ghz_fields() {
     let url = start_rpc_server().await;
-    let out = rpc_load(base_args(&url, &["-O", "json", "--name", "t1"])).await;
+    let out = rdmarpc_load(base_args(&url, &["-O", "json", "--name", "t1"])).await;
     let json: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
     for key in ["count", "total", "average", "fastest", "slowest"] {
         assert!(json[key].is_u64(), "{key} in ns: {}", json[key]);
@@ -99,7 +99,7 @@ async fn json_report_has_ghz_fields() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn summary_csv_and_html() {
     let url = start_rpc_server().await;
-    let summary = stdout_of(&rpc_load(base_args(&url, &[])).await);
+    let summary = stdout_of(&rdmarpc_load(base_args(&url, &[])).await);
     for part in [
         "Summary:",
         "Count:\t100",
@@ -114,7 +114,7 @@ async fn summary_csv_and_html() {
     }
 
     // ghz's per-call listing: a header and one row per call.
-    let csv = stdout_of(&rpc_load(base_args(&url, &["-O", "csv"])).await);
+    let csv = stdout_of(&rdmarpc_load(base_args(&url, &["-O", "csv"])).await);
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines[0], "duration (ms),status,error");
     assert_eq!(lines.len(), 101, "{csv}");
@@ -125,7 +125,7 @@ async fn summary_csv_and_html() {
         assert_eq!((cols[1], cols[2]), ("OK", ""), "{row}");
     }
 
-    let csv = stdout_of(&rpc_load(base_args(&url, &["-O", "csv-summary"])).await);
+    let csv = stdout_of(&rdmarpc_load(base_args(&url, &["-O", "csv-summary"])).await);
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 2, "{csv}");
     let header: Vec<&str> = lines[0].split(',').collect();
@@ -140,7 +140,7 @@ async fn summary_csv_and_html() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("report.html");
     let file_arg = file.display().to_string();
-    let out = rpc_load(base_args(&url, &["-O", "html", "-o", &file_arg])).await;
+    let out = rdmarpc_load(base_args(&url, &["-O", "html", "-o", &file_arg])).await;
     assert!(stdout_of(&out).is_empty(), "-o writes the file, not stdout");
     let html = std::fs::read_to_string(&file).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
@@ -158,7 +158,7 @@ async fn summary_csv_and_html() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_errors_exit_non_zero() {
-    let out = rpc_load(base_args("ftp://127.0.0.1:1", &[])).await;
+    let out = rdmarpc_load(base_args("ftp://127.0.0.1:1", &[])).await;
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("rpc-load:"));
 }
@@ -178,7 +178,7 @@ async fn grpc_echo_server_binary() {
     let url = line.trim().rsplit(' ').next().unwrap().to_owned();
     assert!(url.starts_with("grpc://127.0.0.1:"), "{line}");
 
-    let out = rpc_load(base_args(&url, &["-O", "json"])).await;
+    let out = rdmarpc_load(base_args(&url, &["-O", "json"])).await;
     server.kill().unwrap();
     let _ = server.wait();
     let json: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 use prost_reflect::{DynamicMessage, Value};
-use rpc_load::data::{self, Messages};
-use rpc_load::proto::{find_method, load_descriptors, Method};
+use rdmarpc_load::data::{self, Messages};
+use rdmarpc_load::proto::{find_method, load_descriptors, Method};
 
 fn proto_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto")
@@ -23,7 +23,7 @@ fn method_lookup() {
     assert_eq!(m.descriptor.path, "/echo.Echo/Echo");
     assert_eq!(
         m.descriptor.id,
-        rpc_core::codegen::method_id("/echo.Echo/Echo")
+        rdmarpc_core::codegen::method_id("/echo.Echo/Echo")
     );
     assert_eq!(m.input.full_name(), "echo.EchoRequest");
     assert_eq!(m.output.full_name(), "echo.EchoReply");

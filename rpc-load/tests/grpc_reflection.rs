@@ -13,9 +13,9 @@ use examples::echo::echo_server::EchoServer;
 use examples::EchoService;
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, Value};
-use rpc_core::ServerConfig;
-use rpc_load::grpc::DynamicCodec;
-use rpc_transport::{AnyListener, TransportSettings};
+use rdmarpc_core::ServerConfig;
+use rdmarpc_load::grpc::DynamicCodec;
+use rdmarpc_transport::{AnyListener, TransportSettings};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
@@ -306,7 +306,7 @@ async fn a_grpc_client_that_never_reads_answers_is_stopped_by_flow_control() {
          of {answer_len} bytes)",
         question().encoded_len()
     );
-    // HTTP/2's windows (the server's receive window and what rpc-grpc buffers, the
+    // HTTP/2's windows (the server's receive window and what rdmarpc-grpc buffers, the
     // client's window for the answers) hold a few MiB at most.
     assert!(settled < 1_000_000, "{settled} requests taken");
     let mut read = 0;

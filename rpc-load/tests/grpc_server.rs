@@ -9,12 +9,12 @@ use examples::echo::echo_server::EchoServer;
 use examples::grpc_testing::test_service_server::TestServiceServer;
 use examples::interop::InteropService;
 use examples::EchoService;
-use rpc_core::{Endpoint, Server, ServerConfig};
-use rpc_load::app;
-use rpc_transport::{AnyListener, TransportSettings};
+use rdmarpc_core::{Endpoint, Server, ServerConfig};
+use rdmarpc_load::app;
+use rdmarpc_transport::{AnyListener, TransportSettings};
 
 /// [`args`] with tonic's client behind grpc:// addresses.
-fn tonic_args(file: &str, rest: &[&str]) -> rpc_load::cli::Args {
+fn tonic_args(file: &str, rest: &[&str]) -> rdmarpc_load::cli::Args {
     let mut rest = rest.to_vec();
     rest.extend(["--grpc-client", "tonic"]);
     args(file, &rest)
@@ -48,7 +48,7 @@ async fn start_server_telling(
     let mut builder = Server::builder();
     if let Some(started) = started {
         builder = builder.layer(tower::util::MapRequestLayer::new(
-            move |request: rpc_core::Request<rpc_core::layer::ServerCall>| {
+            move |request: rdmarpc_core::Request<rdmarpc_core::layer::ServerCall>| {
                 started.notify_one();
                 request
             },
@@ -72,7 +72,7 @@ async fn start_one_port_server() -> u16 {
     start_server(|_| {}, std::future::pending()).await.0
 }
 
-fn ok(report: &rpc_load::report::Report) -> u64 {
+fn ok(report: &rdmarpc_load::report::Report) -> u64 {
     report
         .status_code_distribution
         .get("OK")
@@ -444,7 +444,7 @@ fn prefixed(flag: u8, message: &[u8]) -> bytes::Bytes {
 async fn compressed_messages_both_ways_and_bombs_stop_at_the_limit() {
     use prost::Message;
     let (port, _task) = start_server(
-        |s| s.grpc.send_compression = Some(rpc_grpc::Encoding::Zstd),
+        |s| s.grpc.send_compression = Some(rdmarpc_grpc::Encoding::Zstd),
         std::future::pending(),
     )
     .await;

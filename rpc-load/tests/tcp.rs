@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use rpc_load::app;
+use rdmarpc_load::app;
 
 /// Every 4th request is over the server's message limit: those fail with
 /// RESOURCE_EXHAUSTED, and the run goes on over the same connection.
@@ -425,13 +425,13 @@ async fn templates_render_every_call() {
     .unwrap();
     assert_eq!(put.status_code_distribution.get("OK"), Some(&50));
     // Every call made its own key: a scan finds 50 keys k-0-... to k-49-....
-    let conn = rpc_transport_tcp::TcpConnection::connect(
+    let conn = rdmarpc_transport_tcp::TcpConnection::connect(
         url.trim_start_matches("tcp://"),
-        &rpc_transport_tcp::TcpConfig::default(),
+        &rdmarpc_transport_tcp::TcpConfig::default(),
     )
     .await
     .unwrap();
-    let kv = examples::kv::kv_client::KvClient::new(rpc_core::Channel::new(conn));
+    let kv = examples::kv::kv_client::KvClient::new(rdmarpc_core::Channel::new(conn));
     let scan = kv
         .scan(examples::kv::ScanRequest {
             prefix: "k-".into(),

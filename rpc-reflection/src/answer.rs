@@ -1,7 +1,7 @@
 //! One reflection request in, its response out: the protocol, with no I/O.
 
 use prost::Message as _;
-use rpc_core::Code;
+use rdmarpc_core::Code;
 
 use crate::index::Index;
 use crate::pb::v1::server_reflection_request::MessageRequest;

@@ -10,18 +10,18 @@ use crate::{Error, ReflectionService, FILE_DESCRIPTOR_SET};
 
 /// Collects the descriptor sets a [`ReflectionService`] serves.
 ///
-/// Register the encoded `FileDescriptorSet` of every service the server runs: `rpc-codegen`
+/// Register the encoded `FileDescriptorSet` of every service the server runs: `rdmarpc-codegen`
 /// writes one with `file_descriptor_set_path` (imports included, so each set is complete
-/// on its own), and [`rpc_health`'s](https://docs.rs/rpc-health) is
-/// `rpc_health::FILE_DESCRIPTOR_SET`. Reflection's own set is always registered.
+/// on its own), and [`rdmarpc_health`'s](https://docs.rs/rpc-health) is
+/// `rdmarpc_health::FILE_DESCRIPTOR_SET`. Reflection's own set is always registered.
 ///
 /// ```
 /// # fn f(my_services_set: &'static [u8]) -> Result<(), Box<dyn std::error::Error>> {
-/// let reflection = rpc_reflection::Builder::new()
+/// let reflection = rdmarpc_reflection::Builder::new()
 ///     .register_encoded_file_descriptor_set(my_services_set)
 ///     .with_service_name("echo.Echo")
 ///     .build()?;
-/// let server = rpc_core::Server::builder()
+/// let server = rdmarpc_core::Server::builder()
 ///     .add_service(reflection.v1())?
 ///     .add_service(reflection.v1alpha())?
 ///     .build();
@@ -50,7 +50,7 @@ impl Builder {
         Self::default()
     }
 
-    /// Registers an encoded `google.protobuf.FileDescriptorSet` (as `rpc-codegen`,
+    /// Registers an encoded `google.protobuf.FileDescriptorSet` (as `rdmarpc-codegen`,
     /// `protoc --descriptor_set_out --include_imports` or protox write it). A file may
     /// be in several sets; it is served once. Not decoded until [`Builder::build`].
     pub fn register_encoded_file_descriptor_set(mut self, set: impl Into<Bytes>) -> Self {

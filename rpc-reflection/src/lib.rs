@@ -5,21 +5,21 @@
 //! Reflection lets a client that has no `.proto` files (grpcurl, Postman, a load
 //! generator, a debugger) list a server's services and fetch their descriptors, then
 //! build requests at run time. It serves the encoded `FileDescriptorSet`s the services
-//! were compiled from, which `rpc-codegen` writes (`file_descriptor_set_path`):
+//! were compiled from, which `rdmarpc-codegen` writes (`file_descriptor_set_path`):
 //!
 //! ```
 //! # fn f() -> Result<(), Box<dyn std::error::Error>> {
-//! // build.rs: rpc_codegen::configure()
+//! // build.rs: rdmarpc_codegen::configure()
 //! //     .file_descriptor_set_path(out_dir.join("echo_descriptor_set.bin"))
 //! //     .compile_protos(&["proto/echo.proto"], &["proto"])?;
 //! // lib.rs: pub const FILE_DESCRIPTOR_SET: &[u8] =
 //! //     include_bytes!(concat!(env!("OUT_DIR"), "/echo_descriptor_set.bin"));
 //! # const FILE_DESCRIPTOR_SET: &[u8] = &[];
-//! let reflection = rpc_reflection::Builder::new()
+//! let reflection = rdmarpc_reflection::Builder::new()
 //!     .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-//!     .register_encoded_file_descriptor_set(rpc_health::FILE_DESCRIPTOR_SET)
+//!     .register_encoded_file_descriptor_set(rdmarpc_health::FILE_DESCRIPTOR_SET)
 //!     .build()?;
-//! let server = rpc_core::Server::builder()
+//! let server = rdmarpc_core::Server::builder()
 //!     .add_service(reflection.v1())?
 //!     .add_service(reflection.v1alpha())?
 //!     .build();
@@ -27,7 +27,7 @@
 //! ```
 //!
 //! A standard gRPC client reaches it over HTTP/2 on the server's port like any service
-//! (`rpc-grpc`), and this framework's clients over their own transports.
+//! (`rdmarpc-grpc`), and this framework's clients over their own transports.
 //!
 //! # What it answers
 //! - `list_services`: the registered services (or those named by
@@ -79,14 +79,14 @@ pub mod pb {
 
     pub mod v1 {
         //! `grpc.reflection.v1`: messages, client and server.
-        rpc_core::include_proto!("grpc.reflection.v1");
+        rdmarpc_core::include_proto!("grpc.reflection.v1");
     }
 
     pub mod v1alpha {
         //! `grpc.reflection.v1alpha`: its client and server. Its messages are
         //! [`v1`](super::v1)'s: the two packages define the same fields, numbers and
         //! types, so they are one encoding.
-        rpc_core::include_proto!("grpc.reflection.v1alpha");
+        rdmarpc_core::include_proto!("grpc.reflection.v1alpha");
     }
 }
 

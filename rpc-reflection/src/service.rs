@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use rpc_core::{BoxStream, Request, Response, Status, Streaming};
+use rdmarpc_core::{BoxStream, Request, Response, Status, Streaming};
 
 use crate::answer::answer;
 use crate::index::Index;

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use prost::Message as _;
 use prost_types::FileDescriptorProto;
-use rpc_core::Code;
+use rdmarpc_core::Code;
 
 use crate::answer::answer;
 use crate::index::Index;

@@ -8,13 +8,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, Value};
-use rpc_core::{memory, Channel, Code, Connection, Server, ServerConfig, Streaming};
-use rpc_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-use rpc_reflection::pb::v1::server_reflection_request::MessageRequest;
-use rpc_reflection::pb::v1::server_reflection_response::MessageResponse;
-use rpc_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
-use rpc_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient as V1alphaClient;
-use rpc_transport_tcp::{TcpConfig, TcpConnection, TcpListener};
+use rdmarpc_core::{memory, Channel, Code, Connection, Server, ServerConfig, Streaming};
+use rdmarpc_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use rdmarpc_reflection::pb::v1::server_reflection_request::MessageRequest;
+use rdmarpc_reflection::pb::v1::server_reflection_response::MessageResponse;
+use rdmarpc_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
+use rdmarpc_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient as V1alphaClient;
+use rdmarpc_transport_tcp::{TcpConfig, TcpConnection, TcpListener};
 use tokio::sync::mpsc;
 
 /// The encoded set of the test protos: `acme/shop.proto` and its imports.
@@ -31,12 +31,12 @@ fn shop_set() -> Vec<u8> {
 
 /// A server with reflection (both versions) and health, and `config`.
 fn server(config: ServerConfig) -> Server {
-    let reflection = rpc_reflection::Builder::new()
+    let reflection = rdmarpc_reflection::Builder::new()
         .register_encoded_file_descriptor_set(shop_set())
-        .register_encoded_file_descriptor_set(rpc_health::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(rdmarpc_health::FILE_DESCRIPTOR_SET)
         .build()
         .unwrap();
-    let (_reporter, health) = rpc_health::health_reporter();
+    let (_reporter, health) = rdmarpc_health::health_reporter();
     Server::builder()
         .add_service(reflection.v1())
         .unwrap()
@@ -229,7 +229,7 @@ async fn v1alpha_answers_the_same_over_the_in_memory_transport() {
     for question in [
         MessageRequest::FileByFilename("acme/shop.proto".into()),
         MessageRequest::FileContainingSymbol("acme.shop.Order.FAST".into()),
-        MessageRequest::FileContainingExtension(rpc_reflection::pb::v1::ExtensionRequest {
+        MessageRequest::FileContainingExtension(rdmarpc_reflection::pb::v1::ExtensionRequest {
             containing_type: "acme.options.Extendable".into(),
             extension_number: 101,
         }),
@@ -282,7 +282,7 @@ async fn a_malformed_request_ends_the_stream_with_invalid_argument() {
     let mut responses = channel
         .streaming::<_, ServerReflectionResponse>(
             futures_util::stream::iter([malformed]),
-            &rpc_reflection::pb::v1::server_reflection_methods::METHODS[0],
+            &rdmarpc_reflection::pb::v1::server_reflection_methods::METHODS[0],
         )
         .await
         .unwrap()
@@ -324,11 +324,12 @@ async fn a_client_that_never_reads_answers_is_stopped_by_the_windows() {
     eprintln!(
         "a client that never reads: {settled} requests taken ({request_len} bytes each, a \
          64 KiB request window; answers of {answer_len} bytes, a {} KiB response window)",
-        rpc_core::DEFAULT_STREAM_WINDOW >> 10
+        rdmarpc_core::DEFAULT_STREAM_WINDOW >> 10
     );
     // At most the request window's worth (counted in whole frames, so fewer than its
     // bytes / request), the answers in the client's window, and one being answered.
-    let bound = (64 << 10) / request_len + rpc_core::DEFAULT_STREAM_WINDOW as usize / answer_len;
+    let bound =
+        (64 << 10) / request_len + rdmarpc_core::DEFAULT_STREAM_WINDOW as usize / answer_len;
     assert!(
         settled <= bound + 1,
         "{settled} requests taken, more than {bound}"

@@ -94,7 +94,7 @@ impl Default for RdmaConfig {
             initial_ring_slots: 4,
             slot_size: 8 * 1024,
             eager_threshold: None,
-            max_message_size: rpc_core::DEFAULT_MAX_MESSAGE_SIZE,
+            max_message_size: rdmarpc_core::DEFAULT_MAX_MESSAGE_SIZE,
             poll_spin: Duration::from_micros(50),
             await_spin: Duration::from_millis(1),
             ping_interval: Duration::from_secs(1),
@@ -121,7 +121,7 @@ impl RdmaConfig {
     /// Sets [`RdmaConfig::max_message_size`].
     ///
     /// ```
-    /// let mut config = rpc_transport_rdma::RdmaConfig::default();
+    /// let mut config = rdmarpc_transport_rdma::RdmaConfig::default();
     /// config.max_message_size(64 << 20).ring_slots(128).slot_size(4096);
     /// ```
     pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {

@@ -156,7 +156,7 @@ impl ProcessCounters {
 }
 
 /// What every RDMA connection of this process counted so far, closed ones included:
-/// what a metrics exporter publishes (`rpc_transport::publish_rdma_metrics`). Costs a
+/// what a metrics exporter publishes (`rdmarpc_transport::publish_rdma_metrics`). Costs a
 /// lock and a pass over the live connections; nothing on the data path.
 pub fn process_counters() -> ProcessCounters {
     let mut registry = REGISTRY.lock();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
-use rpc_transport_tcp::Socket;
+use rdmarpc_transport_tcp::Socket;
 use tokio::io::AsyncReadExt;
 
 use crate::completion::Member;

@@ -25,7 +25,7 @@
 
 use crate::verbs::{Mtu, QpEndpoint};
 
-pub(crate) use rpc_transport_tcp::rdma_hello::{read_refusal, refuse, BLOCK, HELLO, NONE};
+pub(crate) use rdmarpc_transport_tcp::rdma_hello::{read_refusal, refuse, BLOCK, HELLO, NONE};
 /// Server accepts RDMA.
 pub(crate) const OKAY: &[u8; 8] = b"RDMAOKAY";
 /// Client's QP is ready.

@@ -1,4 +1,4 @@
-//! RDMA transport for `rpc-core` over libibverbs (through `rdma-sys`).
+//! RDMA transport for `rdmarpc-core` over libibverbs (through `rdma-sys`).
 //!
 //! Small frames travel by two-sided SEND/RECV through per-connection rings of registered
 //! slots; large ones are pulled by the receiver with one-sided RDMA READ from a registered
@@ -14,7 +14,7 @@
 //!
 //! # Layout
 //! - Choosing the transport from a URL (`AnyConnection`, `AnyListener`, `connect`) and
-//!   the configuration file live in the `rpc-transport` crate, which uses this one
+//!   the configuration file live in the `rdmarpc-transport` crate, which uses this one
 //!   through [`handshake_client`] and [`handshake_server`] on a socket it opened.
 //! - [`RdmaConnection`]: one connection (`connection.rs`); what it does with its
 //!   completions (`driver.rs`): it pumps the protocol session and, once the runtime asked
@@ -68,6 +68,6 @@ mod verbs;
 pub use config::{RdmaConfig, MIN_SLOT_SIZE};
 pub use connection::{MessageBuf, RdmaConnection, RecvBuf};
 pub use counters::{process_counters, ProcessCounters, RdmaCounters};
-pub use rpc_transport_tcp::{ClientAuth, TlsConfig};
+pub use rdmarpc_transport_tcp::{ClientAuth, TlsConfig};
 pub use setup::{handshake_client, handshake_server, Negotiated};
 pub use verbs::{rdma_available, SendBuf};

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
-use rpc_core::account::{Account, Charge, Resource};
-use rpc_core::TransportError;
+use rdmarpc_core::account::{Account, Charge, Resource};
+use rdmarpc_core::TransportError;
 use tokio::sync::watch;
 
 use crate::protocol::session::Close;

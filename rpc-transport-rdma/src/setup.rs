@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use rpc_core::TransportError;
-use rpc_transport_tcp::Socket;
+use rdmarpc_core::TransportError;
+use rdmarpc_transport_tcp::Socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{watch, Notify};
 
@@ -255,7 +255,7 @@ pub async fn handshake_client(
 }
 
 /// The server side of the RDMA handshake, on a socket whose first 8 bytes were
-/// [`HELLO`](rpc_transport_tcp::rdma_hello::HELLO) (already read): reads the client's
+/// [`HELLO`](rdmarpc_transport_tcp::rdma_hello::HELLO) (already read): reads the client's
 /// offer and connects the queue pairs, or, with `config` `None` (a server that does not
 /// serve RDMA) or no usable device, refuses; the socket then carries TCP
 /// (`Ok(Err(socket))`).

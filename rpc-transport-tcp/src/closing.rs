@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rpc_core::TransportError;
+use rdmarpc_core::TransportError;
 use tokio::sync::{watch, Semaphore};
 
 /// How a connection ends: shared by the connection, its reader and its writer.

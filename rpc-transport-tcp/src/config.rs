@@ -8,7 +8,7 @@ use std::time::Duration;
 pub struct TcpConfig {
     /// Largest payload accepted from the peer; larger frames are skipped and reported as
     /// discarded (the runtime answers `RESOURCE_EXHAUSTED`). Also the largest payload
-    /// this side sends. Default `rpc_core::DEFAULT_MAX_MESSAGE_SIZE` (4 MiB).
+    /// this side sends. Default `rdmarpc_core::DEFAULT_MAX_MESSAGE_SIZE` (4 MiB).
     pub max_message_size: usize,
     /// Frames queued for the writer before `send` waits. Default 1024.
     pub send_queue_frames: usize,
@@ -33,7 +33,7 @@ pub struct TcpConfig {
 impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
-            max_message_size: rpc_core::DEFAULT_MAX_MESSAGE_SIZE,
+            max_message_size: rdmarpc_core::DEFAULT_MAX_MESSAGE_SIZE,
             send_queue_frames: 1024,
             send_queue_bytes: 8 << 20,
             write_buffer: 64 * 1024,
@@ -48,7 +48,7 @@ impl TcpConfig {
     /// Sets [`TcpConfig::max_message_size`].
     ///
     /// ```
-    /// let mut config = rpc_transport_tcp::TcpConfig::default();
+    /// let mut config = rdmarpc_transport_tcp::TcpConfig::default();
     /// config.max_message_size(64 << 20);
     /// ```
     pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {

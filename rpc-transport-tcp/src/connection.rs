@@ -4,9 +4,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use rpc_core::account::{Account, Charge, Resource};
-use rpc_core::wire::HEADER_LEN;
-use rpc_core::{Connection, MethodKinds, TransportError, MAX_METADATA_LEN};
+use rdmarpc_core::account::{Account, Charge, Resource};
+use rdmarpc_core::wire::HEADER_LEN;
+use rdmarpc_core::{Connection, MethodKinds, TransportError, MAX_METADATA_LEN};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -417,7 +417,7 @@ async fn linger(mut socket: ReadHalf, writer: tokio::task::JoinHandle<()>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rpc_core::wire::{FrameKind, Header};
+    use rdmarpc_core::wire::{FrameKind, Header};
     use tokio::io::AsyncWriteExt;
 
     fn frame(call_id: u64, payload: &[u8]) -> Vec<u8> {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::buf::Limit;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use rpc_core::wire::{Flags, FrameError, Header, HEADER_LEN};
+use rdmarpc_core::wire::{Flags, FrameError, Header, HEADER_LEN};
 
 /// Bytes the shared buffer has room for at least before a read.
 pub const READ_CHUNK: usize = 64 * 1024;
@@ -19,7 +19,7 @@ pub const READ_CHUNK: usize = 64 * 1024;
 /// Frames at least this long are read into a buffer of their own, allocated at the
 /// frame's declared length while the [`Allowance`] lasts (so that they land without a
 /// copy), or moved into one once complete (when they arrived in the shared buffer), and
-/// are kept ([`rpc_core::Connection::keep`]): a kept frame pins only itself. Smaller
+/// are kept ([`rdmarpc_core::Connection::keep`]): a kept frame pins only itself. Smaller
 /// frames share the read buffer and are copied out.
 pub const KEEP_MIN: usize = 32 * 1024;
 

@@ -1,6 +1,6 @@
-//! TCP transport for `rpc-core`.
+//! TCP transport for `rdmarpc-core`.
 //!
-//! Frames of the shared wire format (see `rpc_core::wire`) over tokio TCP with
+//! Frames of the shared wire format (see `rdmarpc_core::wire`) over tokio TCP with
 //! `TCP_NODELAY`. Sends of concurrent calls are queued to one writer task per connection,
 //! which coalesces whatever is queued into as few `write` system calls as it can. The
 //! reader checks every header before allocating: a frame over the configured maximum is
@@ -12,7 +12,7 @@
 //!   shell of the sans-IO frame decoder `decoder.rs` (large frames into recycled buffers
 //!   of their own, `recycle.rs`), the coalescing and
 //!   gathering writer in `writer.rs`.
-//! - [`TcpListener`]: accepts connections for `rpc_core::Server` (`listener.rs`).
+//! - [`TcpListener`]: accepts connections for `rdmarpc_core::Server` (`listener.rs`).
 //! - [`TcpConfig`]: settings (`config.rs`).
 //! - [`Socket`]: a TCP stream, plain or under TLS (`socket.rs`): what a connection, the
 //!   RDMA side channel and the gRPC server run over.

@@ -2,12 +2,12 @@
 
 use std::collections::VecDeque;
 
-use rpc_core::{Listener, TransportError};
+use rdmarpc_core::{Listener, TransportError};
 use tokio::net::ToSocketAddrs;
 
 use crate::{TcpConfig, TcpConnection};
 
-/// Accepts TCP connections for `rpc_core::Server`.
+/// Accepts TCP connections for `rdmarpc_core::Server`.
 #[derive(Debug)]
 pub struct TcpListener {
     /// `None` once [`Listener::stop_accepting`] closed it.
@@ -147,8 +147,8 @@ pub fn take_backlog(listener: tokio::net::TcpListener) -> Vec<tokio::net::TcpStr
 #[cfg(test)]
 mod tests {
     use bytes::BufMut;
-    use rpc_core::wire::{FrameKind, Header, HEADER_LEN};
-    use rpc_core::{Connection, Listener, TransportError};
+    use rdmarpc_core::wire::{FrameKind, Header, HEADER_LEN};
+    use rdmarpc_core::{Connection, Listener, TransportError};
 
     use crate::{TcpConfig, TcpConnection, TcpListener};
 

@@ -1,7 +1,7 @@
 //! What a connection hands its writer: frames, each with the room it reserved.
 
 use bytes::{Bytes, BytesMut};
-use rpc_core::account::Charge;
+use rdmarpc_core::account::Charge;
 use tokio::sync::OwnedSemaphorePermit;
 
 /// A frame queued for the writer, with the share of the byte budget (and of the
@@ -26,7 +26,7 @@ impl OutFrame {
 /// Room reserved in a connection's send queue for one frame, from
 /// [`TcpConnection::reserve`](crate::TcpConnection::reserve), and on a server the frame's
 /// bytes on the connection's account
-/// ([`Resource::Sending`](rpc_core::account::Resource::Sending)) until it is written;
+/// ([`Resource::Sending`](rdmarpc_core::account::Resource::Sending)) until it is written;
 /// dropping it unused gives both back.
 #[derive(Debug)]
 pub struct SendReservation {

@@ -2,7 +2,7 @@
 //! them: a client that wants RDMA opens TCP to the server's port and sends a 64-byte
 //! block starting with [`HELLO`]; a server that does not serve RDMA (built without it,
 //! or without a device) answers with a [`NONE`] block and a reason, and the same socket
-//! carries this TCP transport from there. `rpc-transport-rdma` owns the rest (the offer
+//! carries this TCP transport from there. `rdmarpc-transport-rdma` owns the rest (the offer
 //! in the block, OKAY, READY).
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

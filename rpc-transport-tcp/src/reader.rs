@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rpc_core::TransportError;
+use rdmarpc_core::TransportError;
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -104,9 +104,9 @@ pub enum TlsError {
     },
 }
 
-impl From<TlsError> for rpc_core::TransportError {
+impl From<TlsError> for rdmarpc_core::TransportError {
     fn from(e: TlsError) -> Self {
-        rpc_core::TransportError::Other(e.to_string())
+        rdmarpc_core::TransportError::Other(e.to_string())
     }
 }
 

@@ -4,9 +4,9 @@
 //! a plaintext server each fail the dial with an error saying so.
 
 use bytes::BufMut;
-use rpc_core::wire::{FrameKind, Header, HEADER_LEN};
-use rpc_core::Connection;
-use rpc_transport_tcp::{ClientAuth, TcpConfig, TcpConnection, TlsConfig, ALPN_FRAMES};
+use rdmarpc_core::wire::{FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::Connection;
+use rdmarpc_transport_tcp::{ClientAuth, TcpConfig, TcpConnection, TlsConfig, ALPN_FRAMES};
 use test_certs::Ca;
 
 fn frame(call_id: u64, payload: &[u8]) -> Vec<u8> {

@@ -14,9 +14,9 @@
 use std::time::{Duration, Instant};
 
 use bytes::BufMut;
-use rpc_core::wire::{FrameKind, Header};
-use rpc_core::{Connection, Endpoint, Listener};
-use rpc_transport::{AnyConnection, AnyListener, TransportSettings};
+use rdmarpc_core::wire::{FrameKind, Header};
+use rdmarpc_core::{Connection, Endpoint, Listener};
+use rdmarpc_transport::{AnyConnection, AnyListener, TransportSettings};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -40,7 +40,7 @@ async fn main() -> Result<(), Error> {
                     .transpose()?
                     .unwrap_or(default))
             };
-            let conn = rpc_transport::connect(&endpoint, &settings).await?;
+            let conn = rdmarpc_transport::connect(&endpoint, &settings).await?;
             let (round_trips, payload) = (number(2, 10_000)?, number(3, 64)?);
             // On a worker of the runtime, as an application's tasks run (the main
             // future runs on the main thread: each reply would cross threads).

@@ -1,11 +1,11 @@
 //! The buffers of an [`AnyConnection`](crate::AnyConnection): with the `rdma` feature
-//! those of `rpc-transport-rdma` (registered memory, or heap bytes for TCP and gRPC);
+//! those of `rdmarpc-transport-rdma` (registered memory, or heap bytes for TCP and gRPC);
 //! without it, heap bytes.
 
 #[cfg(feature = "rdma")]
-pub use rpc_transport_rdma::MessageBuf;
+pub use rdmarpc_transport_rdma::MessageBuf;
 #[cfg(feature = "rdma")]
-pub(crate) use rpc_transport_rdma::{RecvBuf, SendBuf};
+pub(crate) use rdmarpc_transport_rdma::{RecvBuf, SendBuf};
 
 #[cfg(not(feature = "rdma"))]
 pub use plain::MessageBuf;

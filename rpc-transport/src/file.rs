@@ -29,7 +29,7 @@
 //! frame_timeout_ms = 30000    # a frame must complete within this from its first byte
 //! first_frame_timeout_ms = 10000
 //!
-//! [server]                    # rpc_core::ServerConfig
+//! [server]                    # rdmarpc_core::ServerConfig
 //! max_concurrent_calls = 4096
 //! max_concurrent_calls_per_connection = 256
 //! max_concurrent_calls_per_peer = 1024
@@ -58,7 +58,7 @@
 //! client_auth = "required"    # none | optional | required (servers)
 //! server_name = "echo.internal"   # clients: the name to verify instead of the host
 //!
-//! [client]                    # rpc_core::ClientConfig
+//! [client]                    # rdmarpc_core::ClientConfig
 //! keepalive_interval_ms = 10000   # 0 turns keepalive off
 //! keepalive_timeout_ms = 10000
 //! max_transparent_retries = 3
@@ -175,107 +175,107 @@ macro_rules! section {
 
 section! {
     /// The `[tcp]` table (variables `RPC_TCP_<FIELD>`).
-    TcpSection, "RPC_TCP_", rpc_transport_tcp::TcpConfig {
-        /// See [`TcpConfig::send_queue_bytes`](rpc_transport_tcp::TcpConfig::send_queue_bytes).
+    TcpSection, "RPC_TCP_", rdmarpc_transport_tcp::TcpConfig {
+        /// See [`TcpConfig::send_queue_bytes`](rdmarpc_transport_tcp::TcpConfig::send_queue_bytes).
         send_queue_bytes: usize => |c, v| c.send_queue_bytes = v,
-        /// [`TcpConfig::write_timeout`](rpc_transport_tcp::TcpConfig::write_timeout) in ms.
+        /// [`TcpConfig::write_timeout`](rdmarpc_transport_tcp::TcpConfig::write_timeout) in ms.
         write_timeout_ms: u64 => |c, v| c.write_timeout = Duration::from_millis(v),
-        /// [`TcpConfig::frame_timeout`](rpc_transport_tcp::TcpConfig::frame_timeout) in ms.
+        /// [`TcpConfig::frame_timeout`](rdmarpc_transport_tcp::TcpConfig::frame_timeout) in ms.
         frame_timeout_ms: u64 => |c, v| c.frame_timeout = Duration::from_millis(v),
-        /// [`TcpConfig::first_frame_timeout`](rpc_transport_tcp::TcpConfig::first_frame_timeout) in ms.
+        /// [`TcpConfig::first_frame_timeout`](rdmarpc_transport_tcp::TcpConfig::first_frame_timeout) in ms.
         first_frame_timeout_ms: u64 => |c, v| c.first_frame_timeout = Duration::from_millis(v),
     }
 }
 
 section! {
-    /// The `[server]` table (variables `RPC_SERVER_<FIELD>`): [`rpc_core::ServerConfig`].
-    ServerSection, "RPC_SERVER_", rpc_core::ServerConfig {
-        /// See [`ServerConfig::max_concurrent_calls`](rpc_core::ServerConfig::max_concurrent_calls).
+    /// The `[server]` table (variables `RPC_SERVER_<FIELD>`): [`rdmarpc_core::ServerConfig`].
+    ServerSection, "RPC_SERVER_", rdmarpc_core::ServerConfig {
+        /// See [`ServerConfig::max_concurrent_calls`](rdmarpc_core::ServerConfig::max_concurrent_calls).
         max_concurrent_calls: usize => |c, v| c.max_concurrent_calls = v,
-        /// See [`ServerConfig::max_concurrent_calls_per_connection`](rpc_core::ServerConfig::max_concurrent_calls_per_connection).
+        /// See [`ServerConfig::max_concurrent_calls_per_connection`](rdmarpc_core::ServerConfig::max_concurrent_calls_per_connection).
         max_concurrent_calls_per_connection: usize => |c, v| c.max_concurrent_calls_per_connection = v,
-        /// See [`ServerConfig::max_concurrent_calls_per_peer`](rpc_core::ServerConfig::max_concurrent_calls_per_peer).
+        /// See [`ServerConfig::max_concurrent_calls_per_peer`](rdmarpc_core::ServerConfig::max_concurrent_calls_per_peer).
         max_concurrent_calls_per_peer: usize => |c, v| c.max_concurrent_calls_per_peer = v,
-        /// See [`ServerConfig::max_stream_bytes_per_connection`](rpc_core::ServerConfig::max_stream_bytes_per_connection).
+        /// See [`ServerConfig::max_stream_bytes_per_connection`](rdmarpc_core::ServerConfig::max_stream_bytes_per_connection).
         max_stream_bytes_per_connection: usize => |c, v| c.max_stream_bytes_per_connection = v,
-        /// See [`ServerConfig::max_queued_calls_per_connection`](rpc_core::ServerConfig::max_queued_calls_per_connection).
+        /// See [`ServerConfig::max_queued_calls_per_connection`](rdmarpc_core::ServerConfig::max_queued_calls_per_connection).
         max_queued_calls_per_connection: usize => |c, v| c.max_queued_calls_per_connection = v,
-        /// See [`ServerConfig::max_queued_bytes_per_connection`](rpc_core::ServerConfig::max_queued_bytes_per_connection).
+        /// See [`ServerConfig::max_queued_bytes_per_connection`](rdmarpc_core::ServerConfig::max_queued_bytes_per_connection).
         max_queued_bytes_per_connection: usize => |c, v| c.max_queued_bytes_per_connection = v,
-        /// See [`ServerConfig::max_queued_replies`](rpc_core::ServerConfig::max_queued_replies).
+        /// See [`ServerConfig::max_queued_replies`](rdmarpc_core::ServerConfig::max_queued_replies).
         max_queued_replies: usize => |c, v| c.max_queued_replies = v,
-        /// [`ServerConfig::shutdown_grace`](rpc_core::ServerConfig::shutdown_grace) in ms.
+        /// [`ServerConfig::shutdown_grace`](rdmarpc_core::ServerConfig::shutdown_grace) in ms.
         shutdown_grace_ms: u64 => |c, v| c.shutdown_grace = Duration::from_millis(v),
-        /// [`ServerConfig::drain_timeout`](rpc_core::ServerConfig::drain_timeout) in ms.
+        /// [`ServerConfig::drain_timeout`](rdmarpc_core::ServerConfig::drain_timeout) in ms.
         drain_timeout_ms: u64 => |c, v| c.drain_timeout = Duration::from_millis(v),
-        /// See [`ServerConfig::stream_window`](rpc_core::ServerConfig::stream_window).
+        /// See [`ServerConfig::stream_window`](rdmarpc_core::ServerConfig::stream_window).
         stream_window: u32 => |c, v| c.stream_window = v,
-        /// See [`ServerConfig::max_open_streams`](rpc_core::ServerConfig::max_open_streams).
+        /// See [`ServerConfig::max_open_streams`](rdmarpc_core::ServerConfig::max_open_streams).
         max_open_streams: usize => |c, v| c.max_open_streams = v,
-        /// See [`ServerConfig::max_open_streams_per_peer`](rpc_core::ServerConfig::max_open_streams_per_peer).
+        /// See [`ServerConfig::max_open_streams_per_peer`](rdmarpc_core::ServerConfig::max_open_streams_per_peer).
         max_open_streams_per_peer: usize => |c, v| c.max_open_streams_per_peer = v,
-        /// See [`ServerConfig::max_open_streams_per_connection`](rpc_core::ServerConfig::max_open_streams_per_connection).
+        /// See [`ServerConfig::max_open_streams_per_connection`](rdmarpc_core::ServerConfig::max_open_streams_per_connection).
         max_open_streams_per_connection: usize => |c, v| c.max_open_streams_per_connection = v,
-        /// See [`ServerConfig::max_held_bytes`](rpc_core::ServerConfig::max_held_bytes).
+        /// See [`ServerConfig::max_held_bytes`](rdmarpc_core::ServerConfig::max_held_bytes).
         max_held_bytes: usize => |c, v| c.max_held_bytes = v,
-        /// See [`ServerConfig::max_held_bytes_per_peer`](rpc_core::ServerConfig::max_held_bytes_per_peer).
+        /// See [`ServerConfig::max_held_bytes_per_peer`](rdmarpc_core::ServerConfig::max_held_bytes_per_peer).
         max_held_bytes_per_peer: usize => |c, v| c.max_held_bytes_per_peer = v,
-        /// See [`ServerConfig::max_held_bytes_per_connection`](rpc_core::ServerConfig::max_held_bytes_per_connection).
+        /// See [`ServerConfig::max_held_bytes_per_connection`](rdmarpc_core::ServerConfig::max_held_bytes_per_connection).
         max_held_bytes_per_connection: usize => |c, v| c.max_held_bytes_per_connection = v,
-        /// See [`ServerConfig::max_sending_bytes`](rpc_core::ServerConfig::max_sending_bytes).
+        /// See [`ServerConfig::max_sending_bytes`](rdmarpc_core::ServerConfig::max_sending_bytes).
         max_sending_bytes: usize => |c, v| c.max_sending_bytes = v,
-        /// See [`ServerConfig::max_sending_bytes_per_peer`](rpc_core::ServerConfig::max_sending_bytes_per_peer).
+        /// See [`ServerConfig::max_sending_bytes_per_peer`](rdmarpc_core::ServerConfig::max_sending_bytes_per_peer).
         max_sending_bytes_per_peer: usize => |c, v| c.max_sending_bytes_per_peer = v,
-        /// See [`ServerConfig::max_sending_bytes_per_connection`](rpc_core::ServerConfig::max_sending_bytes_per_connection).
+        /// See [`ServerConfig::max_sending_bytes_per_connection`](rdmarpc_core::ServerConfig::max_sending_bytes_per_connection).
         max_sending_bytes_per_connection: usize => |c, v| c.max_sending_bytes_per_connection = v,
-        /// [`ServerConfig::max_connection_idle`](rpc_core::ServerConfig::max_connection_idle) in ms; 0 = none.
+        /// [`ServerConfig::max_connection_idle`](rdmarpc_core::ServerConfig::max_connection_idle) in ms; 0 = none.
         max_connection_idle_ms: u64 => |c, v| c.max_connection_idle = (v > 0).then(|| Duration::from_millis(v)),
-        /// [`ServerConfig::max_connection_age`](rpc_core::ServerConfig::max_connection_age) in ms; 0 = none.
+        /// [`ServerConfig::max_connection_age`](rdmarpc_core::ServerConfig::max_connection_age) in ms; 0 = none.
         max_connection_age_ms: u64 => |c, v| c.max_connection_age = (v > 0).then(|| Duration::from_millis(v)),
-        /// [`ServerConfig::max_connection_age_grace`](rpc_core::ServerConfig::max_connection_age_grace) in ms; 0 = none.
+        /// [`ServerConfig::max_connection_age_grace`](rdmarpc_core::ServerConfig::max_connection_age_grace) in ms; 0 = none.
         max_connection_age_grace_ms: u64 => |c, v| c.max_connection_age_grace = (v > 0).then(|| Duration::from_millis(v)),
     }
 }
 
 section! {
-    /// The `[client]` table (variables `RPC_CLIENT_<FIELD>`): [`rpc_core::ClientConfig`].
-    ClientSection, "RPC_CLIENT_", rpc_core::ClientConfig {
-        /// [`ClientConfig::keepalive_interval`](rpc_core::ClientConfig::keepalive_interval) in ms; 0 = off.
+    /// The `[client]` table (variables `RPC_CLIENT_<FIELD>`): [`rdmarpc_core::ClientConfig`].
+    ClientSection, "RPC_CLIENT_", rdmarpc_core::ClientConfig {
+        /// [`ClientConfig::keepalive_interval`](rdmarpc_core::ClientConfig::keepalive_interval) in ms; 0 = off.
         keepalive_interval_ms: u64 => |c, v| c.keepalive_interval = (v > 0).then(|| Duration::from_millis(v)),
-        /// [`ClientConfig::keepalive_timeout`](rpc_core::ClientConfig::keepalive_timeout) in ms.
+        /// [`ClientConfig::keepalive_timeout`](rdmarpc_core::ClientConfig::keepalive_timeout) in ms.
         keepalive_timeout_ms: u64 => |c, v| c.keepalive_timeout = Duration::from_millis(v),
-        /// See [`ClientConfig::max_transparent_retries`](rpc_core::ClientConfig::max_transparent_retries).
+        /// See [`ClientConfig::max_transparent_retries`](rdmarpc_core::ClientConfig::max_transparent_retries).
         max_transparent_retries: u32 => |c, v| c.max_transparent_retries = v,
-        /// [`ClientConfig::connect_timeout`](rpc_core::ClientConfig::connect_timeout) in ms.
+        /// [`ClientConfig::connect_timeout`](rdmarpc_core::ClientConfig::connect_timeout) in ms.
         connect_timeout_ms: u64 => |c, v| c.connect_timeout = Duration::from_millis(v),
-        /// See [`ClientConfig::stream_window`](rpc_core::ClientConfig::stream_window).
+        /// See [`ClientConfig::stream_window`](rdmarpc_core::ClientConfig::stream_window).
         stream_window: u32 => |c, v| c.stream_window = v,
-        /// See [`ClientConfig::wait_for_ready`](rpc_core::ClientConfig::wait_for_ready).
+        /// See [`ClientConfig::wait_for_ready`](rdmarpc_core::ClientConfig::wait_for_ready).
         wait_for_ready: bool => |c, v| c.wait_for_ready = v,
-        /// [`BalanceConfig::strategy`](rpc_core::BalanceConfig::strategy): `p2c` or `round_robin`.
-        lb_strategy: Parsed<rpc_core::LbStrategy> => |c, v| c.balance.strategy = v.0,
-        /// [`BalanceConfig::health_check_service`](rpc_core::BalanceConfig::health_check_service)
+        /// [`BalanceConfig::strategy`](rdmarpc_core::BalanceConfig::strategy): `p2c` or `round_robin`.
+        lb_strategy: Parsed<rdmarpc_core::LbStrategy> => |c, v| c.balance.strategy = v.0,
+        /// [`BalanceConfig::health_check_service`](rdmarpc_core::BalanceConfig::health_check_service)
         /// (`""`: the whole server).
         health_check_service: String => |c, v| c.balance.health_check_service = Some(v),
-        /// [`BalanceConfig::dns_refresh`](rpc_core::BalanceConfig::dns_refresh) in ms.
+        /// [`BalanceConfig::dns_refresh`](rdmarpc_core::BalanceConfig::dns_refresh) in ms.
         dns_refresh_ms: u64 => |c, v| c.balance.dns_refresh = Duration::from_millis(v),
-        /// [`BalanceConfig::dns_scheme`](rpc_core::BalanceConfig::dns_scheme): the transport
+        /// [`BalanceConfig::dns_scheme`](rdmarpc_core::BalanceConfig::dns_scheme): the transport
         /// of the endpoints of `dns:` targets (`tcp`, `auto`, `rdma`, `tcp+tls`, ...).
         dns_scheme: String => |c, v| c.balance.dns_scheme = v,
-        /// See [`BalanceConfig::eject_after_failures`](rpc_core::BalanceConfig::eject_after_failures).
+        /// See [`BalanceConfig::eject_after_failures`](rdmarpc_core::BalanceConfig::eject_after_failures).
         eject_after_failures: u32 => |c, v| c.balance.eject_after_failures = v,
-        /// [`BalanceConfig::ejection_time`](rpc_core::BalanceConfig::ejection_time) in ms.
+        /// [`BalanceConfig::ejection_time`](rdmarpc_core::BalanceConfig::ejection_time) in ms.
         ejection_time_ms: u64 => |c, v| c.balance.ejection_time = Duration::from_millis(v),
-        /// See [`BalanceConfig::max_endpoints`](rpc_core::BalanceConfig::max_endpoints).
+        /// See [`BalanceConfig::max_endpoints`](rdmarpc_core::BalanceConfig::max_endpoints).
         max_endpoints: usize => |c, v| c.balance.max_endpoints = v,
-        /// [`RetryPolicy::max_attempts`](rpc_core::RetryPolicy::max_attempts); 0 or 1 turns
-        /// retries off, more turns the default [`RetryPolicy`](rpc_core::RetryPolicy) on.
+        /// [`RetryPolicy::max_attempts`](rdmarpc_core::RetryPolicy::max_attempts); 0 or 1 turns
+        /// retries off, more turns the default [`RetryPolicy`](rdmarpc_core::RetryPolicy) on.
         retry_max_attempts: u32 => |c, v| c.retry = (v > 1).then(|| {
             let mut policy = c.retry.clone().unwrap_or_default();
             policy.max_attempts = v;
             policy
         }),
-        /// [`RetryPolicy::methods`](rpc_core::RetryPolicy::methods), separated by commas
+        /// [`RetryPolicy::methods`](rdmarpc_core::RetryPolicy::methods), separated by commas
         /// (`/kv.Kv/Get,kv.Admin`, `*`); turns the default policy on if it is off.
         retry_methods: String => |c, v| {
             let mut policy = c.retry.clone().unwrap_or_default();
@@ -307,52 +307,52 @@ where
 }
 
 section! {
-    /// The `[grpc]` table (variables `RPC_GRPC_<FIELD>`): [`rpc_grpc::GrpcConfig`].
-    GrpcSection, "RPC_GRPC_", rpc_grpc::GrpcConfig {
-        /// See [`GrpcConfig::max_concurrent_streams`](rpc_grpc::GrpcConfig::max_concurrent_streams).
+    /// The `[grpc]` table (variables `RPC_GRPC_<FIELD>`): [`rdmarpc_grpc::GrpcConfig`].
+    GrpcSection, "RPC_GRPC_", rdmarpc_grpc::GrpcConfig {
+        /// See [`GrpcConfig::max_concurrent_streams`](rdmarpc_grpc::GrpcConfig::max_concurrent_streams).
         max_concurrent_streams: u32 => |c, v| c.max_concurrent_streams = v,
-        /// See [`GrpcConfig::stream_window`](rpc_grpc::GrpcConfig::stream_window).
+        /// See [`GrpcConfig::stream_window`](rdmarpc_grpc::GrpcConfig::stream_window).
         stream_window: u32 => |c, v| c.stream_window = v,
-        /// See [`GrpcConfig::connection_window`](rpc_grpc::GrpcConfig::connection_window).
+        /// See [`GrpcConfig::connection_window`](rdmarpc_grpc::GrpcConfig::connection_window).
         connection_window: u32 => |c, v| c.connection_window = v,
-        /// [`GrpcConfig::body_timeout`](rpc_grpc::GrpcConfig::body_timeout) in ms.
+        /// [`GrpcConfig::body_timeout`](rdmarpc_grpc::GrpcConfig::body_timeout) in ms.
         body_timeout_ms: u64 => |c, v| c.body_timeout = Duration::from_millis(v),
-        /// See [`GrpcConfig::send_compression`](rpc_grpc::GrpcConfig::send_compression): `gzip` or `zstd`.
-        send_compression: rpc_grpc::Encoding => |c, v| c.send_compression = Some(v),
-        /// [`GrpcConfig::stream_idle_timeout`](rpc_grpc::GrpcConfig::stream_idle_timeout) in ms.
+        /// See [`GrpcConfig::send_compression`](rdmarpc_grpc::GrpcConfig::send_compression): `gzip` or `zstd`.
+        send_compression: rdmarpc_grpc::Encoding => |c, v| c.send_compression = Some(v),
+        /// [`GrpcConfig::stream_idle_timeout`](rdmarpc_grpc::GrpcConfig::stream_idle_timeout) in ms.
         stream_idle_timeout_ms: u64 => |c, v| c.stream_idle_timeout = Duration::from_millis(v),
-        /// [`GrpcConfig::write_timeout`](rpc_grpc::GrpcConfig::write_timeout) in ms.
+        /// [`GrpcConfig::write_timeout`](rdmarpc_grpc::GrpcConfig::write_timeout) in ms.
         write_timeout_ms: u64 => |c, v| c.write_timeout = Duration::from_millis(v),
-        /// [`GrpcConfig::keepalive_interval`](rpc_grpc::GrpcConfig::keepalive_interval) in ms; 0 turns keepalives off.
+        /// [`GrpcConfig::keepalive_interval`](rdmarpc_grpc::GrpcConfig::keepalive_interval) in ms; 0 turns keepalives off.
         keepalive_interval_ms: u64 => |c, v| c.keepalive_interval = (v > 0).then(|| Duration::from_millis(v)),
-        /// [`GrpcConfig::keepalive_timeout`](rpc_grpc::GrpcConfig::keepalive_timeout) in ms.
+        /// [`GrpcConfig::keepalive_timeout`](rdmarpc_grpc::GrpcConfig::keepalive_timeout) in ms.
         keepalive_timeout_ms: u64 => |c, v| c.keepalive_timeout = Duration::from_millis(v),
     }
 }
 
 section! {
-    /// The `[tls]` table (variables `RPC_TLS_<FIELD>`): [`rpc_transport_tcp::TlsConfig`],
+    /// The `[tls]` table (variables `RPC_TLS_<FIELD>`): [`rdmarpc_transport_tcp::TlsConfig`],
     /// used by `+tls` addresses. Paths are as given (relative ones to the working
     /// directory).
-    TlsSection, "RPC_TLS_", rpc_transport_tcp::TlsConfig {
-        /// See [`TlsConfig::cert`](rpc_transport_tcp::TlsConfig::cert).
+    TlsSection, "RPC_TLS_", rdmarpc_transport_tcp::TlsConfig {
+        /// See [`TlsConfig::cert`](rdmarpc_transport_tcp::TlsConfig::cert).
         cert: std::path::PathBuf => |c, v| c.cert = Some(v),
-        /// See [`TlsConfig::key`](rpc_transport_tcp::TlsConfig::key).
+        /// See [`TlsConfig::key`](rdmarpc_transport_tcp::TlsConfig::key).
         key: std::path::PathBuf => |c, v| c.key = Some(v),
-        /// See [`TlsConfig::ca`](rpc_transport_tcp::TlsConfig::ca).
+        /// See [`TlsConfig::ca`](rdmarpc_transport_tcp::TlsConfig::ca).
         ca: std::path::PathBuf => |c, v| c.ca = Some(v),
-        /// See [`TlsConfig::client_auth`](rpc_transport_tcp::TlsConfig::client_auth): `none`, `optional` or `required`.
-        client_auth: rpc_transport_tcp::ClientAuth => |c, v| c.client_auth = v,
-        /// See [`TlsConfig::server_name`](rpc_transport_tcp::TlsConfig::server_name).
+        /// See [`TlsConfig::client_auth`](rdmarpc_transport_tcp::TlsConfig::client_auth): `none`, `optional` or `required`.
+        client_auth: rdmarpc_transport_tcp::ClientAuth => |c, v| c.client_auth = v,
+        /// See [`TlsConfig::server_name`](rdmarpc_transport_tcp::TlsConfig::server_name).
         server_name: String => |c, v| c.server_name = Some(v),
     }
 }
 
 section! {
-    /// The `[rdma]` table (variables `RPC_RDMA_<FIELD>`): `rpc_transport_rdma::RdmaConfig`.
+    /// The `[rdma]` table (variables `RPC_RDMA_<FIELD>`): `rdmarpc_transport_rdma::RdmaConfig`.
     /// Without the `rdma` feature it is read (so that one file serves both builds) and
     /// ignored with a warning.
-    RdmaSection, "RPC_RDMA_", rpc_transport_rdma::RdmaConfig, if "rdma" {
+    RdmaSection, "RPC_RDMA_", rdmarpc_transport_rdma::RdmaConfig, if "rdma" {
         /// See `RdmaConfig::device`.
         device: String => |c, v| c.device = Some(v),
         /// See `RdmaConfig::ring_slots`.
@@ -484,7 +484,7 @@ impl FileConfig {
 
 impl FileConfig {
     /// Applies the `[server]` table (and `max_message_size`) to `config`.
-    pub fn apply_server(&self, config: &mut rpc_core::ServerConfig) {
+    pub fn apply_server(&self, config: &mut rdmarpc_core::ServerConfig) {
         if let Some(v) = self.max_message_size {
             config.max_message_size = v;
         }
@@ -492,7 +492,7 @@ impl FileConfig {
     }
 
     /// Applies the `[client]` table (and `max_message_size`) to `config`.
-    pub fn apply_client(&self, config: &mut rpc_core::ClientConfig) {
+    pub fn apply_client(&self, config: &mut rdmarpc_core::ClientConfig) {
         if let Some(v) = self.max_message_size {
             config.max_message_size = v;
         }
@@ -503,7 +503,7 @@ impl FileConfig {
 impl TransportSettings {
     /// The defaults with every `RPC_*` environment variable that is set applied
     /// ([`FileConfig::from_env`]): the settings of connections that
-    /// [`Dial`](rpc_core::Dial) opens (`FooClient::connect`, `Channel::connect`).
+    /// [`Dial`](rdmarpc_core::Dial) opens (`FooClient::connect`, `Channel::connect`).
     ///
     /// # Errors
     /// A variable that is set to something unusable, naming it.
@@ -518,17 +518,17 @@ impl TransportSettings {
 /// [`connect`](crate::connect), with the settings of the environment
 /// ([`TransportSettings::from_env`]; `RPC_CLIENT_*` and `RPC_MAX_MESSAGE_SIZE` for the
 /// channel).
-impl rpc_core::Dial for crate::AnyConnection {
-    async fn dial(endpoint: &rpc_core::Endpoint) -> Result<Self, rpc_core::TransportError> {
+impl rdmarpc_core::Dial for crate::AnyConnection {
+    async fn dial(endpoint: &rdmarpc_core::Endpoint) -> Result<Self, rdmarpc_core::TransportError> {
         let settings = TransportSettings::from_env()
-            .map_err(|e| rpc_core::TransportError::Other(e.to_string()))?;
+            .map_err(|e| rdmarpc_core::TransportError::Other(e.to_string()))?;
         crate::connect(endpoint, &settings).await
     }
 
-    fn client_config() -> Result<rpc_core::ClientConfig, rpc_core::TransportError> {
-        let mut config = rpc_core::ClientConfig::default();
+    fn client_config() -> Result<rdmarpc_core::ClientConfig, rdmarpc_core::TransportError> {
+        let mut config = rdmarpc_core::ClientConfig::default();
         FileConfig::from_env()
-            .map_err(|e| rpc_core::TransportError::Other(e.to_string()))?
+            .map_err(|e| rdmarpc_core::TransportError::Other(e.to_string()))?
             .apply_client(&mut config);
         Ok(config)
     }
@@ -563,18 +563,21 @@ mod tests {
         file.apply(&mut settings).unwrap();
         assert_eq!(
             settings.grpc.send_compression,
-            Some(rpc_grpc::Encoding::Zstd)
+            Some(rdmarpc_grpc::Encoding::Zstd)
         );
         assert_eq!(
             settings.tls.client_auth,
-            rpc_transport_tcp::ClientAuth::Optional
+            rdmarpc_transport_tcp::ClientAuth::Optional
         );
         assert!(FileConfig::parse("[grpc]\nsend_compression = \"snappy\"\n").is_err());
         let env = FileConfig::from_vars(|name| {
             (name == "RPC_GRPC_SEND_COMPRESSION").then(|| "gzip".to_owned())
         })
         .unwrap();
-        assert_eq!(env.grpc.send_compression, Some(rpc_grpc::Encoding::Gzip));
+        assert_eq!(
+            env.grpc.send_compression,
+            Some(rdmarpc_grpc::Encoding::Gzip)
+        );
     }
 
     #[test]
@@ -607,11 +610,11 @@ mod tests {
             "max_handshakes_per_peer = 3\n[server]\nmax_concurrent_calls_per_connection = 8\ndrain_timeout_ms = 50\n[client]\nkeepalive_interval_ms = 0\n[tcp]\nwrite_timeout_ms = 700\n",
         )
         .unwrap();
-        let mut server = rpc_core::ServerConfig::default();
+        let mut server = rdmarpc_core::ServerConfig::default();
         file.apply_server(&mut server);
         assert_eq!(server.max_concurrent_calls_per_connection, 8);
         assert_eq!(server.drain_timeout, Duration::from_millis(50));
-        let mut client = rpc_core::ClientConfig::default();
+        let mut client = rdmarpc_core::ClientConfig::default();
         file.apply_client(&mut client);
         assert_eq!(client.keepalive_interval, None);
         let mut settings = TransportSettings::default();
@@ -656,7 +659,7 @@ mod tests {
             })
         })
         .unwrap();
-        let mut server = rpc_core::ServerConfig::default();
+        let mut server = rdmarpc_core::ServerConfig::default();
         file.apply_server(&mut server);
         assert_eq!(server.max_connection_idle, Some(Duration::from_millis(7)));
         assert_eq!(server.max_sending_bytes_per_peer, 7);
@@ -671,9 +674,12 @@ mod tests {
         .unwrap();
         off.apply_server(&mut server);
         assert_eq!(server.max_connection_age, None, "0 turns it off");
-        let mut client = rpc_core::ClientConfig::default();
+        let mut client = rdmarpc_core::ClientConfig::default();
         file.apply_client(&mut client);
-        assert_eq!(client.balance.strategy, rpc_core::LbStrategy::RoundRobin);
+        assert_eq!(
+            client.balance.strategy,
+            rdmarpc_core::LbStrategy::RoundRobin
+        );
         assert_eq!(client.balance.dns_refresh, Duration::from_millis(7));
         assert_eq!(client.retry.as_ref().map(|r| r.max_attempts), Some(7));
         assert_eq!(
@@ -688,10 +694,13 @@ mod tests {
             FileConfig::parse("[client]\nlb_strategy = \"p2c\"\nretry_methods = \"*\"\n").unwrap();
         assert_eq!(
             toml.client.lb_strategy,
-            Some(Parsed(rpc_core::LbStrategy::PowerOfTwoChoices))
+            Some(Parsed(rdmarpc_core::LbStrategy::PowerOfTwoChoices))
         );
         assert!(FileConfig::parse("[client]\nlb_strategy = \"random\"\n").is_err());
-        assert_eq!(file.grpc.send_compression, Some(rpc_grpc::Encoding::Gzip));
+        assert_eq!(
+            file.grpc.send_compression,
+            Some(rdmarpc_grpc::Encoding::Gzip)
+        );
         assert_eq!(
             file.rdma,
             RdmaSection {

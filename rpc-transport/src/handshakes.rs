@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use rpc_core::account::PeerKey;
+use rdmarpc_core::account::PeerKey;
 
 /// A new handshake, and the one it displaces (to be aborted, its socket closed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,17 +3,17 @@
 //! - [`connect`] dials `tcp://`, `rdma://`, `auto://` (RDMA where both ends have a
 //!   device, else TCP on the same socket), `grpc://` (HTTP/2 to any gRPC server), each
 //!   optionally under TLS (`tcp+tls://`, `rdma+tls://`, `auto+tls://`, `grpcs://`), and
-//!   gives an [`AnyConnection`] for `rpc_core::Channel`.
+//!   gives an [`AnyConnection`] for `rdmarpc_core::Channel`.
 //! - [`AnyListener`] accepts every kind of client on one TCP port: this framework's TCP
 //!   frames, RDMA handshakes (served with RDMA where this host has a device, else
 //!   answered with a TCP fallback) and standard gRPC clients (the HTTP/2 preface).
 //! - [`TransportSettings`] holds every transport's settings; [`FileConfig`] fills them
-//!   (and `rpc_core`'s server and client settings) from a TOML file or `RPC_*`
+//!   (and `rdmarpc_core`'s server and client settings) from a TOML file or `RPC_*`
 //!   environment variables.
 //! - [`publish_rdma_metrics`], [`spawn_rdma_metrics`]: the RDMA counters as metrics.
 //!
 //! # Feature flags
-//! `rdma` (on by default): RDMA through `rpc-transport-rdma`, which needs libibverbs and
+//! `rdma` (on by default): RDMA through `rdmarpc-transport-rdma`, which needs libibverbs and
 //! librdmacm (and libclang to build). Without it the crate builds on any OS with
 //! TCP, gRPC and TLS: `rdma://` is refused with a clear error, `auto://` is TCP, and a
 //! listener answers RDMA clients' handshakes with a fallback to TCP on the same socket.
@@ -35,7 +35,7 @@ pub use file::{
 };
 pub use metrics::{publish_rdma_metrics, spawn_rdma_metrics};
 #[cfg(feature = "rdma")]
-pub use rpc_transport_rdma::{
+pub use rdmarpc_transport_rdma::{
     process_counters, ProcessCounters, RdmaConfig, RdmaConnection, RdmaCounters,
 };
-pub use rpc_transport_tcp::{ClientAuth, TcpConfig, TlsConfig};
+pub use rdmarpc_transport_tcp::{ClientAuth, TcpConfig, TlsConfig};

@@ -15,7 +15,7 @@ use std::time::Duration;
 pub fn publish_rdma_metrics() {
     #[cfg(feature = "rdma")]
     {
-        let c = rpc_transport_rdma::process_counters();
+        let c = rdmarpc_transport_rdma::process_counters();
         for (name, value) in [
             ("rpc_rdma_eager_sends_total", c.eager_sends),
             ("rpc_rdma_rendezvous_sends_total", c.rendezvous_sends),

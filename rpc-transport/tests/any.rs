@@ -1,11 +1,11 @@
 //! The transport chosen by URL, on real sockets, in whichever build this is (with the
 //! `rdma` feature, on a host without a device; or without it: `scripts/test` runs
-//! `cargo test -p rpc-transport --no-default-features` too).
+//! `cargo test -p rdmarpc-transport --no-default-features` too).
 
 use bytes::BufMut;
-use rpc_core::wire::{FrameKind, Header};
-use rpc_core::{Connection, Endpoint, Listener, TransportKind};
-use rpc_transport::{connect, AnyConnection, AnyListener, TransportSettings};
+use rdmarpc_core::wire::{FrameKind, Header};
+use rdmarpc_core::{Connection, Endpoint, Listener, TransportKind};
+use rdmarpc_transport::{connect, AnyConnection, AnyListener, TransportSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A listener on 127.0.0.1 that echoes every frame back on its connection.
@@ -40,7 +40,7 @@ async fn round_trip(conn: &AnyConnection, id: u64, len: usize) {
     conn.send(out).await.unwrap();
     let back = conn.recv().await.unwrap().expect("a frame back");
     assert_eq!(back.len(), header.frame_len());
-    assert!(back[rpc_core::wire::HEADER_LEN..]
+    assert!(back[rdmarpc_core::wire::HEADER_LEN..]
         .iter()
         .all(|&b| b == id as u8));
 }
@@ -53,7 +53,7 @@ async fn tcp_and_auto_clients_are_served_on_one_port() {
         let conn = connect(&endpoint, &TransportSettings::default())
             .await
             .unwrap();
-        if !rpc_transport::rdma_available() {
+        if !rdmarpc_transport::rdma_available() {
             // No device here (or no RDMA in this build): auto:// is TCP.
             assert_eq!(conn.transport(), TransportKind::Tcp);
         }
@@ -67,7 +67,7 @@ async fn tcp_and_auto_clients_are_served_on_one_port() {
 /// without RDMA) is refused with a reason, and the same socket then carries TCP frames.
 #[tokio::test]
 async fn an_rdma_hello_is_refused_and_the_socket_goes_on_as_tcp() {
-    use rpc_transport_tcp::rdma_hello::{read_refusal, BLOCK, HELLO, NONE};
+    use rdmarpc_transport_tcp::rdma_hello::{read_refusal, BLOCK, HELLO, NONE};
     assert_eq!(
         &hello_block()[..8],
         HELLO,
@@ -77,7 +77,7 @@ async fn an_rdma_hello_is_refused_and_the_socket_goes_on_as_tcp() {
     let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();
-    let mut socket = rpc_transport_tcp::Socket::Plain(stream);
+    let mut socket = rdmarpc_transport_tcp::Socket::Plain(stream);
     socket.write_all(&hello_block()).await.unwrap();
     let mut block = [0u8; BLOCK];
     socket.read_exact(&mut block).await.unwrap();
@@ -88,13 +88,13 @@ async fn an_rdma_hello_is_refused_and_the_socket_goes_on_as_tcp() {
         "{reason}"
     );
     let conn = AnyConnection::Tcp(
-        rpc_transport_tcp::TcpConnection::from_stream(socket, &Default::default()).unwrap(),
+        rdmarpc_transport_tcp::TcpConnection::from_stream(socket, &Default::default()).unwrap(),
     );
     round_trip(&conn, 7, 1000).await;
 }
 
 /// A well-formed client offer (version 3, auto mode, a RoCE endpoint at 127.0.0.1), as
-/// `rpc-transport-rdma`'s handshake writes it.
+/// `rdmarpc-transport-rdma`'s handshake writes it.
 fn hello_block() -> [u8; 64] {
     let mut b = [0u8; 64];
     b[..8].copy_from_slice(b"RDMAHELO");
@@ -113,7 +113,7 @@ fn hello_block() -> [u8; 64] {
 
 #[tokio::test]
 async fn rdma_urls_fail_clearly_where_rdma_cannot_be_had() {
-    if rpc_transport::rdma_available() {
+    if rdmarpc_transport::rdma_available() {
         return; // a host with a device: the guest suite covers rdma://
     }
     let endpoint: Endpoint = "rdma://127.0.0.1:1".parse().unwrap();
@@ -173,11 +173,11 @@ async fn a_stopped_listener_refuses_new_sockets_and_yields_the_ones_it_had() {
     drop(frame);
     conn.send(out).await.unwrap();
     let back = early.recv().await.unwrap().expect("the answer");
-    assert_eq!(&back[rpc_core::wire::HEADER_LEN..], b"abc");
+    assert_eq!(&back[rdmarpc_core::wire::HEADER_LEN..], b"abc");
     assert!(
         matches!(
             listener.accept().await,
-            Err(rpc_core::TransportError::Closed)
+            Err(rdmarpc_core::TransportError::Closed)
         ),
         "then the listener is done"
     );
@@ -204,7 +204,7 @@ async fn a_silent_backlog_at_the_stop_is_bounded_by_the_handshake_limits() {
     let ended = tokio::time::timeout(std::time::Duration::from_secs(10), listener.accept())
         .await
         .expect("the listener is done once the handshakes time out");
-    assert!(matches!(ended, Err(rpc_core::TransportError::Closed)));
+    assert!(matches!(ended, Err(rdmarpc_core::TransportError::Closed)));
     let waited = start.elapsed();
     // Closed at once (28) or by the handshake timeout (4): every socket sees its end.
     let mut closed = 0;

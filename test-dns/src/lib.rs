@@ -1,5 +1,5 @@
 //! dnsmasq started by a test: a real DNS server whose records the test changes while it
-//! runs (the discovery tests of `rpc-core` and `examples`).
+//! runs (the discovery tests of `rdmarpc-core` and `examples`).
 //!
 //! The server listens on 127.0.0.1 only, on a port free when it starts. A port chosen free
 //! can be taken before dnsmasq binds it (it binds UDP and TCP, and every test in the

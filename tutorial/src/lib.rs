@@ -1,11 +1,11 @@
 // src/lib.rs: the generated code, and the service
 pub mod hello {
-    rpc_core::include_proto!("hello");
+    rdmarpc_core::include_proto!("hello");
 }
 
 use hello::greeter_server::Greeter;
 use hello::{CountdownRequest, HelloReply, HelloRequest};
-use rpc_core::{BoxStream, Request, Response, Status};
+use rdmarpc_core::{BoxStream, Request, Response, Status};
 
 /// The service: what `hello::greeter_server::Greeter` asks for.
 #[derive(Debug, Default)]

@@ -3,8 +3,8 @@ use hello_rpc::hello::greeter_client::GreeterClient;
 use hello_rpc::hello::greeter_server::GreeterServer;
 use hello_rpc::hello::{CountdownRequest, HelloRequest};
 use hello_rpc::MyGreeter;
-use rpc_core::{Channel, Code, Endpoint, Server};
-use rpc_transport::{AnyListener, TransportSettings};
+use rdmarpc_core::{Channel, Code, Endpoint, Server};
+use rdmarpc_transport::{AnyListener, TransportSettings};
 
 fn server() -> Server {
     Server::builder()
@@ -15,7 +15,7 @@ fn server() -> Server {
 
 #[tokio::test]
 async fn in_memory() {
-    let (listener, connector) = rpc_core::memory::listener(4 << 20);
+    let (listener, connector) = rdmarpc_core::memory::listener(4 << 20);
     let server = server();
     tokio::spawn(async move { server.serve(listener).await });
     let client = GreeterClient::new(Channel::new(connector.connect().await.unwrap()));

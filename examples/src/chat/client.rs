@@ -8,7 +8,7 @@ use examples::chat::{event, Post};
 use examples::transport::TransportArgs;
 use examples::NAME_KEY;
 use futures_util::StreamExt;
-use rpc_core::Request;
+use rdmarpc_core::Request;
 use tokio::io::AsyncBufReadExt;
 
 /// Joins a chat room.

@@ -13,7 +13,7 @@ use examples::gateway::gateway_server::GatewayServer;
 use examples::kv::kv_client::KvClient;
 use examples::transport::{serve_until_ctrl_c, ObserveArgs, TransportArgs};
 use examples::GatewayService;
-use rpc_core::Channel;
+use rdmarpc_core::Channel;
 
 /// Serves the gateway.
 #[derive(Parser, Debug)]
@@ -42,14 +42,14 @@ async fn main() -> anyhow::Result<()> {
     // Connects on the first call: the gateway may start before its back end.
     let mut backend = Channel::connect_lazy_with(&args.backend, resolved.client.clone())?;
     if args.observe.metrics_addr.is_some() {
-        backend = backend.layer(rpc_core::metered::ClientMetricsLayer);
+        backend = backend.layer(rdmarpc_core::metered::ClientMetricsLayer);
     }
     backend = if args.observe.trace_calls {
         // A span per back-end call, continuing the caller's trace.
-        backend.layer(rpc_core::trace::ClientTraceLayer)
+        backend.layer(rdmarpc_core::trace::ClientTraceLayer)
     } else {
         // The caller's trace goes on to the back end all the same.
-        backend.with_interceptor(rpc_core::trace::propagate)
+        backend.with_interceptor(rdmarpc_core::trace::propagate)
     };
     let service = GatewayServer::new(GatewayService::new(KvClient::new(backend)));
     serve_until_ctrl_c(

@@ -6,8 +6,8 @@ use interop_cases::{
     request_channel, Client, Duplex, DuplexCall, Echoed, Failure, OutputRequest, Requests,
     UnaryRequest, UnaryResponse, ECHO_INITIAL_VALUE, ECHO_TRAILING_VALUE,
 };
-use rpc_core::codegen::Streaming;
-use rpc_core::{Connection, Metadata, Request, Status};
+use rdmarpc_core::codegen::Streaming;
+use rdmarpc_core::{Connection, Metadata, Request, Status};
 
 use super::service::{ECHO_INITIAL, ECHO_TRAILING, ZEROS};
 use crate::grpc_testing::test_service_client::TestServiceClient;
@@ -28,7 +28,7 @@ pub struct InteropClients<C: Connection> {
 
 impl<C: Connection> InteropClients<C> {
     /// Both clients on `channel`.
-    pub fn new(channel: rpc_core::Channel<C>) -> Self {
+    pub fn new(channel: rdmarpc_core::Channel<C>) -> Self {
         InteropClients {
             test: TestServiceClient::new(channel.clone()),
             unimplemented: UnimplementedServiceClient::new(channel),

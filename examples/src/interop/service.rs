@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use rpc_core::{BoxStream, Code, Metadata, Request, Response, Status, Streaming};
+use rdmarpc_core::{BoxStream, Code, Metadata, Request, Response, Status, Streaming};
 
 use crate::grpc_testing::test_service_server::TestService;
 use crate::grpc_testing::{

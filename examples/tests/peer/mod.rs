@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use examples::echo::echo_client::EchoClient;
 use examples::echo::EchoRequest;
 use prost::Message;
-use rpc_core::wire::{Flags, Frame, FrameKind, Header, HEADER_LEN};
-use rpc_core::{Channel, ClientConfig, Metadata, Status};
-use rpc_transport_tcp::{TcpConfig, TcpConnection};
+use rdmarpc_core::wire::{Flags, Frame, FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::{Channel, ClientConfig, Metadata, Status};
+use rdmarpc_transport_tcp::{TcpConfig, TcpConnection};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// The echo method's wire id.
-pub(crate) const ECHO: u32 = rpc_core::codegen::method_id("/echo.Echo/Echo");
+pub(crate) const ECHO: u32 = rdmarpc_core::codegen::method_id("/echo.Echo/Echo");
 
 /// Prints one measured figure of the suite.
 pub(crate) fn report(line: &str) {
@@ -195,7 +195,7 @@ pub(crate) fn request_frame(
     header.timeout_us = timeout_us;
     header.payload_len = message.encoded_len() as u32;
     let mut buf = Vec::new();
-    rpc_core::wire::encode_head(&mut header, &Metadata::new(), &mut buf);
+    rdmarpc_core::wire::encode_head(&mut header, &Metadata::new(), &mut buf);
     message.encode_raw(&mut buf);
     buf
 }

@@ -1,5 +1,5 @@
 //! Hostile RDMA peers (issue 7, items 10 and 11) against a real `echo-server` process on
-//! rxe1, built on the transport's own verbs layer (`rpc_transport_rdma::test_peer`): forged
+//! rxe1, built on the transport's own verbs layer (`rdmarpc_transport_rdma::test_peer`): forged
 //! descriptors, reads with other connections' and stale keys, loans never read. Each case
 //! asserts that the forger's connection is closed, that a well-behaved client is served
 //! meanwhile, that the server's pinned memory stays bounded, and that no peer obtains
@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 use examples::echo::echo_client::EchoClient;
 use examples::echo::{EchoReply, EchoRequest};
 use prost::Message as _;
-use rpc_core::wire::{Flags, Frame, FrameKind, Header};
-use rpc_core::Metadata;
-use rpc_transport_rdma::test_peer::{Descriptor, HelloLimits, Message, RawPeer};
+use rdmarpc_core::wire::{Flags, Frame, FrameKind, Header};
+use rdmarpc_core::Metadata;
+use rdmarpc_transport_rdma::test_peer::{Descriptor, HelloLimits, Message, RawPeer};
 
 use super::{rdma_channel, settings, wait_for_port, BIG, NETWORK, SERVER_IP};
 
-const ECHO: u32 = rpc_core::codegen::method_id("/echo.Echo/Echo");
+const ECHO: u32 = rdmarpc_core::codegen::method_id("/echo.Echo/Echo");
 /// The raw peers never answer pings: the servers here do not ping within a test.
 const NO_PINGS: [(&str, &str); 2] = [
     ("RPC_RDMA_PING_INTERVAL_MS", "60000"),
@@ -78,7 +78,7 @@ fn echo_frame(call_id: u64, request: &EchoRequest) -> Vec<u8> {
     header.method_id = ECHO;
     header.payload_len = request.encoded_len() as u32;
     let mut buf = Vec::new();
-    rpc_core::wire::encode_head(&mut header, &Metadata::new(), &mut buf);
+    rdmarpc_core::wire::encode_head(&mut header, &Metadata::new(), &mut buf);
     request.encode_raw(&mut buf);
     buf
 }
@@ -278,7 +278,7 @@ async fn forged_descriptors() {
             "an inline head that is not the frame's start",
             |peer, _, frame| {
                 let mut d = peer.lend(&frame[100..], 1).unwrap();
-                d.header = frame[..rpc_core::wire::HEADER_LEN].try_into().unwrap();
+                d.header = frame[..rdmarpc_core::wire::HEADER_LEN].try_into().unwrap();
                 d.head = frame[..100].to_vec();
                 d.head[4] ^= 0xff; // the header inline differs from the one declared
                 peer.send_descriptor(d).unwrap();
@@ -387,7 +387,7 @@ async fn forged_descriptors() {
     let echoed = blocking(move || {
         let mut peer = connect(addr);
         let mut d = peer.lend(&small[100..], 1).unwrap();
-        d.header = small[..rpc_core::wire::HEADER_LEN].try_into().unwrap();
+        d.header = small[..rdmarpc_core::wire::HEADER_LEN].try_into().unwrap();
         d.head = small[..100].to_vec();
         peer.send_descriptor(d).unwrap();
         let mut tokens = Vec::new();
@@ -698,7 +698,7 @@ async fn loans_charged_per_peer() {
     drop(results);
 }
 
-const WATCH: u32 = rpc_core::codegen::method_id("/grpc.health.v1.Health/Watch");
+const WATCH: u32 = rdmarpc_core::codegen::method_id("/grpc.health.v1.Health/Watch");
 
 /// A `grpc.health.v1.Health/Watch` request frame (an empty request: every service).
 fn watch_frame(call_id: u64) -> Vec<u8> {
@@ -706,13 +706,13 @@ fn watch_frame(call_id: u64) -> Vec<u8> {
     header.flags = Flags::END_STREAM;
     header.method_id = WATCH;
     let mut buf = Vec::new();
-    rpc_core::wire::encode_head(&mut header, &Metadata::new(), &mut buf);
+    rdmarpc_core::wire::encode_head(&mut header, &Metadata::new(), &mut buf);
     buf
 }
 
 /// Forty `Watch` streams opened over rdma:// by a raw peer and left open, on a server
 /// that runs at most 16 calls at once: when open streams held call permits (before the
-/// accounts of `rpc_core::account`), they took all 16 and every unary call waited (the
+/// accounts of `rdmarpc_core::account`), they took all 16 and every unary call waited (the
 /// TCP twin, `hostile_accounts.rs`, measured it). They hold stream slots now: the raw
 /// peer's own unary call and a well-behaved client's calls are served while they stay
 /// open.

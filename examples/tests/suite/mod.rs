@@ -15,8 +15,8 @@ use examples::kv::kv_client::KvClient;
 use examples::kv::kv_server::KvServer;
 use examples::kv::{GetRequest, PutRequest, ScanRequest};
 use examples::KvStore;
-use rpc_core::codegen::MethodDescriptor;
-use rpc_core::{Channel, Code, Connection, Request, Response, Server, ServerConfig, Status};
+use rdmarpc_core::codegen::MethodDescriptor;
+use rdmarpc_core::{Channel, Code, Connection, Request, Response, Server, ServerConfig, Status};
 use tokio::sync::mpsc;
 
 mod streams;
@@ -65,7 +65,7 @@ impl Drop for DropSignal {
 }
 
 impl Echo for Probe {
-    type RepeatStream = rpc_core::BoxStream<EchoReply>;
+    type RepeatStream = rdmarpc_core::BoxStream<EchoReply>;
 
     async fn repeat(
         &self,
@@ -389,11 +389,11 @@ pub struct Keeper {
     pub copied: Arc<AtomicUsize>,
 }
 
-impl rpc_core::codegen::NamedService for Keeper {
+impl rdmarpc_core::codegen::NamedService for Keeper {
     const NAME: &'static str = "echo.Echo";
 }
 
-impl rpc_core::codegen::Service for Keeper {
+impl rdmarpc_core::codegen::Service for Keeper {
     fn name(&self) -> &'static str {
         "echo.Echo"
     }
@@ -405,12 +405,12 @@ impl rpc_core::codegen::Service for Keeper {
     fn call(
         &self,
         _: usize,
-        request: Request<rpc_core::Payload<'_>>,
-    ) -> rpc_core::codegen::ServiceFuture {
+        request: Request<rdmarpc_core::Payload<'_>>,
+    ) -> rdmarpc_core::codegen::ServiceFuture {
         let payload = request.into_inner();
         let shared = match &payload {
-            rpc_core::Payload::Shared(frame) => Some(frame.as_ptr_range()),
-            rpc_core::Payload::Borrowed(_) => None,
+            rdmarpc_core::Payload::Shared(frame) => Some(frame.as_ptr_range()),
+            rdmarpc_core::Payload::Borrowed(_) => None,
         };
         let message: EchoRequest = match payload.decode() {
             Ok(m) => m,
@@ -431,7 +431,7 @@ impl rpc_core::codegen::Service for Keeper {
             payload: message.payload,
         };
         Box::pin(std::future::ready(Ok(Response::new(
-            Box::new(rpc_core::codegen::Gathered(reply)) as rpc_core::codegen::BoxMessage,
+            Box::new(rdmarpc_core::codegen::Gathered(reply)) as rdmarpc_core::codegen::BoxMessage,
         ))))
     }
 }
@@ -541,7 +541,7 @@ pub struct WhoCalled {
 }
 
 impl Echo for WhoCalled {
-    type RepeatStream = rpc_core::BoxStream<EchoReply>;
+    type RepeatStream = rdmarpc_core::BoxStream<EchoReply>;
 
     async fn repeat(
         &self,

@@ -10,7 +10,7 @@ use examples::grpc_testing::{
     EchoStatus, ResponseParameters, StreamingInputCallRequest, StreamingOutputCallRequest,
 };
 use examples::interop::{self, request_channel, InteropClients, InteropProbe, InteropService};
-use rpc_core::{Code, Request, Server, ServerConfig};
+use rdmarpc_core::{Code, Request, Server, ServerConfig};
 
 use super::Harness;
 
@@ -18,7 +18,7 @@ use super::Harness;
 pub fn interop_server(config: ServerConfig) -> (Server, Arc<InteropProbe>) {
     let probe = Arc::new(InteropProbe::default());
     let service = InteropService::with_probe(probe.clone());
-    let (_reporter, health) = rpc_health::health_reporter();
+    let (_reporter, health) = rdmarpc_health::health_reporter();
     let server = Server::builder()
         .add_service(TestServiceServer::new(service))
         .unwrap()
@@ -319,7 +319,7 @@ pub async fn chat_members_see_each_others_posts<H: Harness>(h: H) {
     let client = ChatClient::new(h.connect(&addr, 1 << 20).await);
     let (alice_tx, request) = join("alice");
     let mut alice = client.join(request).await.unwrap().into_inner();
-    let next = async |events: &mut rpc_core::Streaming<examples::chat::Event>| {
+    let next = async |events: &mut rdmarpc_core::Streaming<examples::chat::Event>| {
         let e = events.message().await.unwrap().unwrap();
         (e.seq, e.from.clone(), e.kind(), e.text.clone())
     };

@@ -49,7 +49,7 @@
 //! Not charged (fixed per connection, by its own setting): RDMA's registered send ring.
 //!
 //! Handshakes are the listener's, before any server account exists: they are counted by
-//! address with the same [`PeerKey`] (see `rpc-transport`'s listener).
+//! address with the same [`PeerKey`] (see `rdmarpc-transport`'s listener).
 
 mod charge;
 mod counters;

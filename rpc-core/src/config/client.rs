@@ -95,7 +95,7 @@ impl ClientConfig {
     /// Sets [`ClientConfig::max_message_size`].
     ///
     /// ```
-    /// let mut config = rpc_core::ClientConfig::default();
+    /// let mut config = rdmarpc_core::ClientConfig::default();
     /// config.max_message_size(64 << 20).timeout(std::time::Duration::from_secs(5));
     /// ```
     pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {

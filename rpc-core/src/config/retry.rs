@@ -53,8 +53,8 @@ impl RetryPolicy {
     /// Sets [`RetryPolicy::methods`].
     ///
     /// ```
-    /// let mut config = rpc_core::ClientConfig::default();
-    /// let mut policy = rpc_core::RetryPolicy::default();
+    /// let mut config = rdmarpc_core::ClientConfig::default();
+    /// let mut policy = rdmarpc_core::RetryPolicy::default();
     /// policy.methods(["/kv.Kv/Get", "health.v1.Health"]);
     /// config.retry = Some(policy);
     /// ```

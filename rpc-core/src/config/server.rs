@@ -177,7 +177,7 @@ impl ServerConfig {
     /// Sets [`ServerConfig::max_message_size`].
     ///
     /// ```
-    /// let mut config = rpc_core::ServerConfig::default();
+    /// let mut config = rdmarpc_core::ServerConfig::default();
     /// config.max_message_size(64 << 20).max_concurrent_calls(128);
     /// ```
     pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {
@@ -286,7 +286,7 @@ impl ServerConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let mut config = rpc_core::ServerConfig::default();
+    /// let mut config = rdmarpc_core::ServerConfig::default();
     /// config.max_connection_age(Some(Duration::from_secs(1800)), Some(Duration::from_secs(30)));
     /// ```
     pub fn max_connection_age(

@@ -21,8 +21,8 @@ use crate::ServerConfig;
 /// Serves services over connections of any transport.
 ///
 /// ```no_run
-/// # async fn f<L: rpc_core::Listener>(listener: L, svc: impl rpc_core::codegen::Service) {
-/// let server = rpc_core::Server::builder().add_service(svc).unwrap().build();
+/// # async fn f<L: rdmarpc_core::Listener>(listener: L, svc: impl rdmarpc_core::codegen::Service) {
+/// let server = rdmarpc_core::Server::builder().add_service(svc).unwrap().build();
 /// server.serve_with_shutdown(listener, async { tokio::signal::ctrl_c().await.unwrap() }).await.unwrap();
 /// # }
 /// ```
@@ -89,7 +89,7 @@ impl ServerBuilder {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// let server = rpc_core::Server::builder()
+    /// let server = rdmarpc_core::Server::builder()
     ///     .layer(tower::limit::ConcurrencyLimitLayer::new(64))
     ///     .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(5)))
     ///     .build();

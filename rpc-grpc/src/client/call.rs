@@ -10,9 +10,9 @@ use bytes::Bytes;
 use h2::client::ResponseFuture;
 use h2::{RecvStream, SendStream};
 use http::{HeaderValue, Request};
-use rpc_core::codegen::MethodKind;
-use rpc_core::wire::{Flags, Frame, Header};
-use rpc_core::{Metadata, Status};
+use rdmarpc_core::codegen::MethodKind;
+use rdmarpc_core::wire::{Flags, Frame, Header};
+use rdmarpc_core::{Metadata, Status};
 use tokio::sync::mpsc;
 
 use super::status::format_timeout;

@@ -20,9 +20,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use h2::client::SendRequest;
 use parking_lot::{Mutex, RwLock};
-use rpc_core::codegen::{MethodDescriptor, MethodKind};
-use rpc_core::wire::{Flags, FrameKind, Header, HEADER_LEN};
-use rpc_core::{Metadata, Status, TransportError, MAX_METADATA_LEN};
+use rdmarpc_core::codegen::{MethodDescriptor, MethodKind};
+use rdmarpc_core::wire::{Flags, FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::{Metadata, Status, TransportError, MAX_METADATA_LEN};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 
@@ -207,7 +207,7 @@ impl ClientConnection {
         // A buffer may hold several frames back to back (runs of stream messages).
         let mut at = 0;
         while at < frame.len() {
-            let header = match rpc_core::wire::Header::decode(&frame[at..]) {
+            let header = match rdmarpc_core::wire::Header::decode(&frame[at..]) {
                 Ok(Some(header)) if at + header.frame_len() <= frame.len() => header,
                 _ => return Err(TransportError::Other("a malformed frame to send".into())),
             };

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
-use rpc_core::wire::{Flags, FrameKind, Header};
-use rpc_core::{Code, Metadata, Status, MAX_METADATA_LEN};
+use rdmarpc_core::wire::{Flags, FrameKind, Header};
+use rdmarpc_core::{Code, Metadata, Status, MAX_METADATA_LEN};
 
 use crate::frames::frame;
 use crate::text;

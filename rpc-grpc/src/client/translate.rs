@@ -10,9 +10,9 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
-use rpc_core::codegen::MethodKind;
-use rpc_core::wire::{Flags, Frame, FrameKind, Header, HEADER_LEN, INITIAL_STREAM_WINDOW};
-use rpc_core::{Code, Metadata, Status};
+use rdmarpc_core::codegen::MethodKind;
+use rdmarpc_core::wire::{Flags, Frame, FrameKind, Header, HEADER_LEN, INITIAL_STREAM_WINDOW};
+use rdmarpc_core::{Code, Metadata, Status};
 
 use super::status::{http_status, status_frame, status_of, within_limit};
 use crate::compress::Encoding;

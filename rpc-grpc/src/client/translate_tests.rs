@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use rpc_core::codegen::MethodKind;
-use rpc_core::wire::{Flags, Frame, FrameKind, Header, HEADER_LEN};
-use rpc_core::{Code, Metadata, MAX_METADATA_LEN};
+use rdmarpc_core::codegen::MethodKind;
+use rdmarpc_core::wire::{Flags, Frame, FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::{Code, Metadata, MAX_METADATA_LEN};
 
 use super::{Exchange, FromChannel};
 use crate::compress::Encoding;

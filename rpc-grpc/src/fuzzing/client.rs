@@ -25,9 +25,9 @@
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use rpc_core::codegen::MethodKind;
-use rpc_core::wire::{Flags, Frame, FrameKind, Header};
-use rpc_core::{Code, Metadata};
+use rdmarpc_core::codegen::MethodKind;
+use rdmarpc_core::wire::{Flags, Frame, FrameKind, Header};
+use rdmarpc_core::{Code, Metadata};
 
 use crate::client::translate::{Exchange, FromChannel};
 use crate::compress::Encoding;
@@ -46,7 +46,7 @@ const STREAM_WINDOW: u32 = 64 * 1024;
 
 /// The steps of `script`: where each one's bytes start, its op, and `n`.
 pub fn steps(script: &[u8]) -> Vec<(usize, u8, usize)> {
-    rpc_core::fuzzing::op_steps_with(script, STEPS_AT, carries)
+    rdmarpc_core::fuzzing::op_steps_with(script, STEPS_AT, carries)
 }
 
 /// Whether a step of `op` carries `n` bytes.
@@ -132,7 +132,7 @@ pub fn grpc_client(script: &[u8]) {
         failed: false,
     };
     if credits == 0 && kind.server_streams() {
-        model.window = i64::from(rpc_core::wire::INITIAL_STREAM_WINDOW);
+        model.window = i64::from(rdmarpc_core::wire::INITIAL_STREAM_WINDOW);
     }
     if let Some(first) = ex.opened(b"first", STREAM_WINDOW) {
         assert!(!kind.client_streams());

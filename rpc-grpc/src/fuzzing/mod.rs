@@ -11,7 +11,7 @@ pub use self::client::{carries as client_carries, grpc_client, steps as client_s
 pub use self::request::{grpc_request, steps as request_steps};
 pub use self::response::{grpc_response, steps, STEPS_AT};
 
-use rpc_core::codegen::MethodKind;
+use rdmarpc_core::codegen::MethodKind;
 
 /// The kind of call bits 0-1 of a script's `setting` byte give: unary, server-streaming,
 /// client-streaming, bidirectional.

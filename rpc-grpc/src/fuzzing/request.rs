@@ -15,9 +15,9 @@ use std::pin::pin;
 use std::task::{Context, Waker};
 
 use bytes::Bytes;
-use rpc_core::account::{Account, Charge, Limit, Limits, Resource, Scope};
-use rpc_core::wire::HEADER_LEN;
-use rpc_core::Code;
+use rdmarpc_core::account::{Account, Charge, Limit, Limits, Resource, Scope};
+use rdmarpc_core::wire::HEADER_LEN;
+use rdmarpc_core::Code;
 
 use crate::compress::Encoding;
 use crate::deframe::Deframer;
@@ -31,7 +31,7 @@ const QUEUE_LIMIT: usize = 64 * 1024;
 
 /// The steps of `script`: where each one's bytes start, its op, and `n`.
 pub fn steps(script: &[u8]) -> Vec<(usize, u8, usize)> {
-    rpc_core::fuzzing::op_steps(script, STEPS_AT)
+    rdmarpc_core::fuzzing::op_steps(script, STEPS_AT)
 }
 
 /// An account of its own that holds at most `bytes` of requests (also the unit tests').
@@ -232,7 +232,7 @@ fn drain(
     reference: &mut Deframer,
     max: usize,
     out: &mut Vec<Bytes>,
-) -> Result<(), rpc_core::Status> {
+) -> Result<(), rdmarpc_core::Status> {
     while let Some(message) = reference.next(max)? {
         out.push(message);
     }

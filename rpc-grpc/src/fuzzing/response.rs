@@ -9,9 +9,9 @@
 
 use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
-use rpc_core::codegen::MethodKind;
-use rpc_core::wire::{Flags, Frame, FrameKind};
-use rpc_core::{Code, Status};
+use rdmarpc_core::codegen::MethodKind;
+use rdmarpc_core::wire::{Flags, Frame, FrameKind};
+use rdmarpc_core::{Code, Status};
 
 use crate::compress::Encoding;
 use crate::deframe::Deframer;
@@ -22,7 +22,7 @@ pub const STEPS_AT: usize = 1;
 
 /// The steps of `script`: where each one's bytes start, its op, and `n`.
 pub fn steps(script: &[u8]) -> Vec<(usize, u8, usize)> {
-    rpc_core::fuzzing::op_steps(script, STEPS_AT)
+    rdmarpc_core::fuzzing::op_steps(script, STEPS_AT)
 }
 
 /// How the call ended, as the script made it end.

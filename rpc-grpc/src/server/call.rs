@@ -8,10 +8,10 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::{HeaderValue, Request, Response, StatusCode};
-use rpc_core::account::{Account, Charge};
-use rpc_core::codegen::MethodKind;
-use rpc_core::wire::{Flags, FrameKind, Header};
-use rpc_core::Metadata;
+use rdmarpc_core::account::{Account, Charge};
+use rdmarpc_core::codegen::MethodKind;
+use rdmarpc_core::wire::{Flags, FrameKind, Header};
+use rdmarpc_core::Metadata;
 use tokio::sync::mpsc;
 
 use super::status::{refuse, status_headers};

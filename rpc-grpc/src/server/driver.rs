@@ -11,8 +11,8 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::RecvStream;
 use http::Request;
-use rpc_core::account::Charge;
-use rpc_core::wire::FrameKind;
+use rdmarpc_core::account::Charge;
+use rdmarpc_core::wire::FrameKind;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 

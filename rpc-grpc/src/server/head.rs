@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use http::request::Parts;
-use rpc_core::codegen::MethodKind;
-use rpc_core::{Metadata, MethodKinds, Status, MAX_METADATA_LEN};
+use rdmarpc_core::codegen::MethodKind;
+use rdmarpc_core::{Metadata, MethodKinds, Status, MAX_METADATA_LEN};
 
 use crate::compress::Encoding;
 use crate::text;
@@ -91,7 +91,7 @@ pub(super) fn read_head(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rpc_core::Code;
+    use rdmarpc_core::Code;
 
     /// Serves `/echo.Echo/Echo` (unary, id 7) only.
     struct Echo;

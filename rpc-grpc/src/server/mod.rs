@@ -18,9 +18,9 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use rpc_core::account::{Account, Charge, Resource};
-use rpc_core::wire::{FrameKind, Header, HEADER_LEN};
-use rpc_core::{Connection, MethodKinds, TransportError, MAX_METADATA_LEN};
+use rdmarpc_core::account::{Account, Charge, Resource};
+use rdmarpc_core::wire::{FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::{Connection, MethodKinds, TransportError, MAX_METADATA_LEN};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 

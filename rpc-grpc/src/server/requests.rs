@@ -4,9 +4,9 @@
 //! server what it lets go.
 
 use bytes::Bytes;
-use rpc_core::account::Charge;
-use rpc_core::wire::{Flags, FrameKind, Header};
-use rpc_core::{Code, Metadata, Status};
+use rdmarpc_core::account::Charge;
+use rdmarpc_core::wire::{Flags, FrameKind, Header};
+use rdmarpc_core::{Code, Metadata, Status};
 use tokio::sync::mpsc;
 
 use super::call::{Call, Stop};

@@ -9,9 +9,9 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::SendStream;
 use http::Response;
-use rpc_core::account::Charge;
-use rpc_core::wire::{FrameKind, Header};
-use rpc_core::Status;
+use rdmarpc_core::account::Charge;
+use rdmarpc_core::wire::{FrameKind, Header};
+use rdmarpc_core::Status;
 use tokio::sync::mpsc;
 
 use super::call::{Call, Stop, Wait};

@@ -1,7 +1,7 @@
 //! Room on the connection's account for a request stream's next chunk, taken before
 //! the chunk is read.
 
-use rpc_core::account::{Account, Charge, Resource};
+use rdmarpc_core::account::{Account, Charge, Resource};
 
 /// The largest DATA frame a client may send (HTTP/2's default `SETTINGS_MAX_FRAME_SIZE`,
 /// which this server keeps): the most one chunk of a body can be.

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use h2::server::SendResponse;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
-use rpc_core::{Code, Status};
+use rdmarpc_core::{Code, Status};
 
 use crate::text;
 

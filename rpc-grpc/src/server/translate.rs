@@ -9,9 +9,9 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue};
-use rpc_core::codegen::MethodKind;
-use rpc_core::wire::{Flags, Frame, FrameKind};
-use rpc_core::{Code, Metadata, Status};
+use rdmarpc_core::codegen::MethodKind;
+use rdmarpc_core::wire::{Flags, Frame, FrameKind};
+use rdmarpc_core::{Code, Metadata, Status};
 
 use super::status::status_headers;
 use crate::compress::{Encoding, ACCEPT};

@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 use http::HeaderMap;
-use rpc_core::codegen::MethodKind;
-use rpc_core::wire::{encode_head, Flags, FrameKind, Header};
-use rpc_core::{Code, Metadata, Status};
+use rdmarpc_core::codegen::MethodKind;
+use rdmarpc_core::wire::{encode_head, Flags, FrameKind, Header};
+use rdmarpc_core::{Code, Metadata, Status};
 
 use super::{Responder, H2};
 use crate::compress::Encoding;

@@ -9,9 +9,9 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use rpc_core::account::{Account, Charge, Resource};
-use rpc_core::wire::HEADER_LEN;
-use rpc_core::Status;
+use rdmarpc_core::account::{Account, Charge, Resource};
+use rdmarpc_core::wire::HEADER_LEN;
+use rdmarpc_core::Status;
 
 use super::room::Room;
 use crate::compress::Encoding;

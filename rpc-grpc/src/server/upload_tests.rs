@@ -2,9 +2,9 @@
 //! out within the server's window, each charged to a real account.
 
 use bytes::Bytes;
-use rpc_core::account::{Account, Resource, Scope};
-use rpc_core::wire::HEADER_LEN;
-use rpc_core::Code;
+use rdmarpc_core::account::{Account, Resource, Scope};
+use rdmarpc_core::wire::HEADER_LEN;
+use rdmarpc_core::Code;
 
 use super::Upload;
 use crate::compress::Encoding;
@@ -18,7 +18,7 @@ fn held(account: &Account) -> usize {
 }
 
 /// Pushes `body` in chunks of `chunk` bytes, each after room was taken for it.
-fn push(up: &mut Upload, body: &[u8], chunk: usize) -> Result<(), rpc_core::Status> {
+fn push(up: &mut Upload, body: &[u8], chunk: usize) -> Result<(), rdmarpc_core::Status> {
     for piece in body.chunks(chunk) {
         assert!(up.wants_body(usize::MAX), "room for a chunk");
         up.push_chunk(piece, MAX)?;

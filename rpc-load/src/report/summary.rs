@@ -93,7 +93,7 @@ fn write_summary(out: &mut String, r: &Report) -> std::fmt::Result {
 /// `850 ns`, `31.25 µs`, `4.07 ms`, `2.50 s`.
 ///
 /// ```
-/// # use rpc_load::report::format_ns;
+/// # use rdmarpc_load::report::format_ns;
 /// assert_eq!(format_ns(31_250), "31.25 µs");
 /// assert_eq!(format_ns(4_070_000), "4.07 ms");
 /// ```

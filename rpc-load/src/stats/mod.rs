@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use rpc_core::Code;
+use rdmarpc_core::Code;
 
 /// Distinct error messages kept; further ones are counted under [`OTHER_ERRORS`].
 pub const MAX_DISTINCT_ERRORS: usize = 256;

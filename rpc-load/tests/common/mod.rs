@@ -10,9 +10,9 @@ use examples::grpc_testing::test_service_server::TestServiceServer;
 use examples::interop::InteropService;
 use examples::kv::kv_server::KvServer;
 use examples::{EchoService, KvStore};
-use rpc_core::{Server, ServerConfig};
-use rpc_load::cli::Args;
-use rpc_transport_tcp::{TcpConfig, TcpListener};
+use rdmarpc_core::{Server, ServerConfig};
+use rdmarpc_load::cli::Args;
+use rdmarpc_transport_tcp::{TcpConfig, TcpListener};
 
 /// The largest message the test server accepts: a 2 MiB request is "oversized".
 pub const SERVER_MAX: usize = 1 << 20;

@@ -1,4 +1,4 @@
-//! [`RdmaConnection`]: one RC queue pair with its rings, as an `rpc_core::Connection`.
+//! [`RdmaConnection`]: one RC queue pair with its rings, as an `rdmarpc_core::Connection`.
 //!
 //! Sending a frame of `len` bytes:
 //! - `len <= eager limit`: `alloc` waits for a free send slot and a data credit, the frame
@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rpc_core::wire::HEADER_LEN;
-use rpc_core::{Connection, FrameSink, TransportError, MAX_METADATA_LEN};
+use rdmarpc_core::wire::HEADER_LEN;
+use rdmarpc_core::{Connection, FrameSink, TransportError, MAX_METADATA_LEN};
 use tokio::sync::{watch, Notify};
 
 use crate::completion::Membership;
@@ -242,8 +242,8 @@ impl Connection for RdmaConnection {
     /// their read-done.
     fn serving(
         &self,
-        methods: std::sync::Arc<dyn rpc_core::MethodKinds>,
-        account: &rpc_core::account::Account,
+        methods: std::sync::Arc<dyn rdmarpc_core::MethodKinds>,
+        account: &rdmarpc_core::account::Account,
     ) {
         let _ = methods;
         self.inner.loan_charges.serving(account);

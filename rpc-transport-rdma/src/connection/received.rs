@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use rpc_core::wire::HEADER_LEN;
+use rdmarpc_core::wire::HEADER_LEN;
 
 use super::Inner;
 use crate::counters::Counters;

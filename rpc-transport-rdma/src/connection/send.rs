@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::MutexGuard;
-use rpc_core::wire::HEADER_LEN;
-use rpc_core::TransportError;
+use rdmarpc_core::wire::HEADER_LEN;
+use rdmarpc_core::TransportError;
 
 use super::{Inner, State};
 use crate::counters::Counters;
@@ -21,7 +21,7 @@ pub(super) fn frames_in(bytes: &[u8]) -> u16 {
     let mut at = 0;
     let mut n: u16 = 0;
     while at < bytes.len() {
-        match rpc_core::wire::Header::decode(&bytes[at..]) {
+        match rdmarpc_core::wire::Header::decode(&bytes[at..]) {
             Ok(Some(header)) if header.frame_len() <= bytes.len() - at && n < MAX_BATCH => {
                 at += header.frame_len();
                 n += 1;
@@ -57,7 +57,7 @@ pub(crate) struct RegisteredSend {
     /// read-done, or by dropping it unsent.
     pub(super) reserved: usize,
     /// Its bytes on a server's account (rendezvous frames), held by its loan once lent.
-    pub(super) charge: rpc_core::account::Charge,
+    pub(super) charge: rdmarpc_core::account::Charge,
 }
 
 impl RegisteredTarget for RegisteredSend {
@@ -169,7 +169,7 @@ impl Inner {
             std::mem::forget(guard);
             (Some(buf), reserved, charge)
         } else {
-            (None, 0, rpc_core::account::Charge::none())
+            (None, 0, rdmarpc_core::account::Charge::none())
         };
         // From here the reservation is the frame's (released by its drop if unsent).
         let mut frame = RegisteredSend {
@@ -473,7 +473,7 @@ impl Drop for Lending<'_> {
 
 #[cfg(test)]
 mod tests {
-    use rpc_core::wire::{FrameKind, Header};
+    use rdmarpc_core::wire::{FrameKind, Header};
 
     use super::frames_in;
     use crate::protocol::MAX_BATCH;

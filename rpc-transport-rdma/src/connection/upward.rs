@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rpc_core::FrameSink;
+use rdmarpc_core::FrameSink;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 

@@ -7,7 +7,7 @@ mod session;
 
 pub use self::session::{rdma_session, steps as session_steps, STEPS_AT as SESSION_STEPS_AT};
 
-use rpc_core::wire::{FrameError, Header};
+use rdmarpc_core::wire::{FrameError, Header};
 
 use crate::handshake::{Offer, BLOCK, HELLO, NONE, OKAY};
 use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN};

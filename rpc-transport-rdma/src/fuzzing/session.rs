@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use rpc_core::wire::HEADER_LEN;
+use rdmarpc_core::wire::HEADER_LEN;
 
 use crate::protocol::session::{Close, Session, SessionConfig, MAX_CHUNKS};
 use crate::protocol::{split_batch, Kind, Lie, LoanLimit, Prefix, Rendezvous, PREFIX_LEN};
@@ -27,7 +27,7 @@ pub const STEPS_AT: usize = 1;
 
 /// The steps of `script`: where each one's bytes start, its op, and `n`.
 pub fn steps(script: &[u8]) -> Vec<(usize, u8, usize)> {
-    rpc_core::fuzzing::op_steps(script, STEPS_AT)
+    rdmarpc_core::fuzzing::op_steps(script, STEPS_AT)
 }
 
 /// A frame handed to the session: its place in the arrival order, and for one READ,

@@ -2,7 +2,7 @@
 //! sans-IO protocol returns it; the connection closes with it
 //! ([`Close::Violation`](crate::protocol::session::Close::Violation)).
 
-use rpc_core::wire::FrameError;
+use rdmarpc_core::wire::FrameError;
 
 /// How the peer broke the protocol: the connection closes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -19,7 +19,7 @@
 //! is how many receive slots the sender has posted for the receiver in all (its ring grows
 //! with use; 0 = no news). Flag WANT: the sender ran out of credit (asks for more slots).
 
-use rpc_core::wire::HEADER_LEN;
+use rdmarpc_core::wire::HEADER_LEN;
 
 use super::lie::Lie;
 
@@ -120,7 +120,7 @@ pub(crate) fn split_batch(body: &[u8], n: u16) -> Result<Vec<std::ops::Range<usi
     let mut frames = Vec::with_capacity(usize::from(n));
     let mut at = 0usize;
     for i in 0..n {
-        let header = match rpc_core::wire::Header::decode(&body[at..]) {
+        let header = match rdmarpc_core::wire::Header::decode(&body[at..]) {
             Ok(Some(header)) => header,
             Ok(None) => return Err(Lie::BatchShort { n, held: i }),
             Err(error) => return Err(Lie::BatchFrame { i, error }),
@@ -226,7 +226,8 @@ mod tests {
     }
 
     fn frame(call_id: u64, payload: usize) -> Vec<u8> {
-        let mut header = rpc_core::wire::Header::new(rpc_core::wire::FrameKind::Request, call_id);
+        let mut header =
+            rdmarpc_core::wire::Header::new(rdmarpc_core::wire::FrameKind::Request, call_id);
         header.payload_len = payload as u32;
         let mut f = header.encode().to_vec();
         f.resize(HEADER_LEN + payload, call_id as u8);

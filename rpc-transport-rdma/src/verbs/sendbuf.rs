@@ -34,7 +34,7 @@ pub struct SendBuf {
     /// The frame's length (registered targets).
     pub(crate) cap: usize,
     /// TCP: the room reserved for this frame in the connection's send queue.
-    pub(crate) reservation: Option<rpc_transport_tcp::SendReservation>,
+    pub(crate) reservation: Option<rdmarpc_transport_tcp::SendReservation>,
 }
 
 impl SendBuf {
@@ -49,7 +49,7 @@ impl SendBuf {
     }
 
     /// A TCP buffer for a frame of `len` bytes, in room already reserved.
-    pub fn bytes(len: usize, reservation: rpc_transport_tcp::SendReservation) -> SendBuf {
+    pub fn bytes(len: usize, reservation: rdmarpc_transport_tcp::SendReservation) -> SendBuf {
         SendBuf {
             target: Target::Bytes(BytesMut::with_capacity(len)),
             filled: 0,
@@ -60,7 +60,7 @@ impl SendBuf {
 
     /// The heap bytes of a buffer from [`SendBuf::heap`] or [`SendBuf::bytes`], with its
     /// reservation; `None` for a buffer of registered memory (which is dropped).
-    pub fn into_heap(self) -> Option<(BytesMut, Option<rpc_transport_tcp::SendReservation>)> {
+    pub fn into_heap(self) -> Option<(BytesMut, Option<rdmarpc_transport_tcp::SendReservation>)> {
         match self.target {
             Target::Bytes(bytes) => Some((bytes, self.reservation)),
             Target::Registered(_) => None,

@@ -7,7 +7,7 @@
 //! synchronous and busy-polls its own completion queue (run it on a blocking thread).
 //!
 //! It lives in the verbs layer because it posts work requests itself (the crate's only
-//! `unsafe` code stays in `verbs/`); `rpc_transport_rdma::test_peer` re-exports it.
+//! `unsafe` code stays in `verbs/`); `rdmarpc_transport_rdma::test_peer` re-exports it.
 //!
 //! Not a transport: one send slot, waited for after each send; no flow control beyond
 //! not exceeding the credits the other side granted.
@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpc_core::wire::HEADER_LEN;
+use rdmarpc_core::wire::HEADER_LEN;
 
 use super::{
     wc_buffer, Access, Completion, CompletionQueue, Context, MemoryRegion, ProtectionDomain,

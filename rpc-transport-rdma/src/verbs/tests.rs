@@ -4,8 +4,8 @@
 //! ```text
 //! scripts/test-rdma-guest verbs:: --nocapture
 //! # or by hand:
-//! CARGO_TARGET_DIR=/work/target-rdma cargo test -p rpc-transport-rdma --no-run
-//! scripts/softroce-vm -- /work/target-rdma/debug/deps/rpc_transport_rdma-HASH verbs:: --nocapture
+//! CARGO_TARGET_DIR=/work/target-rdma cargo test -p rdmarpc-transport-rdma --no-run
+//! scripts/softroce-vm -- /work/target-rdma/debug/deps/rdmarpc_transport_rdma-HASH verbs:: --nocapture
 //! ```
 
 use std::net::Ipv4Addr;

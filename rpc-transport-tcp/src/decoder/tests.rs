@@ -1,8 +1,8 @@
 //! The decoder on byte streams cut every way, with no socket.
 
 use bytes::Bytes;
-use rpc_core::wire::{encode_head, Flags, FrameError, FrameKind, Header, HEADER_LEN};
-use rpc_core::Metadata;
+use rdmarpc_core::wire::{encode_head, Flags, FrameError, FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::Metadata;
 
 use super::{Allowance, FrameDecoder, KEEP_MIN};
 

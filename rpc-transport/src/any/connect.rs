@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use rpc_core::{Endpoint, TransportError, TransportKind};
-use rpc_transport_tcp::{Socket, TcpConnection, ALPN_FRAMES, ALPN_H2};
+use rdmarpc_core::{Endpoint, TransportError, TransportKind};
+use rdmarpc_transport_tcp::{Socket, TcpConnection, ALPN_FRAMES, ALPN_H2};
 use tokio::net::TcpStream;
 
 use super::{no_rdma, rdma, rdma_available, AnyConnection, TransportSettings};
@@ -12,7 +12,7 @@ use super::{no_rdma, rdma, rdma_available, AnyConnection, TransportSettings};
 /// - `tcp://`: TCP.
 /// - `rdma://`: RDMA, or an error naming why not (no local device, server without RDMA).
 /// - `auto://`: RDMA when both ends have a device, otherwise TCP over the same socket;
-///   logs one line saying which (at `info`, target `rpc_transport`).
+///   logs one line saying which (at `info`, target `rdmarpc_transport`).
 /// - `grpc://`, `grpcs://`: HTTP/2 to a gRPC server (any implementation), over TLS with
 ///   ALPN `h2` for `grpcs://`.
 ///
@@ -47,7 +47,7 @@ pub async fn connect(
         TransportKind::Grpc => {
             let peer = socket.peer_addr().ok();
             let certificates = socket.peer_certificates().map(Arc::from);
-            let conn = rpc_grpc::GrpcConnection::connect(
+            let conn = rdmarpc_grpc::GrpcConnection::connect(
                 socket,
                 address,
                 endpoint.tls,

@@ -2,8 +2,8 @@
 //! feature: plain bytes.
 
 use bytes::{Bytes, BytesMut};
-use rpc_core::{Connection, TransportError};
-use rpc_transport_tcp::{SendReservation, TcpConnection};
+use rdmarpc_core::{Connection, TransportError};
+use rdmarpc_transport_tcp::{SendReservation, TcpConnection};
 
 pub(super) async fn tcp_alloc(c: &TcpConnection, len: usize) -> Result<BytesMut, TransportError> {
     c.alloc(len).await

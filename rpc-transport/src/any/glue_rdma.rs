@@ -5,8 +5,8 @@
 //! This is the `rdma` feature's side.
 
 use bytes::{Bytes, BytesMut};
-use rpc_core::TransportError;
-use rpc_transport_tcp::{SendReservation, TcpConnection};
+use rdmarpc_core::TransportError;
+use rdmarpc_transport_tcp::{SendReservation, TcpConnection};
 
 use crate::bufs::{RecvBuf, SendBuf};
 

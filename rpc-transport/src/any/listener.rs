@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use rpc_core::{Endpoint, Listener, TransportError, TransportKind};
-use rpc_transport_tcp::rdma_hello::HELLO;
-use rpc_transport_tcp::{Socket, TcpConnection, TlsAcceptor, ALPN_FRAMES, ALPN_H2};
+use rdmarpc_core::{Endpoint, Listener, TransportError, TransportKind};
+use rdmarpc_transport_tcp::rdma_hello::HELLO;
+use rdmarpc_transport_tcp::{Socket, TcpConnection, TlsAcceptor, ALPN_FRAMES, ALPN_H2};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -101,7 +101,7 @@ impl AnyListener {
     fn handshake(&mut self, stream: TcpStream, peer: Option<std::net::SocketAddr>) {
         let Some(tx) = self.tx.clone() else { return };
         let ip = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.ip());
-        let key = rpc_core::account::PeerKey::of(ip);
+        let key = rdmarpc_core::account::PeerKey::of(ip);
         let admitted = self.handshakes.lock().table.admit(key);
         let peer = peer.map_or_else(|| "?".to_owned(), |p| p.to_string());
         let Some(admitted) = admitted else {
@@ -151,7 +151,7 @@ impl AnyListener {
     }
 
     /// Aborts handshake `id` (closing its socket), displaced by a new socket from `peer`.
-    fn displace(&mut self, id: u64, peer: &str, key: rpc_core::account::PeerKey) {
+    fn displace(&mut self, id: u64, peer: &str, key: rdmarpc_core::account::PeerKey) {
         let (abort, running, of_peer) = {
             let mut running = self.handshakes.lock();
             let abort = running.aborts.remove(&id);
@@ -217,7 +217,7 @@ impl Listener for AnyListener {
 
     fn stop_accepting(&mut self) -> bool {
         if let Some(listener) = self.listener.take() {
-            for stream in rpc_transport_tcp::take_backlog(listener) {
+            for stream in rdmarpc_transport_tcp::take_backlog(listener) {
                 let peer = stream.peer_addr().ok();
                 self.handshake(stream, peer);
             }
@@ -234,7 +234,7 @@ async fn accept_socket(
     listener: Option<&tokio::net::TcpListener>,
 ) -> (TcpStream, std::net::SocketAddr) {
     match listener {
-        Some(listener) => rpc_transport_tcp::accept_socket(listener).await,
+        Some(listener) => rdmarpc_transport_tcp::accept_socket(listener).await,
         None => std::future::pending().await,
     }
 }
@@ -278,11 +278,11 @@ async fn classify(
             Err(e) => return Err(format!("reading the first bytes: {e}")),
         }
     }
-    if first == rpc_grpc::PREFACE[..8] {
+    if first == rdmarpc_grpc::PREFACE[..8] {
         let peer = socket.peer_addr().ok();
         let certificates = socket.peer_certificates().map(Arc::from);
         let tls = socket.is_tls();
-        return rpc_grpc::GrpcConnection::accept(socket, &first, &settings.grpc, peer)
+        return rdmarpc_grpc::GrpcConnection::accept(socket, &first, &settings.grpc, peer)
             .await
             .map(|c| {
                 let c = c.with_peer_certificates(certificates);

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use rpc_core::{Connection, Endpoint, TransportError, TransportKind};
+use rdmarpc_core::{Connection, Endpoint, TransportError, TransportKind};
 #[cfg(feature = "rdma")]
-use rpc_transport_rdma::{RdmaConnection, RdmaCounters};
-use rpc_transport_tcp::TcpConnection;
+use rdmarpc_transport_rdma::{RdmaConnection, RdmaCounters};
+use rdmarpc_transport_tcp::TcpConnection;
 
 use crate::bufs::{MessageBuf, RecvBuf, SendBuf};
 
@@ -35,7 +35,7 @@ pub use self::settings::TransportSettings;
 /// the `rdma` feature).
 pub fn rdma_available() -> bool {
     #[cfg(feature = "rdma")]
-    return rpc_transport_rdma::rdma_available();
+    return rdmarpc_transport_rdma::rdma_available();
     #[cfg(not(feature = "rdma"))]
     return false;
 }
@@ -45,7 +45,7 @@ fn no_rdma(endpoint: &Endpoint) -> TransportError {
     let why = if cfg!(feature = "rdma") {
         "this host has no RDMA device (ibv_get_device_list found none)"
     } else {
-        "this program was built without RDMA (the `rdma` feature of rpc-transport)"
+        "this program was built without RDMA (the `rdma` feature of rdmarpc-transport)"
     };
     TransportError::Other(format!("{endpoint}: {why}; use tcp:// or auto://"))
 }
@@ -63,7 +63,7 @@ pub enum AnyConnection {
     Rdma(RdmaConnection),
     /// gRPC over HTTP/2: a standard gRPC client's connection (server side), or a
     /// connection to a gRPC server (`grpc://`, `grpcs://`).
-    Grpc(rpc_grpc::GrpcConnection),
+    Grpc(rdmarpc_grpc::GrpcConnection),
 }
 
 impl AnyConnection {
@@ -167,7 +167,7 @@ impl Connection for AnyConnection {
             AnyConnection::Rdma(c) => c.keep(frame),
             // Frames a gRPC call was translated into: the application may keep large ones.
             AnyConnection::Grpc(_) => match glue::received_bytes(frame)? {
-                bytes if bytes.len() >= rpc_core::memory::KEEP_MIN => Ok(bytes),
+                bytes if bytes.len() >= rdmarpc_core::memory::KEEP_MIN => Ok(bytes),
                 bytes => Err(glue::received(bytes)),
             },
         }
@@ -228,7 +228,7 @@ impl Connection for AnyConnection {
         }
     }
 
-    fn push_to(&self, sink: std::sync::Arc<dyn rpc_core::FrameSink<RecvBuf>>) -> bool {
+    fn push_to(&self, sink: std::sync::Arc<dyn rdmarpc_core::FrameSink<RecvBuf>>) -> bool {
         let _ = &sink; // used by RDMA only
         match self {
             AnyConnection::Tcp(_) | AnyConnection::Grpc(_) => false,
@@ -255,8 +255,8 @@ impl Connection for AnyConnection {
 
     fn serving(
         &self,
-        methods: std::sync::Arc<dyn rpc_core::MethodKinds>,
-        account: &rpc_core::account::Account,
+        methods: std::sync::Arc<dyn rdmarpc_core::MethodKinds>,
+        account: &rdmarpc_core::account::Account,
     ) {
         match self {
             AnyConnection::Tcp(c) => c.serving(methods, account),
@@ -266,7 +266,7 @@ impl Connection for AnyConnection {
         }
     }
 
-    fn calling(&self, method: &rpc_core::codegen::MethodDescriptor) {
+    fn calling(&self, method: &rdmarpc_core::codegen::MethodDescriptor) {
         if let AnyConnection::Grpc(c) = self {
             c.calling(method);
         }

@@ -1,8 +1,8 @@
 //! RDMA's side without the `rdma` feature: every RDMA endpoint is refused.
 
-use rpc_core::{Endpoint, TransportError};
-use rpc_transport_tcp::rdma_hello::refuse_hello;
-use rpc_transport_tcp::{Socket, TcpConnection};
+use rdmarpc_core::{Endpoint, TransportError};
+use rdmarpc_transport_tcp::rdma_hello::refuse_hello;
+use rdmarpc_transport_tcp::{Socket, TcpConnection};
 
 use super::{no_rdma, AnyConnection, TransportSettings};
 

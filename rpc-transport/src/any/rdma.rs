@@ -1,8 +1,8 @@
 //! RDMA's side: the client's and the server's handshake on an open socket.
 
-use rpc_core::{Endpoint, TransportError, TransportKind};
-use rpc_transport_rdma::{handshake_client, handshake_server, Negotiated};
-use rpc_transport_tcp::{Socket, TcpConnection};
+use rdmarpc_core::{Endpoint, TransportError, TransportKind};
+use rdmarpc_transport_rdma::{handshake_client, handshake_server, Negotiated};
+use rdmarpc_transport_tcp::{Socket, TcpConnection};
 
 use super::{AnyConnection, TransportSettings};
 

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 #[cfg(feature = "rdma")]
-use rpc_transport_rdma::RdmaConfig;
-use rpc_transport_tcp::{TcpConfig, TlsConfig};
+use rdmarpc_transport_rdma::RdmaConfig;
+use rdmarpc_transport_tcp::{TcpConfig, TlsConfig};
 
 /// Settings of both transports; what a `--config` file or flags fill in.
 #[derive(Debug, Clone)]
@@ -16,7 +16,7 @@ pub struct TransportSettings {
     #[cfg(feature = "rdma")]
     pub rdma: RdmaConfig,
     /// gRPC (HTTP/2) settings, for standard gRPC clients on a listener's port.
-    pub grpc: rpc_grpc::GrpcConfig,
+    pub grpc: rdmarpc_grpc::GrpcConfig,
     /// TLS certificates and keys, for `+tls` endpoints (clients and listeners).
     pub tls: TlsConfig,
     /// On a listener: time allowed from the accept until the connection is established
@@ -32,7 +32,7 @@ pub struct TransportSettings {
     /// own address either. Default 256.
     pub max_handshakes: usize,
     /// On a listener: most handshakes from one peer at once (an IPv4 address, an IPv6
-    /// /64: `rpc_core::account::PeerKey`), a share of `max_handshakes`; a peer's socket
+    /// /64: `rdmarpc_core::account::PeerKey`), a share of `max_handshakes`; a peer's socket
     /// beyond displaces that peer's own oldest handshake. Default 64 (a quarter of the
     /// default `max_handshakes`). Trade-off: smaller keeps one address from filling the
     /// table before the global cap is reached, but clients behind one NAT that open more
@@ -48,7 +48,7 @@ impl Default for TransportSettings {
             tcp: TcpConfig::default(),
             #[cfg(feature = "rdma")]
             rdma: RdmaConfig::default(),
-            grpc: rpc_grpc::GrpcConfig::default(),
+            grpc: rdmarpc_grpc::GrpcConfig::default(),
             tls: TlsConfig::default(),
             handshake_timeout: Duration::from_secs(10),
             max_handshakes: 256,

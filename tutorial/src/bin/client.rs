@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use hello_rpc::hello::greeter_client::GreeterClient;
 use hello_rpc::hello::{CountdownRequest, HelloRequest};
-use rpc_core::Request;
+use rdmarpc_core::Request;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

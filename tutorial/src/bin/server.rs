@@ -1,7 +1,7 @@
 // src/bin/server.rs: `cargo run --bin server -- auto://0.0.0.0:50051`
 use hello_rpc::{hello::greeter_server::GreeterServer, MyGreeter};
-use rpc_core::{Endpoint, Server};
-use rpc_transport::{AnyListener, TransportSettings};
+use rdmarpc_core::{Endpoint, Server};
+use rdmarpc_transport::{AnyListener, TransportSettings};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -16,7 +16,7 @@ async fn main() -> anyhow::Result<()> {
     let url = std::env::args().nth(1);
     let endpoint: Endpoint = url.as_deref().unwrap_or("auto://0.0.0.0:50051").parse()?;
     // Defaults, then any RPC_* environment variables (RPC_TLS_CERT, RPC_TCP_..., see
-    // rpc_transport::FileConfig).
+    // rdmarpc_transport::FileConfig).
     let settings = TransportSettings::from_env()?;
     let listener = AnyListener::bind(&endpoint, &settings).await?;
     let server = Server::builder()

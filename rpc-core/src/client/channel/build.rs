@@ -95,10 +95,10 @@ impl<C: Connection> Channel<C> {
     /// connection failed (e.g. after the server restarted).
     ///
     /// ```no_run
-    /// # async fn f() -> Result<(), rpc_core::TransportError> {
-    /// use rpc_core::memory::MemoryConnection;
-    /// # let connector: rpc_core::memory::MemoryConnector = unimplemented!();
-    /// let channel = rpc_core::Channel::with_reconnect(Default::default(), move || {
+    /// # async fn f() -> Result<(), rdmarpc_core::TransportError> {
+    /// use rdmarpc_core::memory::MemoryConnection;
+    /// # let connector: rdmarpc_core::memory::MemoryConnector = unimplemented!();
+    /// let channel = rdmarpc_core::Channel::with_reconnect(Default::default(), move || {
     ///     let connector = connector.clone();
     ///     async move { connector.connect().await }
     /// })
@@ -146,9 +146,9 @@ impl<C: Connection> Channel<C> {
     /// settings ([`Dial::client_config`]).
     ///
     /// ```no_run
-    /// # async fn f<AnyConnection: rpc_core::Dial>() -> Result<(), rpc_core::TransportError> {
-    /// // AnyConnection: rpc_transport's, which dials every scheme.
-    /// let channel = rpc_core::Channel::<AnyConnection>::connect("tcp://127.0.0.1:50051").await?;
+    /// # async fn f<AnyConnection: rdmarpc_core::Dial>() -> Result<(), rdmarpc_core::TransportError> {
+    /// // AnyConnection: rdmarpc_transport's, which dials every scheme.
+    /// let channel = rdmarpc_core::Channel::<AnyConnection>::connect("tcp://127.0.0.1:50051").await?;
     /// # Ok(()) }
     /// ```
     ///
@@ -227,8 +227,8 @@ impl<C: Connection> Channel<C> {
     /// `UNAVAILABLE` (or waits, with [`ClientConfig::wait_for_ready`]).
     ///
     /// ```no_run
-    /// # fn f<AnyConnection: rpc_core::Dial>() {
-    /// use rpc_core::{Channel, ClientConfig, Endpoint};
+    /// # fn f<AnyConnection: rdmarpc_core::Dial>() {
+    /// use rdmarpc_core::{Channel, ClientConfig, Endpoint};
     /// let (tx, rx) = tokio::sync::watch::channel(vec!["tcp://10.0.0.1:50051".parse::<Endpoint>().unwrap()]);
     /// let updates = tokio_stream_like(rx); // any Stream<Item = Vec<Endpoint>>
     /// # fn tokio_stream_like<T>(_: T) -> futures_util::stream::Empty<Vec<Endpoint>> { futures_util::stream::empty() }

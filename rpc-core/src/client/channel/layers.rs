@@ -65,8 +65,8 @@ impl<C: Connection> Channel<C> {
     /// order; clones made before keep theirs.
     ///
     /// ```
-    /// # fn f(channel: rpc_core::Channel<rpc_core::memory::MemoryConnection>) {
-    /// let authed = channel.with_interceptor(|mut request: rpc_core::Request<()>| {
+    /// # fn f(channel: rdmarpc_core::Channel<rdmarpc_core::memory::MemoryConnection>) {
+    /// let authed = channel.with_interceptor(|mut request: rdmarpc_core::Request<()>| {
     ///     request.metadata_mut().insert("authorization", "Bearer s3cret");
     ///     Ok(request)
     /// });
@@ -94,7 +94,7 @@ impl<C: Connection> Channel<C> {
     /// through layers. Generated clients over the returned channel use the layers.
     ///
     /// ```
-    /// # fn f(channel: rpc_core::Channel<rpc_core::memory::MemoryConnection>) {
+    /// # fn f(channel: rdmarpc_core::Channel<rdmarpc_core::memory::MemoryConnection>) {
     /// let limited = channel.layer(tower::limit::ConcurrencyLimitLayer::new(8));
     /// # }
     /// ```

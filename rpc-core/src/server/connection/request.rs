@@ -60,7 +60,7 @@ impl<C: Connection> State<C> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         // DEBUG, not INFO: an enabled span costs every call the formatting of its fields
         // by the fmt subscriber (~5 % of a 64 B call's server CPU at c=64, perf-measured);
-        // `RUST_LOG=rpc_core=debug` turns it on.
+        // `RUST_LOG=rdmarpc_core=debug` turns it on.
         let span = tracing::debug_span!("rpc", method = route.method.path, call_id);
         // Decodes the request from the borrowed buffer (the buffer is released after
         // this, also for a call that then waits for a permit), or from the kept frame.

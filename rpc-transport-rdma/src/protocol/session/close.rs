@@ -32,9 +32,9 @@ impl Close {
     }
 }
 
-impl From<&Close> for rpc_core::TransportError {
+impl From<&Close> for rdmarpc_core::TransportError {
     fn from(why: &Close) -> Self {
-        use rpc_core::TransportError as E;
+        use rdmarpc_core::TransportError as E;
         match why {
             Close::Local | Close::PeerClosed => E::Closed,
             Close::PeerSilent { silence, .. } => E::PeerSilent(*silence),

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use rpc_core::wire::Header;
+use rdmarpc_core::wire::Header;
 
 use super::close::Close;
 use super::{InOrder, Read, Reading, Session, MAX_GRANT};
@@ -79,7 +79,7 @@ impl<F> Session<F> {
             return Err(Close::Violation(Lie::DescriptorWraps));
         }
         if !d.head.is_empty()
-            && (lent == 0 || d.head.get(..rpc_core::wire::HEADER_LEN) != Some(&d.header[..]))
+            && (lent == 0 || d.head.get(..rdmarpc_core::wire::HEADER_LEN) != Some(&d.header[..]))
         {
             return Err(Close::Violation(Lie::DescriptorHead));
         }
@@ -255,10 +255,10 @@ impl<F> Session<F> {
 }
 
 /// The header of a frame refused for its size, as it goes up: flagged
-/// [`DISCARDED`](rpc_core::wire::Flags::DISCARDED), without metadata or payload.
-pub(crate) fn refused(header: Header) -> [u8; rpc_core::wire::HEADER_LEN] {
+/// [`DISCARDED`](rdmarpc_core::wire::Flags::DISCARDED), without metadata or payload.
+pub(crate) fn refused(header: Header) -> [u8; rdmarpc_core::wire::HEADER_LEN] {
     let mut h = header;
-    h.flags = h.flags | rpc_core::wire::Flags::DISCARDED;
+    h.flags = h.flags | rdmarpc_core::wire::Flags::DISCARDED;
     h.meta_len = 0;
     h.encode()
 }

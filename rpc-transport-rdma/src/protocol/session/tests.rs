@@ -20,7 +20,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use rpc_core::wire::{FrameKind, Header, HEADER_LEN};
+use rdmarpc_core::wire::{FrameKind, Header, HEADER_LEN};
 
 use super::*;
 use crate::protocol::{Kind, Lie, LoanLimit, Prefix, Rendezvous};
@@ -802,7 +802,7 @@ fn a_clean_close_keeps_what_is_in_order_and_a_failure_drops_it() {
 
 #[test]
 fn close_reasons_map_to_typed_transport_errors() {
-    use rpc_core::TransportError as E;
+    use rdmarpc_core::TransportError as E;
     let silent = Close::PeerSilent {
         silence: Duration::from_secs(6),
         timeout: Duration::from_secs(5),
