@@ -19,6 +19,7 @@ pub mod grpc_testing {
     tonic::include_proto!("grpc.testing");
 }
 
+pub mod echo;
 mod server;
 pub use server::{EchoMetadata, TonicInteropService};
 

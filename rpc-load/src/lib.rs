@@ -31,7 +31,6 @@
 //! - [`schedule`]: when each request is due (const, step, line).
 //! - [`runner`]: the workers; [`stats`]: what they record; [`progress`]: the progress bar.
 //! - [`report`]: the report and its formats; [`machine`]: machine and CPU-time facts.
-//! - [`grpc_echo`]: the tonic echo server that `grpc-echo-server` runs (the baseline).
 //!
 //! # Feature Flags
 //! None.
@@ -42,7 +41,6 @@ pub mod cli;
 pub mod connect;
 pub mod data;
 pub mod grpc;
-pub mod grpc_echo;
 pub mod machine;
 pub mod progress;
 pub mod proto;

@@ -1,10 +1,9 @@
-//! The `rpc-load` and `grpc-echo-server` binaries as a user runs them: output formats
+//! The `rpc-load` binary as a user runs it: output formats
 //! and ghz's JSON field names.
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use common::*;
 
@@ -161,30 +160,4 @@ async fn usage_errors_exit_non_zero() {
     let out = rdmarpc_load(base_args("ftp://127.0.0.1:1", &[])).await;
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("rpc-load:"));
-}
-
-/// `grpc-echo-server` serves what `rpc-load` measures over grpc://.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpc_echo_server_binary() {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_grpc-echo-server"))
-        .args(["--addr", "127.0.0.1:0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(url.starts_with("grpc://127.0.0.1:"), "{line}");
-
-    let out = rdmarpc_load(base_args(&url, &["-O", "json"])).await;
-    server.kill().unwrap();
-    let _ = server.wait();
-    let json: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
-    assert_eq!(
-        json["statusCodeDistribution"],
-        serde_json::json!({"OK": 100})
-    );
-    assert_eq!(json["transport"], "grpc");
 }

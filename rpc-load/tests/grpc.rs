@@ -6,8 +6,8 @@ mod common;
 use std::net::SocketAddr;
 
 use common::*;
+use grpc_interop::echo::GrpcEchoServer;
 use rdmarpc_load::app;
-use rdmarpc_load::grpc_echo::GrpcEchoServer;
 
 /// Starts the tonic echo server on 127.0.0.1:0 (1 MiB message limit); returns its URL.
 fn start_grpc_server() -> String {

@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use clap::Parser;
-use rdmarpc_load::grpc_echo::GrpcEchoServer;
+use grpc_interop::echo::GrpcEchoServer;
 
 /// Serves the echo service over gRPC (tonic).
 #[derive(Parser, Debug)]

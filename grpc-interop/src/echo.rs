@@ -1,5 +1,6 @@
 //! The echo service of `proto/echo.proto` served by tonic: the gRPC baseline that
-//! `grpc-echo-server` runs and that the benchmarks drive through `grpc://`.
+//! `grpc-echo-server` runs and that the benchmarks drive through `grpc://` (with
+//! `rpc-load`, whose own tests serve it too).
 //!
 //! It does what the framework's `examples::EchoService` does (answer with the request's
 //! payload after `delay_ms`), so both servers carry the same work per call.
