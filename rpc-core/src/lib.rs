@@ -30,6 +30,7 @@ pub mod codegen;
 mod config;
 mod control;
 mod endpoint;
+#[cfg(feature = "unstable-fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod interceptor;

@@ -35,6 +35,7 @@ mod compress;
 mod config;
 mod deframe;
 mod frames;
+#[cfg(any(test, feature = "unstable-fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod linger;

@@ -31,7 +31,9 @@
 //! - Settings: [`RdmaConfig`].
 //!
 //! # Feature Flags
-//! `test-peer` (off): a raw, hostile RDMA peer for this project's own tests.
+//! None is part of the API: `unstable-test-peer` (off) is a raw, hostile RDMA peer for
+//! this project's own tests, and `unstable-fuzzing` (off) the entry points of its fuzz
+//! targets; both may change or go in any release.
 //!
 //! Building needs libibverbs and librdmacm headers and libclang (rdma-sys runs
 //! bindgen); running needs libibverbs and a provider, and works without any RDMA device
@@ -47,12 +49,13 @@ mod device;
 mod driver;
 mod events;
 // Wrappers of the private decoders for the fuzz targets in `fuzz/` only.
+#[cfg(feature = "unstable-fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
-/// A hostile raw peer for the project's own tests (feature `test-peer`): see its
+/// A hostile raw peer for the project's own tests (feature `unstable-test-peer`): see its
 /// module docs.
-#[cfg(feature = "test-peer")]
+#[cfg(feature = "unstable-test-peer")]
 #[doc(hidden)]
 pub mod test_peer {
     pub use crate::verbs::test_peer::{Descriptor, HelloLimits, Message, RawPeer};

@@ -47,6 +47,7 @@ impl Allowance {
     }
 
     /// Bytes claimed now.
+    #[cfg_attr(not(any(test, feature = "unstable-fuzzing")), allow(dead_code))]
     pub fn claimed(&self) -> usize {
         self.claimed.load(Ordering::Acquire)
     }
@@ -164,6 +165,7 @@ impl FrameDecoder {
 
     /// Takes what of `data` fits in [`FrameDecoder::room`] (all of it, unless a large
     /// frame's own buffer ends first); how many bytes it took.
+    #[cfg_attr(not(any(test, feature = "unstable-fuzzing")), allow(dead_code))]
     pub fn push(&mut self, data: &[u8]) -> usize {
         let mut room = self.room();
         let buf = room.buf();

@@ -27,6 +27,8 @@
 mod closing;
 mod config;
 mod connection;
+// `pub` items: the fuzz targets reach them through `fuzzing` (feature `unstable-fuzzing`).
+#[cfg_attr(not(feature = "unstable-fuzzing"), allow(unreachable_pub))]
 mod decoder;
 mod listener;
 mod outgoing;
@@ -40,6 +42,7 @@ mod writer;
 /// The sans-IO frame decoder (`decoder.rs`), for the fuzz targets only (the `rpc-fuzz`
 /// crate in `fuzz/`). Hidden from the docs and not part of the crate's API; nothing else
 /// may use it.
+#[cfg(feature = "unstable-fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing {
     pub use crate::decoder::{Allowance, FrameDecoder, Room, KEEP_MIN, READ_CHUNK};

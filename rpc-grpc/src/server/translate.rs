@@ -75,6 +75,7 @@ impl<P> Responder<P> {
     }
 
     /// Whether the response headers went out.
+    #[cfg_attr(not(any(test, feature = "unstable-fuzzing")), allow(dead_code))]
     pub(crate) fn headers_sent(&self) -> bool {
         self.headers_sent
     }

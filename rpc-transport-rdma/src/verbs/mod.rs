@@ -64,8 +64,8 @@ mod pd;
 mod qp;
 mod qp_state;
 mod sendbuf;
-#[cfg(feature = "test-peer")]
-#[cfg(feature = "test-peer")]
+#[cfg(feature = "unstable-test-peer")]
+#[cfg(feature = "unstable-test-peer")]
 pub(crate) mod test_peer;
 mod tracker;
 mod wc;

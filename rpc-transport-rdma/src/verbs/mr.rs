@@ -239,7 +239,7 @@ impl MemoryRegion {
     /// # Errors
     ///
     /// [`Error::OutOfBounds`] if the range is not inside the region.
-    #[cfg(any(test, feature = "test-peer"))]
+    #[cfg(any(test, feature = "unstable-test-peer"))]
     pub(crate) fn slice_mut(&mut self, offset: usize, len: usize) -> Result<&mut [u8]> {
         self.check_range(offset, len)?;
         // SAFETY: as in `slice`, and `&mut self` makes this the only reference.

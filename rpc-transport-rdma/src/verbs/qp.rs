@@ -317,7 +317,7 @@ impl<S: QpStage> QueuePair<S> {
     }
 
     /// The protection domain of the QP; memory posted on it must be registered there.
-    #[cfg(feature = "test-peer")]
+    #[cfg(feature = "unstable-test-peer")]
     pub(crate) fn pd(&self) -> &Arc<ProtectionDomain> {
         &self.inner.pd
     }
