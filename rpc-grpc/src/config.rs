@@ -50,6 +50,11 @@ pub struct GrpcConfig {
     /// How long the client may take to answer a keepalive PING (any byte counts) before
     /// the connection is closed. Default 20 s, as gRPC's.
     pub keepalive_timeout: Duration,
+    /// On a client (`grpc://`, `grpcs://`): the requests' `:authority`, instead of the
+    /// endpoint's `host:port` (a server behind a proxy that routes by it, or one that
+    /// checks it). Under TLS the certificate is still verified against the host (or
+    /// the TLS settings' server name). Default none.
+    pub authority: Option<String>,
 }
 
 impl Default for GrpcConfig {
@@ -66,6 +71,7 @@ impl Default for GrpcConfig {
             write_timeout: Duration::from_secs(30),
             keepalive_interval: Some(Duration::from_secs(60)),
             keepalive_timeout: Duration::from_secs(20),
+            authority: None,
         }
     }
 }

@@ -72,6 +72,11 @@ pub struct TlsConfig {
     /// On a client: the name the server's certificate must carry, instead of the
     /// endpoint's host.
     pub server_name: Option<String>,
+    /// On a client: accept any server certificate, unverified (the handshake's
+    /// signature is still checked). Default `false`. For load tests against servers with
+    /// throw-away certificates (ghz's `--skipTLS`); it gives up the server's
+    /// authentication, so never use it where that matters.
+    pub skip_verify: bool,
 }
 
 /// Why TLS could not be set up, or a handshake failed.
@@ -176,6 +181,12 @@ impl TlsConfig {
         self
     }
 
+    /// Sets [`TlsConfig::skip_verify`].
+    pub fn skip_verify(&mut self, skip: bool) -> &mut Self {
+        self.skip_verify = skip;
+        self
+    }
+
     /// The server side, for a listener: reads the files now.
     ///
     /// # Errors
@@ -223,13 +234,18 @@ impl TlsConfig {
     /// # Errors
     /// An unreadable file, only one of certificate and key, no roots to verify with.
     pub fn connector(&self, alpn: &[&[u8]]) -> Result<TlsConnector, TlsError> {
-        let roots = match &self.ca {
-            Some(ca) => roots(ca)?,
-            None => system_roots()?,
-        };
         let builder = ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots);
+            .with_safe_default_protocol_versions()?;
+        let builder = if self.skip_verify {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(NoVerification(provider())))
+        } else {
+            builder.with_root_certificates(match &self.ca {
+                Some(ca) => roots(ca)?,
+                None => system_roots()?,
+            })
+        };
         let mut config = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => {
                 builder.with_client_auth_cert(read_certs("certificate", cert)?, read_key(key)?)?
@@ -265,6 +281,57 @@ fn system_roots() -> Result<RootCertStore, TlsError> {
         )));
     }
     Ok(roots)
+}
+
+/// [`TlsConfig::skip_verify`]: any certificate is taken, but the handshake's signatures
+/// are still verified (with the provider's algorithms), so the peer holds the key of the
+/// certificate it sent.
+#[derive(Debug)]
+struct NoVerification(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// The server side of TLS, built once per listener ([`TlsConfig::acceptor`]).

@@ -12,6 +12,10 @@ pub enum LbStrategy {
     PowerOfTwoChoices,
     /// Each ready endpoint in turn.
     RoundRobin,
+    /// Every call to the first usable endpoint in the resolver's order (the list's, or
+    /// the DNS answer's), the next one only while it is not usable: gRPC's default
+    /// policy, `pick_first` (what ghz uses without `--lb-strategy`).
+    PickFirst,
 }
 
 impl std::str::FromStr for LbStrategy {
@@ -20,8 +24,9 @@ impl std::str::FromStr for LbStrategy {
         match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
             "p2c" | "power_of_two_choices" | "least_loaded" => Ok(LbStrategy::PowerOfTwoChoices),
             "round_robin" | "rr" => Ok(LbStrategy::RoundRobin),
+            "pick_first" => Ok(LbStrategy::PickFirst),
             other => Err(format!(
-                "unknown balancing strategy {other:?} (expected p2c or round_robin)"
+                "unknown balancing strategy {other:?} (expected p2c, round_robin or pick_first)"
             )),
         }
     }
@@ -32,6 +37,7 @@ impl std::fmt::Display for LbStrategy {
         f.write_str(match self {
             LbStrategy::PowerOfTwoChoices => "p2c",
             LbStrategy::RoundRobin => "round_robin",
+            LbStrategy::PickFirst => "pick_first",
         })
     }
 }

@@ -47,9 +47,10 @@ pub async fn connect(
         TransportKind::Grpc => {
             let peer = socket.peer_addr().ok();
             let certificates = socket.peer_certificates().map(Arc::from);
+            let authority = settings.grpc.authority.as_deref().unwrap_or(address);
             let conn = rdmarpc_grpc::GrpcConnection::connect(
                 socket,
-                address,
+                authority,
                 endpoint.tls,
                 &settings.grpc,
                 peer,

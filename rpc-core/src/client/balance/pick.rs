@@ -1,5 +1,5 @@
-//! The pick of an endpoint per call: power of two choices on calls in flight, or round
-//! robin, among the usable endpoints.
+//! The pick of an endpoint per call: power of two choices on calls in flight, round
+//! robin, or the first in order, among the usable endpoints.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -127,6 +127,9 @@ impl<C: Connection> Balancer<C> {
         match self.config.balance.strategy {
             LbStrategy::PowerOfTwoChoices => self.two_choices(subs, now, ejected),
             LbStrategy::RoundRobin => self.round_robin(subs, now, ejected),
+            LbStrategy::PickFirst => subs
+                .iter()
+                .find_map(|sub| sub.usable(now, ejected).map(|(shared, _)| shared)),
         }
     }
 

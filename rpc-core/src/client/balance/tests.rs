@@ -325,6 +325,42 @@ async fn round_robin_is_even_next_to_a_down_endpoint() {
     assert!(a.abs_diff(c) < 30, "round robin is uneven: a {a}, c {c}");
 }
 
+/// pick_first sends every call to the first usable endpoint in the resolver's order,
+/// passing over one that does not connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pick_first_uses_the_first_usable_endpoint_only() {
+    let w = world(&[
+        ("a", Dial::Refused, false, None),
+        ("b", Dial::Ok, false, None),
+        ("c", Dial::Ok, false, None),
+    ]);
+    let mut config = ClientConfig::default();
+    config.lb_strategy(LbStrategy::PickFirst);
+    let (channel, tx) = channel_over(&w, config);
+    tx.send(vec![ep("a"), ep("b"), ep("c")]).unwrap();
+    let _ = sleep_call(&channel, 0, None).await;
+    until(&channel, "b and c up", |e| {
+        e.iter().filter(|e| e.connected).count() == 2
+    })
+    .await;
+    // Once both are up (before, whichever connected first was the first usable).
+    let before = (
+        w.calls["b"].load(Ordering::SeqCst),
+        w.calls["c"].load(Ordering::SeqCst),
+    );
+    for _ in 0..50 {
+        sleep_call(&channel, 0, None).await.unwrap();
+    }
+    assert_eq!(w.calls["b"].load(Ordering::SeqCst) - before.0, 50);
+    assert_eq!(
+        w.calls["c"].load(Ordering::SeqCst) - before.1,
+        0,
+        "c is not picked"
+    );
+    assert_eq!("pick_first".parse(), Ok(LbStrategy::PickFirst));
+    assert_eq!(LbStrategy::PickFirst.to_string(), "pick_first");
+}
+
 /// An endpoint removed while failing calls are in flight on it is not ejected by them
 /// (once that held a place of the ejection budget forever, and no endpoint could be
 /// ejected again).
