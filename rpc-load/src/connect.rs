@@ -1,8 +1,10 @@
 //! Turning the address URL into a connection.
 //!
 //! `tcp://`, `rdma://` and `auto://` name this framework's transports (an
-//! [`rdmarpc_core::Endpoint`]); `grpc://HOST:PORT` names a standard gRPC server, driven
-//! through tonic (see [`crate::grpc`]).
+//! [`rdmarpc_core::Endpoint`]); `grpc://HOST:PORT` and `grpcs://HOST:PORT` name a
+//! standard gRPC server, and so does a bare `HOST:PORT` as in ghz (over TLS unless
+//! `--insecure`). TLS settings (`--cacert`, `--cert`, `--key`, `--cname`, `--skipTLS`)
+//! apply to every TLS connection: `grpcs://` and the `+tls` schemes.
 //!
 //! The runner is generic over [`rdmarpc_core::Connection`]; [`RpcConnection`] is the one
 //! connection type this binary instantiates it with, and [`connect`] the one function that
@@ -12,7 +14,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use rdmarpc_core::Endpoint;
-use rdmarpc_transport::{AnyConnection, TransportSettings};
+use rdmarpc_transport::{AnyConnection, TlsConfig, TransportSettings};
+
+use crate::cli::SecurityFlags;
 
 /// Where to send the load.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +47,7 @@ impl Address {
     /// assert!(Address::parse("tcp://h:1,h", false).is_err());
     /// assert!(matches!(Address::parse("grpc://127.0.0.1:50052", false).unwrap(), Address::Rpc(_)));
     /// assert!(matches!(Address::parse("tcp://127.0.0.1:50051", true).unwrap(), Address::Rpc(_)));
-    /// assert!(Address::parse("127.0.0.1:50051", false).is_err());
+    /// assert!(Address::parse("127.0.0.1", false).is_err());
     /// ```
     ///
     /// # Errors
@@ -89,17 +93,96 @@ impl Address {
     }
 }
 
+/// The URL a host names: a bare `HOST:PORT` is a gRPC server as in ghz, `grpcs://` (TLS)
+/// unless `insecure` (`grpc://`); a URL is itself.
+///
+/// ```
+/// use rdmarpc_load::connect::url_of;
+/// assert_eq!(url_of("0.0.0.0:50051", false).unwrap(), "grpcs://0.0.0.0:50051");
+/// assert_eq!(url_of("0.0.0.0:50051", true).unwrap(), "grpc://0.0.0.0:50051");
+/// assert_eq!(url_of("tcp://h:1", true).unwrap(), "tcp://h:1");
+/// assert!(url_of("grpcs://h:1", true).is_err());
+/// assert!(url_of("tcp+tls://h:1", true).is_err());
+/// ```
+///
+/// # Errors
+/// `insecure` with a TLS scheme.
+pub fn url_of(host: &str, insecure: bool) -> anyhow::Result<String> {
+    if !host.contains("://") && !host.starts_with("dns:") {
+        let scheme = if insecure { "grpc" } else { "grpcs" };
+        return Ok(format!("{scheme}://{}", host.trim()));
+    }
+    let scheme = host.split_once("://").map_or("", |(s, _)| s);
+    if insecure && (scheme == "grpcs" || scheme.ends_with("+tls")) {
+        bail!("--insecure contradicts {scheme}://, a TLS scheme");
+    }
+    Ok(host.to_owned())
+}
+
 /// The connection type behind `tcp://`, `rdma://` and `auto://`: what the runner is
 /// instantiated with.
 pub type RpcConnection = AnyConnection;
 
 /// Settings of the connections to the server under test.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ConnectSettings {
     /// How long connecting (including any transport handshake) may take.
     pub connect_timeout: Duration,
     /// Largest message sent or received.
     pub max_message_size: usize,
+    /// TLS flags, over the `RPC_TLS_*` environment's settings.
+    pub tls: Option<TlsConfig>,
+    /// `--authority`: the `:authority` of gRPC requests.
+    pub authority: Option<String>,
+    /// `-e`: gzip on gRPC requests.
+    pub gzip: bool,
+}
+
+/// The TLS settings the flags give, if any is given.
+///
+/// # Errors
+/// `--cert` without `--key` (or the reverse).
+pub fn tls_of(flags: &SecurityFlags) -> anyhow::Result<Option<TlsConfig>> {
+    let given = flags.cacert.is_some()
+        || flags.cert.is_some()
+        || flags.key.is_some()
+        || flags.cname.is_some()
+        || flags.skip_tls;
+    if !given {
+        return Ok(None);
+    }
+    let mut tls = TlsConfig::default();
+    if let Some(ca) = &flags.cacert {
+        tls.ca(ca);
+    }
+    match (&flags.cert, &flags.key) {
+        (Some(cert), Some(key)) => {
+            tls.identity(cert, key);
+        }
+        (None, None) => {}
+        _ => bail!("--cert and --key go together"),
+    }
+    if let Some(name) = &flags.cname {
+        tls.server_name(name);
+    }
+    tls.skip_verify(flags.skip_tls);
+    Ok(Some(tls))
+}
+
+impl ConnectSettings {
+    /// Applies these settings over `transport`'s.
+    pub fn apply(&self, transport: &mut TransportSettings) {
+        transport.max_message_size(self.max_message_size);
+        if let Some(tls) = &self.tls {
+            transport.tls = tls.clone();
+        }
+        if self.authority.is_some() {
+            transport.grpc.authority = self.authority.clone();
+        }
+        if self.gzip {
+            transport.grpc.send_compression = Some(rdmarpc_grpc::Encoding::Gzip);
+        }
+    }
 }
 
 /// Opens one connection to `endpoint`.
@@ -118,7 +201,7 @@ pub async fn connect(
     // rdmarpc_transport::FileConfig::from_env); the message limit is rpc-load's own.
     let mut transport = TransportSettings::default();
     rdmarpc_transport::FileConfig::from_env().and_then(|env| env.apply(&mut transport))?;
-    transport.max_message_size(settings.max_message_size);
+    settings.apply(&mut transport);
     let conn = tokio::time::timeout(
         settings.connect_timeout,
         rdmarpc_transport::connect(endpoint, &transport),

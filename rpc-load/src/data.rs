@@ -20,6 +20,8 @@ use crate::template::{CallFacts, Template};
 pub struct Messages {
     fixed: Arc<Vec<DynamicMessage>>,
     template: Option<Arc<Rendered>>,
+    /// `-m` with template actions, rendered for every call.
+    metadata: Option<Arc<Template>>,
 }
 
 /// A template and what is done to each rendering.
@@ -45,6 +47,7 @@ impl Messages {
         Ok(Messages {
             fixed: Arc::new(messages),
             template: None,
+            metadata: None,
         })
     }
 
@@ -74,7 +77,35 @@ impl Messages {
         Ok(Messages {
             fixed: Arc::new(first),
             template: Some(Arc::new(rendered)),
+            metadata: None,
         })
+    }
+
+    /// The same messages, with metadata rendered from `template` for every call.
+    ///
+    /// # Errors
+    /// A first rendering that is not a JSON object of strings.
+    pub fn with_metadata_template(mut self, template: Template) -> anyhow::Result<Messages> {
+        metadata_from_json(&template.render(CallFacts {
+            request_number: 0,
+            worker: 0,
+        }))?;
+        self.metadata = Some(Arc::new(template));
+        Ok(self)
+    }
+
+    /// The metadata of call `call` when it is rendered per call (`None`: the run's
+    /// fixed metadata).
+    ///
+    /// # Errors
+    /// A rendering that is not a JSON object of strings (the call fails with it).
+    pub fn metadata_for(&self, call: CallFacts) -> Result<Option<Vec<(String, String)>>, String> {
+        match &self.metadata {
+            None => Ok(None),
+            Some(template) => metadata_from_json(&template.render(call))
+                .map(Some)
+                .map_err(|e| format!("metadata rendered for call {}: {e:#}", call.request_number)),
+        }
     }
 
     /// The messages of call `call`: the array of `-d`, rendered for it if templated.
@@ -137,12 +168,19 @@ impl Rendered {
     }
 }
 
-/// Reads `-d`'s argument: inline JSON, or `@FILE` for the JSON in FILE.
+/// Reads `-d`'s argument: inline JSON, `@` for the JSON on standard input (as ghz), or
+/// `@FILE` for the JSON in FILE.
 ///
 /// # Errors
-/// An unreadable file.
+/// An unreadable file or standard input.
 pub fn read_data_arg(arg: &str) -> anyhow::Result<String> {
     match arg.strip_prefix('@') {
+        Some("") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .context("cannot read the data from standard input (-d @)")?;
+            Ok(text)
+        }
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read {path}")),
         None => Ok(arg.to_owned()),
     }
@@ -172,6 +210,35 @@ pub fn messages_from_json(
             .collect(),
         other => Ok(vec![parse(other, "request data")?]),
     }
+}
+
+/// Decodes binary data as ghz reads `-b` and `-B`: several messages of type `desc`,
+/// each after its length as a varint (protobuf's "delimited" stream), when the bytes are
+/// exactly such a sequence; otherwise one message.
+///
+/// # Errors
+/// Bytes that are neither.
+pub fn messages_from_binary(
+    desc: &MessageDescriptor,
+    bytes: &[u8],
+) -> anyhow::Result<Vec<DynamicMessage>> {
+    if let Some(messages) = delimited(desc, bytes) {
+        return Ok(messages);
+    }
+    Ok(vec![message_from_binary(desc, bytes)?])
+}
+
+/// `bytes` as length-delimited messages, if they are exactly that (at least one).
+fn delimited(desc: &MessageDescriptor, mut bytes: &[u8]) -> Option<Vec<DynamicMessage>> {
+    let mut messages = Vec::new();
+    while !bytes.is_empty() {
+        let len = prost::encoding::decode_varint(&mut bytes).ok()?;
+        let len = usize::try_from(len).ok().filter(|&n| n <= bytes.len())?;
+        let (message, rest) = bytes.split_at(len);
+        messages.push(DynamicMessage::decode(desc.clone(), message).ok()?);
+        bytes = rest;
+    }
+    (!messages.is_empty()).then_some(messages)
 }
 
 /// Decodes a binary (serialized protobuf) message of type `desc`.

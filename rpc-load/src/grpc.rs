@@ -80,12 +80,36 @@ impl Decoder for DynamicDecoder {
 }
 
 /// Settings of the gRPC client.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct GrpcSettings {
     /// How long connecting may take.
     pub connect_timeout: Duration,
-    /// Largest message sent or received.
-    pub max_message_size: usize,
+    /// `--keepalive`: HTTP/2 PINGs after this long idle, answered within as long.
+    pub keepalive: Option<Duration>,
+    /// `--authority`: the requests' `:authority`.
+    pub authority: Option<String>,
+}
+
+/// An endpoint to `addr` with `settings`.
+fn endpoint(addr: &str, settings: &GrpcSettings) -> anyhow::Result<Endpoint> {
+    let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .with_context(|| format!("bad gRPC address {addr:?}"))?
+        .tcp_nodelay(true)
+        .connect_timeout(settings.connect_timeout)
+        .http2_adaptive_window(true);
+    if let Some(k) = settings.keepalive {
+        endpoint = endpoint
+            .http2_keep_alive_interval(k)
+            .keep_alive_timeout(k)
+            .keep_alive_while_idle(false);
+    }
+    if let Some(authority) = &settings.authority {
+        let origin = format!("http://{authority}")
+            .parse()
+            .with_context(|| format!("bad --authority {authority:?}"))?;
+        endpoint = endpoint.origin(origin);
+    }
+    Ok(endpoint)
 }
 
 /// Opens one HTTP/2 connection to `addr` (`host:port`), with `TCP_NODELAY` and adaptive
@@ -95,12 +119,7 @@ pub struct GrpcSettings {
 /// # Errors
 /// A bad address or a failed connect.
 pub async fn connect(addr: &str, settings: &GrpcSettings) -> anyhow::Result<Channel> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-        .with_context(|| format!("bad gRPC address {addr:?}"))?
-        .tcp_nodelay(true)
-        .connect_timeout(settings.connect_timeout)
-        .http2_adaptive_window(true);
-    endpoint
+    endpoint(addr, settings)?
         .connect()
         .await
         .with_context(|| format!("cannot connect to grpc://{addr}"))
@@ -114,13 +133,7 @@ pub async fn connect(addr: &str, settings: &GrpcSettings) -> anyhow::Result<Chan
 pub fn connect_balanced(addrs: &[String], settings: &GrpcSettings) -> anyhow::Result<Channel> {
     let endpoints = addrs
         .iter()
-        .map(|addr| {
-            Ok(Endpoint::from_shared(format!("http://{addr}"))
-                .with_context(|| format!("bad gRPC address {addr:?}"))?
-                .tcp_nodelay(true)
-                .connect_timeout(settings.connect_timeout)
-                .http2_adaptive_window(true))
-        })
+        .map(|addr| endpoint(addr, settings))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(Channel::balance_list(endpoints.into_iter()))
 }
@@ -149,31 +162,28 @@ impl GrpcTarget {
         output: MessageDescriptor,
         metadata: &[(String, String)],
         timeout: Option<Duration>,
-        max_message_size: usize,
+        (max_recv, max_send): (usize, usize),
     ) -> anyhow::Result<GrpcTarget> {
-        let mut map = MetadataMap::new();
-        for (key, value) in metadata {
-            let k: AsciiMetadataKey = key
-                .to_ascii_lowercase()
-                .parse()
-                .with_context(|| format!("metadata key {key:?} is not a valid gRPC header name"))?;
-            let v: AsciiMetadataValue = value
-                .parse()
-                .with_context(|| format!("metadata value of {key:?} is not valid ASCII"))?;
-            map.append(k, v);
-        }
         let grpc = tonic::client::Grpc::new(channel)
-            .max_decoding_message_size(max_message_size)
-            .max_encoding_message_size(max_message_size);
+            .max_decoding_message_size(max_recv)
+            .max_encoding_message_size(max_send);
         Ok(GrpcTarget {
             grpc,
             path: PathAndQuery::try_from(path).context("bad method path")?,
             codec: DynamicCodec::new(output),
-            metadata: map,
+            metadata: metadata_map(metadata)?,
             timeout,
             kind: MethodKind::Unary,
             stream: StreamOptions::default(),
         })
+    }
+
+    /// The same target, compressing requests with gzip (`-e`) and accepting gzipped
+    /// responses.
+    pub fn with_gzip(mut self) -> GrpcTarget {
+        use tonic::codec::CompressionEncoding::Gzip;
+        self.grpc = self.grpc.send_compressed(Gzip).accept_compressed(Gzip);
+        self
     }
 
     /// The same target for a method of `kind`, making streaming calls as `options` say.
@@ -183,9 +193,9 @@ impl GrpcTarget {
         self
     }
 
-    fn request<T>(&self, message: T) -> tonic::Request<T> {
+    fn request<T>(&self, metadata: &MetadataMap, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
-        *request.metadata_mut() = self.metadata.clone();
+        *request.metadata_mut() = metadata.clone();
         if let Some(timeout) = self.timeout {
             // Tells the server (grpc-timeout); the client side is enforced in `call`.
             request.set_timeout(timeout);
@@ -208,16 +218,21 @@ impl GrpcTarget {
             |status: Status| CallError::new(Code::from_u8(status.code() as u8), status.message());
         let path = self.path.clone();
         let codec = self.codec.clone();
+        let rendered = match messages.metadata_for(call).map_err(bad_data)? {
+            Some(list) => Some(metadata_map(&list).map_err(|e| bad_data(format!("{e:#}")))?),
+            None => None,
+        };
+        let md = rendered.as_ref().unwrap_or(&self.metadata);
         match self.kind {
             MethodKind::Unary => {
-                let request = self.request(messages.for_unary(call).map_err(bad_data)?);
+                let request = self.request(md, messages.for_unary(call).map_err(bad_data)?);
                 grpc.unary(request, path, codec)
                     .await
                     .map(drop)
                     .map_err(status)
             }
             MethodKind::ServerStreaming => {
-                let request = self.request(messages.for_unary(call).map_err(bad_data)?);
+                let request = self.request(md, messages.for_unary(call).map_err(bad_data)?);
                 let responses = grpc
                     .server_streaming(request, path, codec)
                     .await
@@ -232,7 +247,7 @@ impl GrpcTarget {
             MethodKind::ClientStreaming => {
                 let stream =
                     request_stream(messages, call, self.stream, moved.clone()).map_err(bad_data)?;
-                grpc.client_streaming(self.request(stream), path, codec)
+                grpc.client_streaming(self.request(md, stream), path, codec)
                     .await
                     .map(drop)
                     .map_err(status)
@@ -241,7 +256,7 @@ impl GrpcTarget {
                 let stream =
                     request_stream(messages, call, self.stream, moved.clone()).map_err(bad_data)?;
                 let responses = grpc
-                    .streaming(self.request(stream), path, codec)
+                    .streaming(self.request(md, stream), path, codec)
                     .await
                     .map_err(status)?
                     .into_inner();
@@ -281,6 +296,25 @@ impl Target for GrpcTarget {
         };
         (result, moved.counts())
     }
+}
+
+/// `metadata` as tonic's map.
+///
+/// # Errors
+/// A key or value that is not valid ASCII HTTP/2 header material.
+fn metadata_map(metadata: &[(String, String)]) -> anyhow::Result<MetadataMap> {
+    let mut map = MetadataMap::new();
+    for (key, value) in metadata {
+        let k: AsciiMetadataKey = key
+            .to_ascii_lowercase()
+            .parse()
+            .with_context(|| format!("metadata key {key:?} is not a valid gRPC header name"))?;
+        let v: AsciiMetadataValue = value
+            .parse()
+            .with_context(|| format!("metadata value of {key:?} is not valid ASCII"))?;
+        map.append(k, v);
+    }
+    Ok(map)
 }
 
 /// tonic's client gave up at the call's grpc-timeout (its `TimeoutExpired`).

@@ -22,15 +22,17 @@
 //! - [`cli`]: the command line ([`cli::Args`]), and the run it describes.
 //! - [`app`]: the program: arguments -> descriptors -> messages -> connections -> run ->
 //!   report.
-//! - [`proto`], [`data`], [`template`]: the method and the request messages, at run
-//!   time (`{{.RequestNumber}}`-style templates rendered per call).
+//! - [`proto`], [`reflection`], [`data`], [`template`]: the method (from a .proto, a
+//!   protoset or the server's reflection) and the request messages, at run time
+//!   (`{{.RequestNumber}}`-style templates rendered per call).
 //! - [`connect`]: the address URL -> a connection (the one place that names transports);
 //!   [`grpc`]: the tonic client for `grpc://`.
 //! - [`target`]: [`target::Target`], one connection as the runner sees it;
 //!   [`streams`]: what streaming calls send and read (ghz's `--stream-*` flags).
 //! - [`schedule`]: when each request is due (const, step, line).
 //! - [`runner`]: the workers; [`stats`]: what they record; [`progress`]: the progress bar.
-//! - [`report`]: the report and its formats; [`machine`]: machine and CPU-time facts.
+//! - [`report`]: the report and its formats; [`machine`]: machine and CPU-time facts;
+//!   [`logging`]: standard error and `--debug`'s file.
 //!
 //! # Feature Flags
 //! None.
@@ -41,9 +43,11 @@ pub mod cli;
 pub mod connect;
 pub mod data;
 pub mod grpc;
+pub mod logging;
 pub mod machine;
 pub mod progress;
 pub mod proto;
+pub mod reflection;
 pub mod report;
 pub mod runner;
 pub mod schedule;

@@ -122,6 +122,34 @@ pub fn rfc3339(time: SystemTime) -> String {
     )
 }
 
+/// `time` as RFC 3339 in UTC with nanoseconds, trailing zeros trimmed, as Go's
+/// `RFC3339Nano` (how ghz writes a detail's `timestamp`), e.g.
+/// `2024-05-01T12:34:56.5Z`.
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// let t = UNIX_EPOCH + Duration::new(1_714_566_896, 500_000_000);
+/// assert_eq!(rdmarpc_load::machine::rfc3339_nanos(t), "2024-05-01T12:34:56.5Z");
+/// let whole = UNIX_EPOCH + Duration::from_secs(1_714_566_896);
+/// assert_eq!(rdmarpc_load::machine::rfc3339_nanos(whole), "2024-05-01T12:34:56Z");
+/// ```
+pub fn rfc3339_nanos(time: SystemTime) -> String {
+    let nanos = time
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .subsec_nanos();
+    let seconds = rfc3339(time);
+    if nanos == 0 {
+        return seconds;
+    }
+    let fraction = format!("{nanos:09}");
+    format!(
+        "{}.{}Z",
+        seconds.trim_end_matches('Z'),
+        fraction.trim_end_matches('0')
+    )
+}
+
 /// Year, month, day of a count of days since 1970-01-01 (H. Hinnant's algorithm).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;

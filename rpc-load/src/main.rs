@@ -3,22 +3,30 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use rdmarpc_load::cli::Args;
 
 fn main() -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-    let args = Args::parse();
+    let args = match Args::from_env() {
+        Ok(args) => args,
+        Err(e) => match e.downcast_ref::<clap::Error>() {
+            // Usage errors, --help and --version, as clap prints them.
+            Some(clap_error) => clap_error.exit(),
+            None => return fail(&e),
+        },
+    };
+    if let Err(e) = rdmarpc_load::logging::init(args.output.debug.as_deref()) {
+        return fail(&e);
+    }
     match rdmarpc_load::app::main(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rpc-load: {e:#}");
-            ExitCode::FAILURE
+            tracing::debug!(error = %format!("{e:#}"), "run failed");
+            fail(&e)
         }
     }
+}
+
+fn fail(e: &anyhow::Error) -> ExitCode {
+    eprintln!("rpc-load: {e:#}");
+    ExitCode::FAILURE
 }

@@ -67,6 +67,24 @@ pub struct RpcTarget<C: Connection> {
     metadata: Metadata,
     timeout: Option<Duration>,
     stream: StreamOptions,
+    max_send: usize,
+}
+
+/// Metadata from key-value pairs.
+fn metadata_of(list: &[(String, String)]) -> Metadata {
+    let mut md = Metadata::new();
+    for (key, value) in list {
+        md.append(key.clone(), value.clone());
+    }
+    md
+}
+
+/// The error of a request over the send limit, in grpc-go's words.
+pub(crate) fn too_large(len: usize, max: usize) -> CallError {
+    CallError::new(
+        Code::ResourceExhausted,
+        format!("trying to send message larger than max ({len} vs. {max})"),
+    )
 }
 
 impl<C: Connection> RpcTarget<C> {
@@ -79,17 +97,29 @@ impl<C: Connection> RpcTarget<C> {
         metadata: &[(String, String)],
         timeout: Option<Duration>,
     ) -> RpcTarget<C> {
-        let mut md = Metadata::new();
-        for (key, value) in metadata {
-            md.append(key.clone(), value.clone());
-        }
         RpcTarget {
             channel,
             method,
             output,
-            metadata: md,
+            metadata: metadata_of(metadata),
             timeout,
             stream: StreamOptions::default(),
+            max_send: usize::MAX,
+        }
+    }
+
+    /// The same target, failing a call whose request is over `bytes` before sending it
+    /// (`--max-send-message-size`), with `RESOURCE_EXHAUSTED` as grpc-go does.
+    pub fn with_max_send(mut self, bytes: usize) -> RpcTarget<C> {
+        self.max_send = bytes;
+        self
+    }
+
+    /// The metadata of call `call`: rendered for it, or the run's.
+    fn metadata_for(&self, messages: &Messages, call: CallFacts) -> Result<Metadata, CallError> {
+        match messages.metadata_for(call).map_err(bad_data)? {
+            Some(list) => Ok(metadata_of(&list)),
+            None => Ok(self.metadata.clone()),
         }
     }
 
@@ -106,8 +136,12 @@ impl<C: Connection> RpcTarget<C> {
 }
 
 impl<C: Connection> RpcTarget<C> {
-    async fn unary(&self, message: DynamicMessage) -> Result<(), CallError> {
-        let request = Request::from_parts(self.metadata.clone(), Outgoing(message), self.timeout);
+    async fn unary(&self, md: Metadata, message: DynamicMessage) -> Result<(), CallError> {
+        let len = prost::Message::encoded_len(&message);
+        if len > self.max_send {
+            return Err(too_large(len, self.max_send));
+        }
+        let request = Request::from_parts(md, Outgoing(message), self.timeout);
         let output = &self.output;
         let started = tokio::time::Instant::now();
         self.channel
@@ -147,8 +181,13 @@ impl<C: Connection> RpcTarget<C> {
         move |bytes| DynamicMessage::decode(output.clone(), bytes)
     }
 
-    async fn server_streaming(&self, message: DynamicMessage, moved: &Moved) -> Result<(), Status> {
-        let request = Request::from_parts(self.metadata.clone(), Outgoing(message), self.timeout);
+    async fn server_streaming(
+        &self,
+        md: Metadata,
+        message: DynamicMessage,
+        moved: &Moved,
+    ) -> Result<(), Status> {
+        let request = Request::from_parts(md, Outgoing(message), self.timeout);
         let responses = self
             .channel
             .server_streaming_with(request, &self.method, self.stream_decoder())
@@ -163,6 +202,7 @@ impl<C: Connection> RpcTarget<C> {
 
     async fn client_streaming(
         &self,
+        md: Metadata,
         call: CallFacts,
         messages: &Arc<Messages>,
         moved: &Arc<Moved>,
@@ -170,7 +210,7 @@ impl<C: Connection> RpcTarget<C> {
         let stream = request_stream(messages, call, self.stream, moved.clone())
             .map_err(Status::invalid_argument)?
             .map(Outgoing);
-        let request = Request::from_parts(self.metadata.clone(), stream, self.timeout);
+        let request = Request::from_parts(md, stream, self.timeout);
         let output = &self.output;
         self.channel
             .client_streaming_with(request, &self.method, |payload| {
@@ -182,6 +222,7 @@ impl<C: Connection> RpcTarget<C> {
 
     async fn bidi_streaming(
         &self,
+        md: Metadata,
         call: CallFacts,
         messages: &Arc<Messages>,
         moved: &Arc<Moved>,
@@ -189,7 +230,7 @@ impl<C: Connection> RpcTarget<C> {
         let stream = request_stream(messages, call, self.stream, moved.clone())
             .map_err(Status::invalid_argument)?
             .map(Outgoing);
-        let request = Request::from_parts(self.metadata.clone(), stream, self.timeout);
+        let request = Request::from_parts(md, stream, self.timeout);
         let responses = self
             .channel
             .streaming_with(request, &self.method, self.stream_decoder())
@@ -202,9 +243,13 @@ impl<C: Connection> RpcTarget<C> {
 
 impl<C: Connection> Target for RpcTarget<C> {
     async fn call(&self, call: CallFacts, messages: &Arc<Messages>) -> CallOutcome {
+        let md = match self.metadata_for(messages, call) {
+            Ok(md) => md,
+            Err(e) => return (Err(e), (0, 0)),
+        };
         match self.method.kind {
             MethodKind::Unary => match messages.for_unary(call) {
-                Ok(message) => (self.unary(message).await, (0, 0)),
+                Ok(message) => (self.unary(md, message).await, (0, 0)),
                 Err(why) => (Err(bad_data(why)), (0, 0)),
             },
             MethodKind::ServerStreaming => {
@@ -213,17 +258,17 @@ impl<C: Connection> Target for RpcTarget<C> {
                     Err(why) => return (Err(bad_data(why)), (0, 0)),
                 };
                 let moved = Moved::default();
-                let result = self.server_streaming(message, &moved).await;
+                let result = self.server_streaming(md, message, &moved).await;
                 (result.map_err(call_error), moved.counts())
             }
             MethodKind::ClientStreaming => {
                 let moved = Arc::new(Moved::default());
-                let result = self.client_streaming(call, messages, &moved).await;
+                let result = self.client_streaming(md, call, messages, &moved).await;
                 (result.map_err(call_error), moved.counts())
             }
             MethodKind::Streaming => {
                 let moved = Arc::new(Moved::default());
-                let result = self.bidi_streaming(call, messages, &moved).await;
+                let result = self.bidi_streaming(md, call, messages, &moved).await;
                 (result.map_err(call_error), moved.counts())
             }
         }

@@ -9,10 +9,10 @@
 //! | action | value |
 //! |---|---|
 //! | `.RequestNumber` | the call's number in the run, from 0 |
-//! | `.WorkerID` | the worker making the call, `w0`, `w1`, ... |
+//! | `.WorkerID` | the worker making the call, as ghz names it: `g3c1` (worker 3, on connection 1), prefixed by `NAME:` with `--name` |
 //! | `.FullyQualifiedName` | `package.Service.Method` |
-//! | `.MethodName`, `.ServiceName` | `Method`, `package.Service` |
-//! | `.InputName`, `.OutputName` | the message types' full names |
+//! | `.MethodName`, `.ServiceName` | `Method`, `Service` |
+//! | `.InputName`, `.OutputName` | the message types' names (without the package) |
 //! | `.IsClientStreaming`, `.IsServerStreaming` | `true` / `false` |
 //! | `.Timestamp` | now, RFC 3339 |
 //! | `.TimestampUnix`, `.TimestampUnixMilli`, `.TimestampUnixNano` | now since the epoch |
@@ -20,6 +20,9 @@
 //! | `newUUID` | a fresh random UUID at each use |
 //! | `randomString N` | N random letters and digits |
 //! | `randomInt MIN MAX` | a random integer in [MIN, MAX) |
+//!
+//! The functions (`newUUID`, `randomString`, `randomInt`) are refused with
+//! `--disable-template-functions`; ghz's sprig functions are not supported.
 
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -27,21 +30,27 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context};
 use rand::Rng;
 
-/// The method facts a template may name.
+/// The method facts a template may name, and what makes worker IDs.
 #[derive(Debug, Clone, Default)]
 pub struct MethodFacts {
-    /// `package.Service`.
+    /// `package.Service.Method`.
+    pub fully_qualified_name: String,
+    /// `Service`, without the package.
     pub service: String,
     /// `Method`.
     pub method: String,
-    /// The input message's full name.
+    /// The input message's name, without the package.
     pub input: String,
-    /// The output message's full name.
+    /// The output message's name, without the package.
     pub output: String,
     /// Whether the client streams.
     pub client_streaming: bool,
     /// Whether the server streams.
     pub server_streaming: bool,
+    /// Prefix of worker IDs: `NAME:` with `--name`, else empty.
+    pub worker_prefix: String,
+    /// Connections the workers share (worker `w` uses connection `w % connections`).
+    pub connections: usize,
 }
 
 /// A parsed template: text and actions.
@@ -88,11 +97,12 @@ impl Template {
         text.contains("{{")
     }
 
-    /// Parses `text`.
+    /// Parses `text`; with `functions` false, template functions are refused.
     ///
     /// # Errors
-    /// An unclosed `{{`, or an action this implementation does not know.
-    pub fn parse(text: &str, facts: MethodFacts) -> anyhow::Result<Template> {
+    /// An unclosed `{{`, an action this implementation does not know, or a function
+    /// when they are disabled.
+    pub fn parse(text: &str, facts: MethodFacts, functions: bool) -> anyhow::Result<Template> {
         let mut parts = Vec::new();
         let mut rest = text;
         while let Some(start) = rest.find("{{") {
@@ -103,7 +113,19 @@ impl Template {
             let end = after
                 .find("}}")
                 .with_context(|| format!("unclosed {{{{ in the data at {:?}", truncate(after)))?;
-            parts.push(action(after[..end].trim())?);
+            let part = action(after[..end].trim())?;
+            if !functions
+                && matches!(
+                    part,
+                    Part::NewUuid | Part::RandomString(_) | Part::RandomInt(..)
+                )
+            {
+                bail!(
+                    "template functions are disabled (--disable-template-functions), but the data uses {{{{{}}}}}",
+                    after[..end].trim()
+                );
+            }
+            parts.push(part);
             rest = &after[end + 2..];
         }
         if !rest.is_empty() {
@@ -129,11 +151,14 @@ impl Template {
                     let _ = write!(out, "{}", call.request_number);
                 }
                 Part::WorkerId => {
-                    let _ = write!(out, "w{}", call.worker);
+                    let connection = call.worker % self.facts.connections.max(1);
+                    let _ = write!(
+                        out,
+                        "{}g{}c{connection}",
+                        self.facts.worker_prefix, call.worker
+                    );
                 }
-                Part::FullyQualifiedName => {
-                    let _ = write!(out, "{}.{}", self.facts.service, self.facts.method);
-                }
+                Part::FullyQualifiedName => out.push_str(&self.facts.fully_qualified_name),
                 Part::MethodName => out.push_str(&self.facts.method),
                 Part::ServiceName => out.push_str(&self.facts.service),
                 Part::InputName => out.push_str(&self.facts.input),
@@ -248,12 +273,15 @@ mod tests {
 
     fn facts() -> MethodFacts {
         MethodFacts {
-            service: "echo.Echo".into(),
+            fully_qualified_name: "echo.Echo.Echo".into(),
+            service: "Echo".into(),
             method: "Echo".into(),
-            input: "echo.EchoRequest".into(),
-            output: "echo.EchoReply".into(),
+            input: "EchoRequest".into(),
+            output: "EchoReply".into(),
             client_streaming: false,
             server_streaming: true,
+            worker_prefix: "run:".into(),
+            connections: 2,
         }
     }
 
@@ -262,6 +290,7 @@ mod tests {
         let t = Template::parse(
             r#"{"n": {{.RequestNumber}}, "w": "{{ .WorkerID }}", "m": "{{.FullyQualifiedName}}", "s": {{.IsServerStreaming}}}"#,
             facts(),
+            true,
         )
         .unwrap();
         let call = CallFacts {
@@ -270,7 +299,7 @@ mod tests {
         };
         assert_eq!(
             t.render(call),
-            r#"{"n": 41, "w": "w3", "m": "echo.Echo.Echo", "s": true}"#
+            r#"{"n": 41, "w": "run:g3c1", "m": "echo.Echo.Echo", "s": true}"#
         );
     }
 
@@ -279,6 +308,7 @@ mod tests {
         let t = Template::parse(
             r#"["{{.UUID}}", "{{.UUID}}", "{{newUUID}}", "{{randomString 12}}", {{randomInt 5 7}}]"#,
             facts(),
+            true,
         )
         .unwrap();
         let call = CallFacts {
@@ -304,8 +334,11 @@ mod tests {
             "{{randomString x}}",
             "{\"a\": {{.RequestNumber}",
         ] {
-            assert!(Template::parse(bad, facts()).is_err(), "{bad}");
+            assert!(Template::parse(bad, facts(), true).is_err(), "{bad}");
         }
+        let disabled = Template::parse(r#"{"id": "{{newUUID}}"}"#, facts(), false);
+        assert!(disabled.unwrap_err().to_string().contains("disabled"));
+        assert!(Template::parse(r#"{"n": {{.RequestNumber}}}"#, facts(), false).is_ok());
         assert!(!Template::is_template(r#"{"a": "{ not }"}"#));
     }
 }

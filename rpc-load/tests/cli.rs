@@ -83,7 +83,19 @@ async fn json_report_has_ghz_fields() {
             .sum::<u64>(),
         100
     );
-    assert_eq!(json["details"], serde_json::json!([]));
+    let details = json["details"].as_array().unwrap();
+    assert_eq!(details.len(), 100, "one per call");
+    for detail in details {
+        assert!(
+            detail["timestamp"].as_str().unwrap().ends_with('Z'),
+            "{detail}"
+        );
+        assert!(detail["latency"].as_u64().unwrap() > 0, "{detail}");
+        assert_eq!(
+            (&detail["status"], &detail["error"]),
+            (&serde_json::json!("OK"), &serde_json::json!(""))
+        );
+    }
     assert_eq!(json["options"]["call"], "echo.Echo/Echo");
     assert_eq!(json["options"]["concurrency"], 4);
     assert_eq!(json["options"]["total"], 100);

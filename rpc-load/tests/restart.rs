@@ -101,7 +101,7 @@ fn start_load(port: u16, seconds: u32) -> Child {
             "-z",
             &format!("{seconds}s"),
             // Calls in flight at the end are waited for: every call is an outcome here.
-            "-x",
+            "--duration-stop",
             "wait",
             "-O",
             "json",

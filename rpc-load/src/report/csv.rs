@@ -7,7 +7,7 @@ use super::{Report, PERCENTILES, TAIL_PERCENTILES};
 pub(super) fn render_details(r: &Report) -> String {
     use std::fmt::Write;
     let mut out = String::from("duration (ms),status,error\n");
-    for d in &r.call_details {
+    for d in &r.details.calls {
         let _ = writeln!(
             out,
             "{:.2},{},{}",

@@ -19,13 +19,18 @@ use crate::runner::RunOutcome;
 use crate::stats::{code_name, Stats};
 
 mod csv;
+mod details;
+mod gofmt;
 mod html;
+mod influx;
 mod options;
+mod prometheus;
 mod summary;
 mod svg;
 
 pub use summary::format_ns;
 
+pub use details::Details;
 pub use options::ReportOptions;
 
 /// The percentiles of `latencyDistribution`, as ghz's.
@@ -117,6 +122,9 @@ pub struct Report {
     pub options: ReportOptions,
     /// When the report was made, RFC 3339.
     pub date: String,
+    /// The same, as a time (not serialized).
+    #[serde(skip)]
+    pub date_time: SystemTime,
     /// Calls counted (successful or not).
     pub count: u64,
     /// Duration of the measured run, ns.
@@ -139,8 +147,12 @@ pub struct Report {
     pub tail_latency_distribution: Vec<LatencyPoint<f64>>,
     /// ghz's 11-bucket histogram of successful calls.
     pub histogram: Vec<Bucket>,
-    /// Per-call details: always empty (calls are aggregated, never stored one by one).
-    pub details: Vec<()>,
+    /// Every call (for the formats that list calls, up to a million; empty otherwise):
+    /// `timestamp` (RFC 3339), `latency` (ns), `error`, `status`.
+    pub details: Details,
+    /// `--tags`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
     /// Requests sent; always `count` (sent = replies + errors).
     pub sent: u64,
     /// Successful calls.
@@ -165,15 +177,18 @@ pub struct Report {
     /// Finer histogram for the HTML report (not serialized).
     #[serde(skip)]
     pub fine_histogram: Vec<Bucket>,
-    /// Every call, for `-O csv` (not serialized; empty unless kept).
-    #[serde(skip)]
-    pub call_details: Vec<crate::stats::Detail>,
 }
 
 impl Report {
     /// The report of `outcome`.
-    pub fn new(outcome: &RunOutcome, options: ReportOptions, transport: String) -> Report {
+    pub fn new(
+        outcome: &RunOutcome,
+        options: ReportOptions,
+        tags: BTreeMap<String, String>,
+        transport: String,
+    ) -> Report {
         let stats = &outcome.stats;
+        let now = SystemTime::now();
         let ns = |d: Option<Duration>| d.map_or(0, |d| d.as_nanos() as u64);
         let total = outcome.total_time;
         let rps = if total.is_zero() {
@@ -185,7 +200,8 @@ impl Report {
             name: options.name.clone(),
             end_reason: outcome.end_reason.as_str(),
             options,
-            date: rfc3339(SystemTime::now()),
+            date: rfc3339(now),
+            date_time: now,
             count: stats.count(),
             total: total.as_nanos() as u64,
             average: stats.average().as_nanos() as u64,
@@ -208,7 +224,11 @@ impl Report {
                 .collect(),
             tail_latency_distribution: percentiles(stats, TAIL_PERCENTILES),
             histogram: histogram(stats, GHZ_HISTOGRAM_BUCKETS),
-            details: Vec::new(),
+            details: Details {
+                calls: stats.details().to_vec(),
+                start: stats.details_start(),
+            },
+            tags,
             sent: outcome.sent,
             ok: stats.ok(),
             errors: stats.errors(),
@@ -238,7 +258,6 @@ impl Report {
             timeline_interval: stats.interval().as_nanos() as u64,
             timeline: timeline(stats, total),
             fine_histogram: log_histogram(stats, FINE_HISTOGRAM_BUCKETS),
-            call_details: stats.details().to_vec(),
         }
     }
 
@@ -261,6 +280,19 @@ impl Report {
         summary::render(self)
     }
 
+    /// Writes the JSON report into `out` (indented when `pretty`), and a line break.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn write_json(&self, out: &mut impl std::io::Write, pretty: bool) -> std::io::Result<()> {
+        if pretty {
+            serde_json::to_writer_pretty(&mut *out, self)?;
+        } else {
+            serde_json::to_writer(&mut *out, self)?;
+        }
+        out.write_all(b"\n")
+    }
+
     /// The JSON report; indented when `pretty`.
     pub fn to_json(&self, pretty: bool) -> String {
         let json = if pretty {
@@ -271,7 +303,7 @@ impl Report {
         json.expect("a report always serializes") + "\n"
     }
 
-    /// A CSV header line and one line of figures.
+    /// ghz's per-call listing, `duration (ms),status,error`.
     pub fn to_csv_details(&self) -> String {
         csv::render_details(self)
     }
@@ -284,6 +316,21 @@ impl Report {
     /// A self-contained HTML page with the figures and charts.
     pub fn to_html(&self) -> String {
         html::render(self)
+    }
+
+    /// ghz's `influx-summary`: one InfluxDB line, measurement `ghz_run`.
+    pub fn to_influx_summary(&self) -> String {
+        influx::summary(self)
+    }
+
+    /// ghz's `influx-details`: one InfluxDB line per call, measurement `ghz_detail`.
+    pub fn to_influx_details(&self) -> String {
+        influx::details(self)
+    }
+
+    /// ghz's `prometheus`: the summary as Prometheus' text exposition format.
+    pub fn to_prometheus(&self) -> String {
+        prometheus::render(self)
     }
 }
 

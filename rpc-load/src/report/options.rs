@@ -6,19 +6,57 @@ use serde::Serialize;
 
 use crate::cli::{Args, LoadSchedule};
 
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// The options of a run, under ghz's names (kebab-case ones included) where ghz has the
 /// option. Durations are in nanoseconds.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReportOptions {
     /// The address URL.
     pub host: String,
-    /// The .proto file.
+    /// The .proto file (empty with a protoset or reflection).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub proto: String,
+    /// `--protoset`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub protoset: String,
     /// Import paths.
     #[serde(rename = "import-paths")]
     pub import_paths: Vec<String>,
     /// The method, `package.Service/Method`.
     pub call: String,
+    /// `-e`.
+    #[serde(rename = "enable-compression", skip_serializing_if = "is_false")]
+    pub enable_compression: bool,
+    /// `--cacert`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cacert: String,
+    /// `--cert`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cert: String,
+    /// `--key`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    /// `--cname`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cname: String,
+    /// `--skipTLS`.
+    #[serde(rename = "skipTLS", skip_serializing_if = "is_false")]
+    pub skip_tls: bool,
+    /// `--insecure`.
+    pub insecure: bool,
+    /// `--authority`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub authority: String,
+    /// `--async`.
+    #[serde(rename = "async", skip_serializing_if = "is_false")]
+    pub async_calls: bool,
     /// `-n`, when the run was bounded by a count.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
@@ -35,6 +73,11 @@ pub struct ReportOptions {
     /// `--connect-timeout`, ns.
     #[serde(rename = "dial-timeout")]
     pub dial_timeout: u64,
+    /// `--keepalive`, ns (0: none).
+    pub keepalive: u64,
+    /// `--skipFirst`.
+    #[serde(rename = "skipFirst", skip_serializing_if = "is_zero")]
+    pub skip_first: u64,
     /// `-d`, as JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
@@ -75,9 +118,13 @@ pub struct ReportOptions {
     /// The field `--payload-size` filled.
     #[serde(rename = "payload-field", skip_serializing_if = "Option::is_none")]
     pub payload_field: Option<String>,
-    /// `--max-message-size`, bytes.
-    #[serde(rename = "max-message-size")]
-    pub max_message_size: usize,
+    /// The largest message received, bytes (`--max-recv-message-size`, or
+    /// `--max-message-size`).
+    #[serde(rename = "max-recv-message-size")]
+    pub max_recv_message_size: usize,
+    /// The largest message sent, bytes.
+    #[serde(rename = "max-send-message-size")]
+    pub max_send_message_size: usize,
     /// `--concurrency-schedule`.
     #[serde(rename = "concurrency-schedule")]
     pub concurrency_schedule: LoadSchedule,
@@ -96,7 +143,7 @@ pub struct ReportOptions {
     /// `--concurrency-max-duration`, ns.
     #[serde(rename = "concurrency-max-duration")]
     pub concurrency_max_duration: u64,
-    /// `-x`.
+    /// `--duration-stop`.
     #[serde(rename = "duration-stop")]
     pub duration_stop: crate::runner::DurationStop,
     /// `--count-errors`.
@@ -128,54 +175,74 @@ impl ReportOptions {
         cpus: usize,
     ) -> ReportOptions {
         let ns = |d: std::time::Duration| d.as_nanos() as u64;
-        let data = args.data.as_deref().and_then(|d| {
-            crate::data::read_data_arg(d)
-                .ok()
-                .and_then(|json| serde_json::from_str(&json).ok())
-        });
+        let path = |p: &Option<std::path::PathBuf>| {
+            p.as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        };
+        let (load, data, security) = (&args.load, &args.data, &args.security);
+        let (max_recv, max_send) = args.connection.message_limits();
         ReportOptions {
             host: args.address().unwrap_or_default().to_owned(),
-            proto: args.proto.display().to_string(),
+            proto: path(&args.proto.proto),
+            protoset: path(&args.proto.protoset),
             import_paths: args
+                .proto
                 .import_paths
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect(),
             call,
+            enable_compression: args.connection.enable_compression,
+            cacert: path(&security.cacert),
+            cert: path(&security.cert),
+            key: path(&security.key),
+            cname: security.cname.clone().unwrap_or_default(),
+            skip_tls: security.skip_tls,
+            insecure: security.insecure,
+            authority: security.authority.clone().unwrap_or_default(),
+            async_calls: load.async_calls,
             total,
-            concurrency: args.concurrency,
-            connections: args.connections,
-            rps: args.rps,
-            duration: args.duration.map_or(0, ns),
-            timeout: ns(args.timeout),
-            dial_timeout: ns(args.connect_timeout),
-            data,
-            binary: args.binary_file.is_some(),
+            concurrency: load.concurrency,
+            connections: args.connection.connections,
+            rps: load.rps,
+            duration: load.max_duration.or(load.duration).map_or(0, ns),
+            timeout: ns(load.timeout),
+            dial_timeout: ns(args.connection.connect_timeout),
+            keepalive: args.connection.keepalive.map_or(0, ns),
+            skip_first: args.output.skip_first,
+            data: data.data.as_deref().and_then(|d| {
+                crate::data::read_data_arg(d)
+                    .ok()
+                    .and_then(|json| serde_json::from_str(&json).ok())
+            }),
+            binary: data.binary || data.binary_file.is_some(),
             metadata: metadata.iter().cloned().collect(),
             cpus,
-            name: args.name.clone(),
-            load_schedule: args.load_schedule,
-            load_start: args.load_start,
-            load_step: args.load_step,
-            load_end: args.load_end,
-            load_step_duration: args.load_step_duration.map_or(0, ns),
-            load_max_duration: args.load_max_duration.map_or(0, ns),
-            warmup: args.warmup,
-            concurrency_schedule: args.concurrency_schedule,
-            concurrency_start: args.concurrency_start,
-            concurrency_step: args.concurrency_step,
-            concurrency_end: args.concurrency_end,
-            concurrency_step_duration: args.concurrency_step_duration.map_or(0, ns),
-            concurrency_max_duration: args.concurrency_max_duration.map_or(0, ns),
-            duration_stop: args.duration_stop,
-            count_errors: args.count_errors,
-            stream_interval: args.stream_interval.map_or(0, ns),
-            stream_call_duration: args.stream_call_duration.map_or(0, ns),
-            stream_call_count: args.stream_call_count.unwrap_or(0),
-            stream_dynamic_messages: args.stream_dynamic_messages,
-            payload_size: args.payload_size,
+            name: args.output.name.clone(),
+            load_schedule: load.load_schedule,
+            load_start: load.load_start,
+            load_step: load.load_step,
+            load_end: load.load_end,
+            load_step_duration: load.load_step_duration.map_or(0, ns),
+            load_max_duration: load.load_max_duration.map_or(0, ns),
+            warmup: load.warmup,
+            concurrency_schedule: load.concurrency_schedule,
+            concurrency_start: load.concurrency_start,
+            concurrency_step: load.concurrency_step,
+            concurrency_end: load.concurrency_end,
+            concurrency_step_duration: load.concurrency_step_duration.map_or(0, ns),
+            concurrency_max_duration: load.concurrency_max_duration.map_or(0, ns),
+            duration_stop: load.duration_stop,
+            count_errors: args.output.count_errors,
+            stream_interval: data.stream_interval.map_or(0, ns),
+            stream_call_duration: data.stream_call_duration.map_or(0, ns),
+            stream_call_count: data.stream_call_count.unwrap_or(0),
+            stream_dynamic_messages: data.stream_dynamic_messages,
+            payload_size: data.payload_size,
             payload_field,
-            max_message_size: args.max_message_size,
+            max_recv_message_size: max_recv,
+            max_send_message_size: max_send,
         }
     }
 }

@@ -6,7 +6,8 @@
 //! recording never contends on one lock.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use hdrhistogram::Histogram;
 use rdmarpc_core::Code;
@@ -130,7 +131,8 @@ pub struct Stats {
     slowest_ns: u64,
     /// Calls per status code, indexed by the code's numeric value.
     status: [u64; 17],
-    error_messages: HashMap<String, u64>,
+    /// Calls per error message; the keys are shared with the details' errors.
+    error_messages: HashMap<Arc<str>, u64>,
     interval: Duration,
     timeline: Vec<Interval>,
     /// Messages sent and received on streams.
@@ -139,14 +141,17 @@ pub struct Stats {
     /// `--count-errors`: failed calls' latencies count in the histogram, the percentiles
     /// and the extremes too.
     count_errors: bool,
-    /// One record per call, for `-O csv` (ghz's per-call rows); `None` otherwise.
-    details: Option<Vec<Detail>>,
+    /// One record per call, for the formats that list calls (ghz's `details`), and the
+    /// run's start by the wall clock; `None` otherwise.
+    details: Option<(Vec<Detail>, SystemTime)>,
 }
 
-/// The most calls recorded one by one (`-O csv`); later calls are only aggregated.
-pub const MAX_DETAILS: usize = 10_000_000;
+/// The most calls recorded one by one (ghz's own bound, its `maxResult`); later calls
+/// are only aggregated. At about 50 bytes a call (errors are shared, not copied), a
+/// million details take about 50 MB.
+pub const MAX_DETAILS: usize = 1_000_000;
 
-/// One call, as `-O csv` lists it.
+/// One call, as ghz's `details` list it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Detail {
     /// When it completed, since the start of the run.
@@ -155,8 +160,10 @@ pub struct Detail {
     pub latency: Duration,
     /// Its status code.
     pub code: Code,
-    /// Its error, ghz-formatted (`rpc error: code = ... desc = ...`); `None` if OK.
-    pub error: Option<Box<str>>,
+    /// Its error, ghz-formatted (`rpc error: code = ... desc = ...`), shared with the
+    /// error distribution (past [`MAX_DISTINCT_ERRORS`] distinct errors, the text is
+    /// [`OTHER_ERRORS`]); `None` if OK.
+    pub error: Option<Arc<str>>,
 }
 
 impl Stats {
@@ -183,15 +190,22 @@ impl Stats {
         }
     }
 
-    /// Empty stats that also keep every call (up to [`MAX_DETAILS`]) for `-O csv`.
-    pub fn keeping_details(mut self, keep: bool) -> Stats {
-        self.details = keep.then(Vec::new);
+    /// Empty stats that also keep every call (up to [`MAX_DETAILS`]) of a run that
+    /// started at `start` by the wall clock, if given.
+    pub fn keeping_details(mut self, start: Option<SystemTime>) -> Stats {
+        self.details = start.map(|start| (Vec::new(), start));
         self
     }
 
     /// The calls recorded one by one, in completion order; empty unless kept.
     pub fn details(&self) -> &[Detail] {
-        self.details.as_deref().unwrap_or(&[])
+        self.details.as_ref().map_or(&[], |(d, _)| d.as_slice())
+    }
+
+    /// When the run started by the wall clock, if details are kept (a detail's
+    /// timestamp is this plus its [`Detail::at`]).
+    pub fn details_start(&self) -> Option<SystemTime> {
+        self.details.as_ref().map(|(_, start)| *start)
     }
 
     /// Empty stats that count failed calls' latencies as successful ones' (ghz's
@@ -220,19 +234,6 @@ impl Stats {
         if self.timeline.len() <= index {
             self.timeline.resize(index + 1, Interval::default());
         }
-        if let Some(details) = &mut self.details {
-            if details.len() < MAX_DETAILS {
-                details.push(Detail {
-                    at,
-                    latency,
-                    code: result.as_ref().map_or_else(|e| e.code, |()| Code::Ok),
-                    error: result
-                        .as_ref()
-                        .err()
-                        .map(|e| e.to_ghz_string().into_boxed_str()),
-                });
-            }
-        }
         let slot = &mut self.timeline[index];
         slot.latency_sum_ns = slot.latency_sum_ns.saturating_add(ns);
         slot.latency_max_ns = slot.latency_max_ns.max(ns);
@@ -249,12 +250,14 @@ impl Stats {
                 self.slowest_ns = self.slowest_ns.max(ns);
                 // Cannot fail: auto-resize is on and `ns` >= 1.
                 let _ = self.ok_latency.record(ns);
+                self.keep_detail(at, latency, Code::Ok, None);
             }
             Err(error) => {
                 self.errors += 1;
                 slot.errors += 1;
                 self.status[(error.code as usize).min(16)] += 1;
-                self.count_error(error.to_ghz_string(), 1);
+                let key = self.count_error(&error.to_ghz_string(), 1);
+                self.keep_detail(at, latency, error.code, Some(key));
                 if self.count_errors {
                     self.fastest_ns = self.fastest_ns.min(ns);
                     self.slowest_ns = self.slowest_ns.max(ns);
@@ -264,19 +267,47 @@ impl Stats {
         }
     }
 
-    fn count_error(&mut self, key: String, n: u64) {
-        let full = self.error_messages.len() >= MAX_DISTINCT_ERRORS;
-        let key = if full && !self.error_messages.contains_key(&key) {
-            OTHER_ERRORS.to_owned()
-        } else {
+    /// Keeps a call's detail, if details are kept and there is room.
+    fn keep_detail(
+        &mut self,
+        at: Duration,
+        latency: Duration,
+        code: Code,
+        error: Option<Arc<str>>,
+    ) {
+        if let Some((details, _)) = &mut self.details {
+            if details.len() < MAX_DETAILS {
+                details.push(Detail {
+                    at,
+                    latency,
+                    code,
+                    error,
+                });
+            }
+        }
+    }
+
+    /// Counts `n` calls that failed with `key`; returns the key as stored (shared), or
+    /// [`OTHER_ERRORS`] past [`MAX_DISTINCT_ERRORS`] distinct ones.
+    fn count_error(&mut self, key: &str, n: u64) -> Arc<str> {
+        let key = if self.error_messages.contains_key(key)
+            || self.error_messages.len() < MAX_DISTINCT_ERRORS
+        {
             key
+        } else {
+            OTHER_ERRORS
         };
-        *self.error_messages.entry(key).or_default() += n;
+        let stored = match self.error_messages.get_key_value(key) {
+            Some((stored, _)) => stored.clone(),
+            None => Arc::from(key),
+        };
+        *self.error_messages.entry(stored.clone()).or_default() += n;
+        stored
     }
 
     /// Adds `other`'s measurements (same interval width) to these.
     pub fn merge(&mut self, other: &Stats) {
-        if let (Some(mine), Some(theirs)) = (&mut self.details, &other.details) {
+        if let (Some((mine, _)), Some((theirs, _))) = (&mut self.details, &other.details) {
             let room = MAX_DETAILS.saturating_sub(mine.len());
             mine.extend(theirs.iter().take(room).cloned());
             mine.sort_by_key(|d| d.at);
@@ -293,7 +324,7 @@ impl Stats {
             *mine += theirs;
         }
         for (key, n) in &other.error_messages {
-            self.count_error(key.clone(), *n);
+            self.count_error(key, *n);
         }
         if self.timeline.len() < other.timeline.len() {
             self.timeline
@@ -375,7 +406,7 @@ impl Stats {
         let mut errors: Vec<(String, u64)> = self
             .error_messages
             .iter()
-            .map(|(k, v)| (k.clone(), *v))
+            .map(|(k, v)| (k.to_string(), *v))
             .collect();
         errors.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         errors
