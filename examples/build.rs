@@ -1,4 +1,5 @@
-//! Generates the echo, kv and interop (grpc.testing) services from proto/, with `bytes` fields as `bytes::Bytes`,
+//! Generates the echo, kv, interop (grpc.testing) and ghz's example services (greeter,
+//! route guide, wrapped, bytes) from proto/, with `bytes` fields as `bytes::Bytes`,
 //! and writes their descriptor set (for reflection: `examples::FILE_DESCRIPTOR_SET`).
 
 use std::path::PathBuf;
@@ -17,6 +18,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "../proto/gateway.proto",
                 "../proto/chat.proto",
                 "../proto/grpc/testing/test.proto",
+                "../proto/greeter.proto",
+                "../proto/route_guide.proto",
+                "../proto/wrapped.proto",
+                "../proto/bytes.proto",
             ],
             &["../proto"],
         )?;

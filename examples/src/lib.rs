@@ -12,6 +12,8 @@
 //!   store's `Watch` streams changes; a chat member is a bidirectional stream).
 //! - [`transport`]: turning `--addr URL` into a listener or a channel, and
 //!   [`transport::example_server`], a service with health and reflection.
+//! - [`helloworld`], [`routeguide`], [`wrapped`], [`image`] and [`ghz`]: the services
+//!   ghz's documentation calls in its examples, and their server (`greeter-server`).
 //! - [`FILE_DESCRIPTOR_SET`]: the examples' descriptors, for reflection.
 
 /// Generated from `proto/echo.proto`.
@@ -44,6 +46,30 @@ pub mod grpc_testing {
     rdmarpc_core::include_proto!("grpc.testing");
 }
 
+/// Generated from `proto/greeter.proto`: ghz's `helloworld.Greeter`.
+#[allow(missing_docs)]
+pub mod helloworld {
+    rdmarpc_core::include_proto!("helloworld");
+}
+
+/// Generated from `proto/route_guide.proto`: gRPC's `routeguide.RouteGuide`.
+#[allow(missing_docs)]
+pub mod routeguide {
+    rdmarpc_core::include_proto!("routeguide");
+}
+
+/// Generated from `proto/wrapped.proto`: a service of a well-known type.
+#[allow(missing_docs)]
+pub mod wrapped {
+    rdmarpc_core::include_proto!("wrapped");
+}
+
+/// Generated from `proto/bytes.proto` (package `bytes`): a service with a bytes field.
+#[allow(missing_docs)]
+pub mod image {
+    rdmarpc_core::include_proto!("bytes");
+}
+
 /// The encoded `FileDescriptorSet` of every example's `.proto` files (imports included),
 /// which the example servers' reflection service serves.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
@@ -52,6 +78,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 mod chat_room;
 mod echo_service;
 mod gateway_service;
+pub mod ghz;
 pub mod interop;
 mod kv_store;
 pub mod transport;

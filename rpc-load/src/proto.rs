@@ -61,11 +61,12 @@ pub fn load_descriptors(proto: &Path, includes: &[PathBuf]) -> anyhow::Result<De
         .canonicalize()
         .with_context(|| format!("cannot open {}", proto.display()))?;
     let mut paths = Vec::with_capacity(includes.len() + 1);
+    // As in ghz, an import path that does not exist is passed over.
     for dir in includes {
-        paths.push(
-            dir.canonicalize()
-                .with_context(|| format!("bad import path {}", dir.display()))?,
-        );
+        match dir.canonicalize() {
+            Ok(dir) => paths.push(dir),
+            Err(e) => tracing::warn!(path = %dir.display(), "import path passed over: {e}"),
+        }
     }
     paths.extend(file.parent().map(Path::to_path_buf));
     if let Ok(cwd) = std::env::current_dir() {

@@ -103,9 +103,13 @@ impl<C: Connection> Client<'_, C> {
         };
         let stream = futures_util::stream::iter([request]);
         let request = Request::from_parts(self.metadata.clone(), stream, Some(self.timeout));
-        let failure = |status: rdmarpc_core::Status| Failure {
+        let timeout = self.timeout;
+        let failure = move |status: rdmarpc_core::Status| Failure {
             code: status.code(),
-            message: status.message().to_owned(),
+            message: match status.code() {
+                Code::DeadlineExceeded => format!("no answer within {timeout:?}"),
+                _ => status.message().to_owned(),
+            },
         };
         let answer = tokio::time::timeout(self.timeout, async {
             let mut responses = match self.version {

@@ -96,9 +96,10 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         outcome.stats.errors(),
         outcome.skipped
     );
+    // The method as given, as ghz reports it.
     let mut options = ReportOptions::new(
         args,
-        method.name.clone(),
+        call.to_owned(),
         plan.total,
         payload_field,
         &metadata,

@@ -1,0 +1,275 @@
+//! Descriptors without `--proto`: from the server's reflection service, over this
+//! framework's transports and gRPC (its own server, and tonic's with tonic-reflection,
+//! v1 and v1alpha), or from `--protoset`; and what a hostile reflection server cannot do
+//! (answer never, answer garbage, answer without end, answer too much).
+
+mod common;
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use common::proto_dir;
+use futures_util::StreamExt;
+use prost::Message as _;
+use rdmarpc_core::{BoxStream, Request, Response, ServerConfig, Status, Streaming};
+use rdmarpc_load::app;
+use rdmarpc_load::cli::Args;
+use rdmarpc_reflection::pb::v1::server_reflection_request::MessageRequest;
+use rdmarpc_reflection::pb::v1::server_reflection_response::MessageResponse;
+use rdmarpc_reflection::pb::v1::server_reflection_server::{
+    ServerReflection, ServerReflectionServer,
+};
+use rdmarpc_reflection::pb::v1::{
+    FileDescriptorResponse, ServerReflectionRequest, ServerReflectionResponse,
+};
+use rdmarpc_transport::{AnyListener, TransportSettings};
+
+async fn serve(server: rdmarpc_core::Server) -> u16 {
+    let listener = AnyListener::bind(
+        &"tcp://127.0.0.1:0".parse().unwrap(),
+        &TransportSettings::default(),
+    )
+    .await
+    .unwrap();
+    let port = listener.port();
+    tokio::spawn(async move { server.serve(listener).await });
+    port
+}
+
+async fn run(argv: &[&str]) -> anyhow::Result<rdmarpc_load::report::Report> {
+    let mut all = vec!["rpc-load"];
+    all.extend_from_slice(argv);
+    app::run(&Args::from_argv(all)?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_over_grpc_and_this_frameworks_transport() {
+    let (server, _reporter) = examples::ghz::ghz_server(ServerConfig::default()).unwrap();
+    let port = serve(server).await;
+    let host = format!("127.0.0.1:{port}");
+    let tcp = format!("tcp://{host}");
+    for target in [host.as_str(), tcp.as_str()] {
+        let report = run(&[
+            "--insecure",
+            "--call",
+            "helloworld.Greeter.SayHello",
+            "-d",
+            r#"{"name":"Joe"}"#,
+            "--reflect-metadata",
+            r#"{"authorization":"token"}"#,
+            "-n",
+            "20",
+            "-c",
+            "2",
+            target,
+        ])
+        .await
+        .unwrap();
+        assert_eq!((report.count, report.errors), (20, 0), "{target}");
+    }
+    // A well-known type's method: its import comes with the answer or is known.
+    let report = run(&[
+        "--insecure",
+        "--call",
+        "wrapped.WrappedService.GetMessage",
+        "-d",
+        r#""asdf""#,
+        "-n",
+        "5",
+        &host,
+    ])
+    .await
+    .unwrap();
+    assert_eq!(report.errors, 0);
+    let e = run(&["--insecure", "--call", "nope.Nope/Call", &host])
+        .await
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("nope.Nope"), "{e:#}");
+}
+
+/// tonic's echo server with tonic-reflection (v1, or v1alpha only) on 127.0.0.1:0.
+fn start_tonic(v1: bool) -> String {
+    let set = protox::compile([proto_dir().join("echo.proto")], [proto_dir()]).unwrap();
+    let builder = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(Box::leak(set.encode_to_vec().into_boxed_slice()));
+    let incoming =
+        tonic::transport::server::TcpIncoming::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let addr = incoming.local_addr().unwrap();
+    let echo =
+        grpc_interop::echo::proto::echo_server::EchoServer::new(grpc_interop::echo::GrpcEcho);
+    let router = tonic::transport::Server::builder().add_service(echo);
+    let router = if v1 {
+        router.add_service(builder.build_v1().unwrap())
+    } else {
+        router.add_service(builder.build_v1alpha().unwrap())
+    };
+    tokio::spawn(router.serve_with_incoming(incoming));
+    addr.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_from_tonics_server_v1_and_v1alpha() {
+    for v1 in [true, false] {
+        let host = start_tonic(v1);
+        let report = run(&[
+            "--insecure",
+            "--call",
+            "echo.Echo/Echo",
+            "-d",
+            r#"{"payload":"aGk="}"#,
+            "-n",
+            "10",
+            &host,
+        ])
+        .await
+        .unwrap();
+        assert_eq!((report.count, report.errors), (10, 0), "v1: {v1}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protoset_instead_of_proto() {
+    let host = start_tonic(true);
+    let dir = tempfile::tempdir().unwrap();
+    let set = protox::compile([proto_dir().join("echo.proto")], [proto_dir()]).unwrap();
+    let protoset = dir.path().join("bundle.protoset");
+    std::fs::write(&protoset, set.encode_to_vec()).unwrap();
+    let protoset = protoset.display().to_string();
+    let report = run(&[
+        "--insecure",
+        "--protoset",
+        &protoset,
+        "--call",
+        "echo.Echo.Echo",
+        "-n",
+        "10",
+        &host,
+    ])
+    .await
+    .unwrap();
+    assert_eq!(report.errors, 0);
+    let garbage = dir.path().join("garbage.protoset");
+    std::fs::write(&garbage, b"\xff\xfe not a descriptor set").unwrap();
+    let garbage = garbage.display().to_string();
+    let e = run(&[
+        "--insecure",
+        "--protoset",
+        &garbage,
+        "--call",
+        "echo.Echo.Echo",
+        &host,
+    ])
+    .await
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("not a valid protoset"), "{e:#}");
+    let e = run(&[
+        "--insecure",
+        "--protoset",
+        "/nonexistent.protoset",
+        "--call",
+        "echo.Echo.Echo",
+        &host,
+    ])
+    .await
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("cannot read"), "{e:#}");
+}
+
+/// How the hostile reflection server answers.
+#[derive(Debug, Clone, Copy)]
+enum Hostile {
+    /// Never.
+    Silent,
+    /// With bytes that are no file descriptor.
+    Garbage,
+    /// With a file importing a file importing a file ..., each asked for in turn.
+    Endless,
+    /// With files of 1 MiB, each importing another.
+    Huge,
+}
+
+fn file(n: u64, padding: usize) -> Bytes {
+    prost_types::FileDescriptorProto {
+        name: Some(format!("f{n}.proto")),
+        package: Some("p".repeat(padding.max(1))),
+        dependency: vec![format!("f{}.proto", n + 1)],
+        ..Default::default()
+    }
+    .encode_to_vec()
+    .into()
+}
+
+impl Hostile {
+    fn answer(self, request: ServerReflectionRequest) -> ServerReflectionResponse {
+        let n = match request.message_request {
+            Some(MessageRequest::FileByFilename(name)) => name
+                .trim_start_matches('f')
+                .trim_end_matches(".proto")
+                .parse()
+                .unwrap_or(0),
+            _ => 0,
+        };
+        let files = match self {
+            Hostile::Garbage => vec![Bytes::from_static(b"\xff\xff\xff\xff")],
+            Hostile::Endless => vec![file(n, 1)],
+            Hostile::Huge => vec![file(n, 1 << 20)],
+            Hostile::Silent => Vec::new(),
+        };
+        ServerReflectionResponse {
+            message_response: Some(MessageResponse::FileDescriptorResponse(
+                FileDescriptorResponse {
+                    file_descriptor_proto: files,
+                },
+            )),
+            ..Default::default()
+        }
+    }
+}
+
+impl ServerReflection for Hostile {
+    type ServerReflectionInfoStream = BoxStream<ServerReflectionResponse>;
+
+    async fn server_reflection_info(
+        &self,
+        request: Request<Streaming<ServerReflectionRequest>>,
+    ) -> Result<Response<Self::ServerReflectionInfoStream>, Status> {
+        let hostile = *self;
+        if let Hostile::Silent = hostile {
+            return Ok(Response::new(Box::pin(futures_util::stream::pending())));
+        }
+        let answers = request
+            .into_inner()
+            .map(move |request| request.map(|r| hostile.answer(r)));
+        Ok(Response::new(Box::pin(answers)))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_reflection_server_gets_a_clear_error() {
+    let cases = [
+        (Hostile::Silent, "no answer within"),
+        (Hostile::Garbage, "does not decode"),
+        (Hostile::Endless, "exceed 4096 files"),
+        (Hostile::Huge, "exceed 67108864 bytes"),
+    ];
+    for (hostile, expected) in cases {
+        let server = rdmarpc_core::Server::builder()
+            .add_service(ServerReflectionServer::new(hostile))
+            .unwrap()
+            .build();
+        let port = serve(server).await;
+        let host = format!("127.0.0.1:{port}");
+        let e = run(&[
+            "--insecure",
+            "--connect-timeout",
+            "1s",
+            "--call",
+            "p.S/M",
+            &host,
+        ])
+        .await
+        .unwrap_err();
+        let message = format!("{e:#}");
+        assert!(message.contains(expected), "{hostile:?}: {message}");
+    }
+}
