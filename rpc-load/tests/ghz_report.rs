@@ -189,6 +189,8 @@ async fn skip_first_leaves_the_first_results_out() {
 struct Gathering {
     barrier: tokio::sync::Barrier,
     names: parking_lot::Mutex<BTreeSet<String>>,
+    /// The `trace_id` metadata of the calls.
+    traces: parking_lot::Mutex<BTreeSet<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -202,6 +204,9 @@ impl Greeter for GatheringGreeter {
         &self,
         request: Request<HelloRequest>,
     ) -> Result<Response<HelloReply>, Status> {
+        if let Some(trace) = request.metadata().get("trace_id") {
+            self.0.traces.lock().insert(trace.to_owned());
+        }
         self.0.names.lock().insert(request.into_inner().name);
         self.0.barrier.wait().await;
         Ok(Response::new(HelloReply::default()))
@@ -233,6 +238,7 @@ async fn start_gathering(calls: usize) -> (Arc<Gathering>, u16) {
     let gathering = Arc::new(Gathering {
         barrier: tokio::sync::Barrier::new(calls),
         names: Default::default(),
+        traces: Default::default(),
     });
     let server = rdmarpc_core::Server::builder()
         .add_service(GreeterServer::new(GatheringGreeter(gathering.clone())))
@@ -428,4 +434,84 @@ async fn influx_and_prometheus_lines_as_ghz_writes_them() {
     assert!(prometheus
         .lines()
         .any(|l| l.starts_with("ghz_run_count{") && l.ends_with("} 10")));
+}
+
+/// `-m` with template actions is rendered for every call, as ghz does; with
+/// `--disable-template-data` it is sent as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_templates_are_rendered_per_call() {
+    let proto = proto_dir().join("greeter.proto").display().to_string();
+    for (flags, expected) in [
+        (
+            &[][..],
+            BTreeSet::from(["0".to_owned(), "1".into(), "2".into()]),
+        ),
+        (
+            &["--disable-template-data"],
+            BTreeSet::from(["{{.RequestNumber}}".to_owned()]),
+        ),
+    ] {
+        let (gathering, port) = start_gathering(1).await;
+        let host = format!("127.0.0.1:{port}");
+        let mut argv = vec![
+            "--insecure",
+            "--proto",
+            &proto,
+            "--call",
+            "helloworld.Greeter.SayHello",
+            "-n",
+            "3",
+            "-c",
+            "1",
+        ];
+        argv.extend_from_slice(flags);
+        argv.extend(["-m", r#"{"trace_id":"{{.RequestNumber}}"}"#, &host]);
+        let report = run(&argv).await;
+        assert_eq!(report.errors, 0);
+        assert_eq!(*gathering.traces.lock(), expected, "{flags:?}");
+    }
+}
+
+/// Files that cannot be read fail the run before it starts, naming the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_files_are_clear_errors() {
+    let proto = proto_dir().join("greeter.proto").display().to_string();
+    for flag in ["-D", "-M", "-B", "--tags"] {
+        let missing = "/nonexistent/rpc-load-input";
+        let value = if flag == "--tags" {
+            "{not json"
+        } else {
+            missing
+        };
+        let mut argv = vec![
+            "rpc-load",
+            "--insecure",
+            "--proto",
+            &proto,
+            "--call",
+            "helloworld.Greeter.SayHello",
+        ];
+        argv.extend([flag, value, "127.0.0.1:1"]);
+        let e = app::run(&Args::from_argv(argv).unwrap()).await.unwrap_err();
+        let message = format!("{e:#}");
+        let named = if flag == "--tags" { "--tags" } else { missing };
+        assert!(message.contains(named), "{flag}: {message}");
+    }
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_rpc-load"))
+            .args([
+                "--insecure",
+                "--call",
+                "a.B/C",
+                "--debug",
+                "/nonexistent/dir/debug.json",
+                "127.0.0.1:1",
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("debug log"));
 }
