@@ -515,3 +515,98 @@ async fn unreadable_files_are_clear_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("debug log"));
 }
+
+/// -e gzips requests: tonic's echo server, which takes no gzip, refuses them (and takes
+/// the same requests without -e), through this framework's client and tonic's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enable_compression_gzips_requests() {
+    let server =
+        grpc_interop::echo::GrpcEchoServer::bind(([127, 0, 0, 1], 0).into(), 1 << 20).unwrap();
+    let host = server.local_addr().unwrap().to_string();
+    tokio::spawn(server.serve(std::future::pending()));
+    let proto = proto_dir().join("echo.proto").display().to_string();
+    for client in ["rpc", "tonic"] {
+        let base = [
+            "--insecure",
+            "--grpc-client",
+            client,
+            "--proto",
+            &proto,
+            "--call",
+            "echo.Echo/Echo",
+            "--payload-size",
+            "4096",
+            "-n",
+            "4",
+            "-c",
+            "1",
+        ];
+        let mut plain = base.to_vec();
+        plain.push(&host);
+        assert_eq!(run(&plain).await.errors, 0, "{client}");
+        let mut gzip = base.to_vec();
+        gzip.extend(["-e", &host]);
+        let report = run(&gzip).await;
+        assert_eq!(
+            report.errors, 4,
+            "{client}: {:?}",
+            report.status_code_distribution
+        );
+        assert!(
+            report
+                .status_code_distribution
+                .contains_key("Unimplemented"),
+            "{client}: {:?}",
+            report.error_distribution
+        );
+    }
+}
+
+/// -d @: the JSON data comes on standard input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_data_from_stdin() {
+    let (gathering, port) = start_gathering(1).await;
+    let proto = proto_dir().join("greeter.proto").display().to_string();
+    let host = format!("127.0.0.1:{port}");
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rpc-load"))
+            .args([
+                "--insecure",
+                "--proto",
+                &proto,
+                "--call",
+                "helloworld.Greeter.SayHello",
+                "-d",
+                "@",
+                "-n",
+                "4",
+                "-c",
+                "1",
+                &host,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(br#"[{"name":"Dee"},{"name":"Eve"}]"#)
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        *gathering.names.lock(),
+        BTreeSet::from(["Dee".into(), "Eve".into()])
+    );
+}
