@@ -1,7 +1,7 @@
 //! Logging: warnings (or `RUST_LOG`'s filter) on standard error, and with `--debug FILE`
 //! every debug event of the run (its start with the plan, each call's end, the run's
-//! end, and the transports' debug events) as JSON lines in FILE, as ghz writes its debug
-//! log.
+//! end, and this framework's crates' debug events; not those of the libraries below
+//! them) as JSON lines in FILE, as ghz writes its debug log.
 
 use std::path::Path;
 
@@ -27,7 +27,12 @@ pub fn init(debug: Option<&Path>) -> anyhow::Result<()> {
                 tracing_subscriber::fmt::layer()
                     .json()
                     .with_writer(std::sync::Mutex::new(file))
-                    .with_filter(tracing_subscriber::filter::LevelFilter::DEBUG),
+                    // This framework's events (rdmarpc_load, rdmarpc_core, ...), not the
+                    // libraries' below it (h2 logs every frame at debug).
+                    .with_filter(
+                        tracing_subscriber::filter::Targets::new()
+                            .with_target("rdmarpc", tracing::Level::DEBUG),
+                    ),
             )
         }
         None => None,

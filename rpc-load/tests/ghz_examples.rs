@@ -83,6 +83,8 @@ const EXAMPLES: &[&str] = &[
     r#"ghz --config ./config.json"#,
     r#"ghz --config ./config.json -c 20 -n 1000"#,
     r#"ghz --config ./config.toml"#,
+    // The config example of options.md
+    r#"ghz --config=./config.json -c 20 -n 1000"#,
     // Debug logging
     r#"ghz --insecure \
   --proto ./protos/greeter.proto \

@@ -73,6 +73,9 @@ impl Shared {
         }
         tracing::debug!(
             worker = index,
+            status = result
+                .as_ref()
+                .map_or_else(|e| crate::stats::code_name(e.code), |()| "OK"),
             latency_ns = (end - measure_from).as_nanos() as u64,
             error = result.as_ref().err().map(CallError::to_ghz_string),
             "call ended"
