@@ -21,7 +21,14 @@
 //! - [`trace`]: a span per call and W3C trace context in metadata.
 //!
 //! # Feature Flags
-//! None.
+//! - `otel` (off): the spans of [`trace`] join OpenTelemetry traces through
+//!   tracing-opentelemetry: the caller's trace id and parent span reach the exporter, and
+//!   outgoing calls carry the exported ids.
+//! - `unstable-fuzzing` (off): the entry points of this project's fuzz targets; no part of
+//!   the API and outside SemVer.
+
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 pub mod account;

@@ -20,6 +20,13 @@
 //!   `text.rs`: its header texts.
 //! - `progress.rs`: the server connection's write-progress and keepalive watchdog;
 //!   `calm.rs`: its rapid-reset budget.
+//!
+//! # Feature Flags
+//! None is part of the API: `unstable-fuzzing` (off) exposes the entry points of this
+//! project's fuzz targets, outside SemVer.
+
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -22,6 +22,9 @@
 //! the protocol asks; watchers hold no state in the reporter (each follows one change
 //! counter), so any number of them, on any names, costs the reporter nothing.
 
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

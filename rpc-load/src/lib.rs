@@ -35,7 +35,9 @@
 //!   [`logging`]: standard error and `--debug`'s file.
 //!
 //! # Feature Flags
-//! None.
+//! `rdma` (on by default): `rdma://` and `auto://` targets through `rdmarpc-transport`,
+//! which needs libibverbs and librdmacm; without it, TCP, gRPC and TLS only.
+
 #![forbid(unsafe_code)]
 
 pub mod app;

@@ -58,6 +58,9 @@
 //!
 //! # Feature Flags
 //! None.
+
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 mod answer;

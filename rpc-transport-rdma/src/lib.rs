@@ -38,6 +38,9 @@
 //! Building needs libibverbs and librdmacm headers and libclang (rdma-sys runs
 //! bindgen); running needs libibverbs and a provider, and works without any RDMA device
 //! (RDMA is then reported unavailable).
+
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 
 mod completion;

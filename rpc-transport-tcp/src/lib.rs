@@ -21,7 +21,11 @@
 //!   [`TcpConnection::connect_tls`] dials a `tcp+tls://` connection.
 //!
 //! # Feature Flags
-//! None.
+//! None is part of the API: `unstable-fuzzing` (off) exposes the entry points of this
+//! project's fuzz targets, outside SemVer.
+
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 mod closing;

@@ -20,6 +20,9 @@
 //! A `[rdma]` table in a configuration file is still accepted (and ignored, with a
 //! warning), so one file serves both builds.
 
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod any;
 mod bufs;
 mod error;
