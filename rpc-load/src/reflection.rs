@@ -5,13 +5,18 @@
 //! `tcp://`, `rdma://` and `auto://`).
 //!
 //! The file declaring the service is asked for by symbol, then each import the answers
-//! lack, by file name, one request per stream. A server cannot make rpc-load hold more
-//! than [`MAX_REFLECTION_BYTES`] of descriptors or [`MAX_REFLECTION_FILES`] files, nor
-//! wait longer than the timeout for any answer: past these, the run fails with an error
-//! that says so. `--reflect-metadata` goes on every reflection request.
+//! lack, by file name, one request per stream (the well-known types are known without
+//! asking). An answer must hold what it was asked for. A server cannot make rpc-load hold
+//! more than [`MAX_REFLECTION_BYTES`] of descriptors or [`MAX_REFLECTION_FILES`] files
+//! (counting the imports still to ask for), send more than [`MAX_REFLECTION_FILES`]
+//! requests, nor make the whole walk last longer than the timeout: past these, the run
+//! fails with an error that says so. `--reflect-metadata` goes on every reflection
+//! request.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
 use prost::Message as _;
@@ -26,7 +31,7 @@ use rdmarpc_reflection::pb::{v1, v1alpha};
 /// The most descriptor bytes taken from a server's reflection answers.
 pub const MAX_REFLECTION_BYTES: usize = 64 << 20;
 
-/// The most files taken from a server's reflection answers.
+/// The most files taken from a server's reflection answers, and the most requests sent.
 pub const MAX_REFLECTION_FILES: usize = 4096;
 
 /// Which reflection service answers.
@@ -37,20 +42,23 @@ enum Version {
 }
 
 /// A reflection client over a channel: the version that answers, the metadata of every
-/// request, the timeout of each.
+/// request, the timeout of the whole walk and when it ends, the requests sent.
 struct Client<'a, C: Connection> {
     channel: &'a Channel<C>,
     version: Version,
     metadata: Metadata,
     timeout: Duration,
+    deadline: Instant,
+    requests: usize,
 }
 
 /// The descriptors of `service` (`package.Service`) and all it imports, from the
-/// reflection service behind `channel`, with `metadata` on each request and each answer
-/// awaited for at most `timeout`; the well-known types are known without asking.
+/// reflection service behind `channel`, with `metadata` on each request, all within
+/// `timeout`; the well-known types are known without asking.
 ///
 /// # Errors
-/// No reflection service, an unknown service, a bad or oversized answer, a timeout.
+/// No reflection service, an unknown service, a bad, oversized or incomplete answer,
+/// too many requests, a timeout.
 pub async fn fetch<C: Connection>(
     channel: &Channel<C>,
     service: &str,
@@ -66,6 +74,8 @@ pub async fn fetch<C: Connection>(
         version: Version::V1,
         metadata: md,
         timeout,
+        deadline: Instant::now() + timeout,
+        requests: 0,
     };
     let first = MessageRequest::FileContainingSymbol(service.to_owned());
     let answer = match client.ask(first.clone()).await {
@@ -75,6 +85,13 @@ pub async fn fetch<C: Connection>(
         }
         other => other,
     }
+    .and_then(|files| match files.is_empty() {
+        true => Err(Failure {
+            code: Code::NotFound,
+            message: "the answer holds no file".into(),
+        }),
+        false => Ok(files),
+    })
     .map_err(|e| anyhow!("server reflection: {}", e.message))
     .with_context(|| {
         format!(
@@ -95,23 +112,33 @@ struct Failure {
 }
 
 impl<C: Connection> Client<'_, C> {
-    /// Sends `request` on a stream of its own and returns the answer's files.
-    async fn ask(&self, request: MessageRequest) -> Result<Vec<bytes::Bytes>, Failure> {
+    /// Sends `request` on a stream of its own and returns the answer's files, within
+    /// what is left of the walk's time and requests.
+    async fn ask(&mut self, request: MessageRequest) -> Result<Vec<bytes::Bytes>, Failure> {
+        self.requests += 1;
+        if self.requests > MAX_REFLECTION_FILES {
+            return Err(Failure {
+                code: Code::ResourceExhausted,
+                message: format!("more than {MAX_REFLECTION_FILES} requests"),
+            });
+        }
         let request = ServerReflectionRequest {
             host: String::new(),
             message_request: Some(request),
         };
         let stream = futures_util::stream::iter([request]);
-        let request = Request::from_parts(self.metadata.clone(), stream, Some(self.timeout));
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let request = Request::from_parts(self.metadata.clone(), stream, Some(left));
         let timeout = self.timeout;
+        let late = move || format!("no complete answer within {timeout:?} (--connect-timeout)");
         let failure = move |status: rdmarpc_core::Status| Failure {
             code: status.code(),
             message: match status.code() {
-                Code::DeadlineExceeded => format!("no answer within {timeout:?}"),
+                Code::DeadlineExceeded => late(),
                 _ => status.message().to_owned(),
             },
         };
-        let answer = tokio::time::timeout(self.timeout, async {
+        let answer = tokio::time::timeout_at(self.deadline, async {
             let mut responses = match self.version {
                 Version::V1 => {
                     v1::server_reflection_client::ServerReflectionClient::new(self.channel.clone())
@@ -133,24 +160,26 @@ impl<C: Connection> Client<'_, C> {
         .await
         .map_err(|_| Failure {
             code: Code::DeadlineExceeded,
-            message: format!("no answer within {:?}", self.timeout),
+            message: late(),
         })??;
         files_of(answer)
     }
 
     /// Asks for every file `first` (the service's file and maybe more) imports that the
-    /// answers lack, within the bounds.
+    /// answers lack and the well-known types do not have, within the bounds.
     async fn walk(
-        &self,
+        &mut self,
         service: &str,
         first: Vec<bytes::Bytes>,
     ) -> anyhow::Result<Vec<FileDescriptorProto>> {
+        let known = DescriptorPool::global();
         let mut files: HashMap<String, FileDescriptorProto> = HashMap::new();
         let mut asked = BTreeSet::new();
         let mut wanted = VecDeque::new();
         let mut total = 0usize;
-        let mut answer = first;
+        let (mut answer, mut asked_for) = (first, None::<String>);
         loop {
+            let mut found = asked_for.is_none();
             for bytes in answer {
                 total += bytes.len();
                 if total > MAX_REFLECTION_BYTES {
@@ -158,27 +187,36 @@ impl<C: Connection> Client<'_, C> {
                 }
                 let file = FileDescriptorProto::decode(bytes)
                     .context("the server's reflection answer holds a file that does not decode")?;
-                let name = file.name().to_owned();
                 for dependency in &file.dependency {
-                    if !files.contains_key(dependency) && asked.insert(dependency.clone()) {
+                    if !files.contains_key(dependency)
+                        && known.get_file_by_name(dependency).is_none()
+                        && asked.insert(dependency.clone())
+                    {
                         wanted.push_back(dependency.clone());
                     }
                 }
-                files.insert(name, file);
-                if files.len() > MAX_REFLECTION_FILES {
-                    bail!("the server's reflection answers for {service} exceed {MAX_REFLECTION_FILES} files");
+                found |= asked_for.as_deref() == Some(file.name());
+                files.insert(file.name().to_owned(), file);
+                if files.len() + wanted.len() > MAX_REFLECTION_FILES {
+                    bail!("the server's reflection answers for {service} exceed {MAX_REFLECTION_FILES} files (with the imports still to ask for)");
                 }
             }
-            let Some(next) = wanted.iter().position(|name| !files.contains_key(name)) else {
+            if let (false, Some(name)) = (found, &asked_for) {
+                bail!("server reflection: the answer for file {name} does not hold it");
+            }
+            // Each name is wanted once; an earlier answer may have brought it along.
+            let Some(name) = wanted.pop_front() else {
                 break;
             };
-            let name = wanted.remove(next).unwrap_or_default();
-            answer = match self.ask(MessageRequest::FileByFilename(name.clone())).await {
-                Ok(answer) => answer,
-                // The well-known types are known without the server.
-                Err(_) if DescriptorPool::global().get_file_by_name(&name).is_some() => Vec::new(),
-                Err(e) => bail!("server reflection: file {name}: {}", e.message),
-            };
+            if files.contains_key(&name) {
+                (answer, asked_for) = (Vec::new(), None);
+                continue;
+            }
+            answer = self
+                .ask(MessageRequest::FileByFilename(name.clone()))
+                .await
+                .map_err(|e| anyhow!("server reflection: file {name}: {}", e.message))?;
+            asked_for = Some(name);
         }
         Ok(files.into_values().collect())
     }

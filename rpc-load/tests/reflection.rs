@@ -1,11 +1,15 @@
 //! Descriptors without `--proto`: from the server's reflection service, over this
 //! framework's transports and gRPC (its own server, and tonic's with tonic-reflection,
 //! v1 and v1alpha), or from `--protoset`; and what a hostile reflection server cannot do
-//! (answer never, answer garbage, answer without end, answer too much).
+//! (answer never, answer garbage, answer without end, answer too much, answer without
+//! the file asked for, name too many imports, answer slowly).
 
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::proto_dir;
@@ -186,17 +190,32 @@ enum Hostile {
     Endless,
     /// With files of 1 MiB, each importing another.
     Huge,
+    /// With a file importing 1000 files, then with no file for each of them.
+    Empty,
+    /// With a file importing 100,000 files, then with each file asked for.
+    Crowded,
+    /// As `Endless`, each answer 300 ms late.
+    Slow,
 }
 
 fn file(n: u64, padding: usize) -> Bytes {
+    file_importing(n, padding, vec![format!("f{}.proto", n + 1)])
+}
+
+fn file_importing(n: u64, padding: usize, dependency: Vec<String>) -> Bytes {
     prost_types::FileDescriptorProto {
         name: Some(format!("f{n}.proto")),
         package: Some("p".repeat(padding.max(1))),
-        dependency: vec![format!("f{}.proto", n + 1)],
+        dependency,
         ..Default::default()
     }
     .encode_to_vec()
     .into()
+}
+
+/// The first file of `Empty` and `Crowded`: f0.proto importing f1.proto ... f`n`.proto.
+fn file_importing_many(n: u64) -> Bytes {
+    file_importing(0, 1, (1..=n).map(|i| format!("f{i}.proto")).collect())
 }
 
 impl Hostile {
@@ -211,9 +230,13 @@ impl Hostile {
         };
         let files = match self {
             Hostile::Garbage => vec![Bytes::from_static(b"\xff\xff\xff\xff")],
-            Hostile::Endless => vec![file(n, 1)],
+            Hostile::Endless | Hostile::Slow => vec![file(n, 1)],
             Hostile::Huge => vec![file(n, 1 << 20)],
             Hostile::Silent => Vec::new(),
+            Hostile::Empty if n == 0 => vec![file_importing_many(1000)],
+            Hostile::Empty => Vec::new(),
+            Hostile::Crowded if n == 0 => vec![file_importing_many(100_000)],
+            Hostile::Crowded => vec![file_importing(n, 1, Vec::new())],
         };
         ServerReflectionResponse {
             message_response: Some(MessageResponse::FileDescriptorResponse(
@@ -226,43 +249,77 @@ impl Hostile {
     }
 }
 
-impl ServerReflection for Hostile {
+/// A hostile reflection service, counting the requests it gets.
+#[derive(Clone)]
+struct HostileServer {
+    how: Hostile,
+    requests: Arc<AtomicUsize>,
+}
+
+impl ServerReflection for HostileServer {
     type ServerReflectionInfoStream = BoxStream<ServerReflectionResponse>;
 
     async fn server_reflection_info(
         &self,
         request: Request<Streaming<ServerReflectionRequest>>,
     ) -> Result<Response<Self::ServerReflectionInfoStream>, Status> {
-        let hostile = *self;
+        let (hostile, requests) = (self.how, self.requests.clone());
         if let Hostile::Silent = hostile {
             return Ok(Response::new(Box::pin(futures_util::stream::pending())));
         }
-        let answers = request
-            .into_inner()
-            .map(move |request| request.map(|r| hostile.answer(r)));
+        let answers = request.into_inner().then(move |request| {
+            requests.fetch_add(1, Ordering::Relaxed);
+            async move {
+                if let Hostile::Slow = hostile {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                request.map(|r| hostile.answer(r))
+            }
+        });
         Ok(Response::new(Box::pin(answers)))
     }
 }
 
+/// Each hostile server ends the run with a clear error after a bounded number of
+/// requests; the silent and the slow one within the walk's one deadline (1 s here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_reflection_server_gets_a_clear_error() {
+    // Room enough for 4096 requests on a slow machine: the count stops these.
+    let counted = "120s";
     let cases = [
-        (Hostile::Silent, "no answer within"),
-        (Hostile::Garbage, "does not decode"),
-        (Hostile::Endless, "exceed 4096 files"),
-        (Hostile::Huge, "exceed 67108864 bytes"),
+        (Hostile::Silent, "1s", "no complete answer within 1s", 1),
+        (Hostile::Garbage, counted, "does not decode", 1),
+        (Hostile::Endless, counted, "exceed 4096 files", 4096),
+        (Hostile::Huge, counted, "exceed 67108864 bytes", 65),
+        // Without the check, 1000 requests, then an invalid set of descriptors.
+        (
+            Hostile::Empty,
+            counted,
+            "the answer for file f1.proto does not hold it",
+            2,
+        ),
+        // Without the count of the imports still wanted, 4096 requests.
+        (Hostile::Crowded, counted, "exceed 4096 files", 1),
+        // Without the walk's deadline, 4096 answers of 300 ms each.
+        (Hostile::Slow, "1s", "no complete answer within 1s", 5),
     ];
-    for (hostile, expected) in cases {
+    for (how, timeout, expected, most_requests) in cases {
+        let requests = Arc::new(AtomicUsize::new(0));
+        let service = HostileServer {
+            how,
+            requests: requests.clone(),
+        };
         let server = rdmarpc_core::Server::builder()
-            .add_service(ServerReflectionServer::new(hostile))
+            .add_service(ServerReflectionServer::new(service))
             .unwrap()
             .build();
         let port = serve(server).await;
         let host = format!("127.0.0.1:{port}");
+        let started = Instant::now();
         let e = run(&[
             "--insecure",
             "--connect-timeout",
-            "1s",
+            timeout,
             "--call",
             "p.S/M",
             &host,
@@ -270,6 +327,12 @@ async fn a_hostile_reflection_server_gets_a_clear_error() {
         .await
         .unwrap_err();
         let message = format!("{e:#}");
-        assert!(message.contains(expected), "{hostile:?}: {message}");
+        assert!(message.contains(expected), "{how:?}: {message}");
+        if timeout == "1s" {
+            // A bound on termination (the deadline is 1 s), not a performance figure.
+            assert!(started.elapsed() < Duration::from_secs(30), "{how:?}");
+        }
+        let requests = requests.load(Ordering::Relaxed);
+        assert!(requests <= most_requests, "{how:?}: {requests} requests");
     }
 }
