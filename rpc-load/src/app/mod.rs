@@ -110,7 +110,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     if let Some(text) = data_text {
         options.data = serde_json::from_str(&text).ok();
     }
-    Ok(Report::new(&outcome, options, tags, transport))
+    Ok(Report::new(outcome, options, tags, transport))
 }
 
 /// One run: what to call, with what, on which plan, and where it is counted; the same

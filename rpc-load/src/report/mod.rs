@@ -180,13 +180,14 @@ pub struct Report {
 }
 
 impl Report {
-    /// The report of `outcome`.
+    /// The report of `outcome` (whose details it takes over, not copies).
     pub fn new(
-        outcome: &RunOutcome,
+        mut outcome: RunOutcome,
         options: ReportOptions,
         tags: BTreeMap<String, String>,
         transport: String,
     ) -> Report {
+        let calls = outcome.stats.take_details();
         let stats = &outcome.stats;
         let now = SystemTime::now();
         let ns = |d: Option<Duration>| d.map_or(0, |d| d.as_nanos() as u64);
@@ -225,7 +226,7 @@ impl Report {
             tail_latency_distribution: percentiles(stats, TAIL_PERCENTILES),
             histogram: histogram(stats, GHZ_HISTOGRAM_BUCKETS),
             details: Details {
-                calls: stats.details().to_vec(),
+                calls,
                 start: stats.details_start(),
             },
             tags,

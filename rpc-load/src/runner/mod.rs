@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 use crate::data::Messages;
 use crate::schedule::Schedule;
-use crate::stats::Stats;
+use crate::stats::{DetailRoom, Stats};
 use crate::target::Target;
 
 mod monitor;
@@ -155,10 +155,12 @@ pub async fn run<T: Target>(
     let started = SystemTime::now();
     let _ = monitor.started.set(start);
     monitor.set_phase(Phase::Measuring);
+    // The details of the first calls recorded, by whichever worker: one room for all.
+    let room = DetailRoom::default();
     let new_stats = || {
         Stats::new(plan.interval)
             .counting_errors(plan.count_errors)
-            .keeping_details(plan.details.then_some(started))
+            .keeping_details(plan.details.then_some(started), &room)
     };
     let shards = (0..concurrency.min(MAX_SHARDS))
         .map(|_| Mutex::new(new_stats()))
@@ -191,7 +193,7 @@ pub async fn run<T: Target>(
 
     let mut stats = new_stats();
     for shard in shared.shards.iter().flatten() {
-        stats.merge(&shard.lock());
+        stats.merge(&mut shard.lock());
     }
     let end_reason = if monitor.is_cancelled() {
         EndReason::Cancel

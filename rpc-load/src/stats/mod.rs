@@ -6,6 +6,7 @@
 //! recording never contends on one lock.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -141,9 +142,50 @@ pub struct Stats {
     /// `--count-errors`: failed calls' latencies count in the histogram, the percentiles
     /// and the extremes too.
     count_errors: bool,
-    /// One record per call, for the formats that list calls (ghz's `details`), and the
-    /// run's start by the wall clock; `None` otherwise.
-    details: Option<(Vec<Detail>, SystemTime)>,
+    /// One record per call, for the formats that list calls (ghz's `details`); `None`
+    /// otherwise.
+    details: Option<Kept>,
+}
+
+/// The calls a [`Stats`] keeps one by one, the run's start by the wall clock, and the
+/// room shared by the shards of the run.
+#[derive(Debug, Clone)]
+struct Kept {
+    calls: Vec<Detail>,
+    start: SystemTime,
+    room: DetailRoom,
+}
+
+/// The room for details shared by every shard of a run: a call is kept if it is one of
+/// the first [`MAX_DETAILS`] recorded, whichever shard records it (ghz keeps the first
+/// million results, in completion order).
+#[derive(Debug, Clone)]
+pub struct DetailRoom {
+    taken: Arc<AtomicUsize>,
+    cap: usize,
+}
+
+impl Default for DetailRoom {
+    fn default() -> DetailRoom {
+        DetailRoom::with_cap(MAX_DETAILS)
+    }
+}
+
+impl DetailRoom {
+    /// Room for `cap` details in all.
+    pub fn with_cap(cap: usize) -> DetailRoom {
+        DetailRoom {
+            taken: Arc::new(AtomicUsize::new(0)),
+            cap,
+        }
+    }
+
+    /// Takes a place; `false` once all `cap` are taken.
+    fn take(&self) -> bool {
+        // The load first: past the cap, the counter stops growing.
+        self.taken.load(Ordering::Relaxed) < self.cap
+            && self.taken.fetch_add(1, Ordering::Relaxed) < self.cap
+    }
 }
 
 /// The most calls recorded one by one (ghz's own bound, its `maxResult`); later calls
@@ -190,22 +232,35 @@ impl Stats {
         }
     }
 
-    /// Empty stats that also keep every call (up to [`MAX_DETAILS`]) of a run that
-    /// started at `start` by the wall clock, if given.
-    pub fn keeping_details(mut self, start: Option<SystemTime>) -> Stats {
-        self.details = start.map(|start| (Vec::new(), start));
+    /// Empty stats that also keep every call of a run that started at `start` by the
+    /// wall clock, if given, while `room` (shared by the run's shards) has room.
+    pub fn keeping_details(mut self, start: Option<SystemTime>, room: &DetailRoom) -> Stats {
+        self.details = start.map(|start| Kept {
+            calls: Vec::new(),
+            start,
+            room: room.clone(),
+        });
         self
     }
 
     /// The calls recorded one by one, in completion order; empty unless kept.
     pub fn details(&self) -> &[Detail] {
-        self.details.as_ref().map_or(&[], |(d, _)| d.as_slice())
+        self.details
+            .as_ref()
+            .map_or(&[], |kept| kept.calls.as_slice())
+    }
+
+    /// Takes the calls recorded one by one out of these stats (leaving none).
+    pub fn take_details(&mut self) -> Vec<Detail> {
+        self.details
+            .as_mut()
+            .map_or_else(Vec::new, |kept| std::mem::take(&mut kept.calls))
     }
 
     /// When the run started by the wall clock, if details are kept (a detail's
     /// timestamp is this plus its [`Detail::at`]).
     pub fn details_start(&self) -> Option<SystemTime> {
-        self.details.as_ref().map(|(_, start)| *start)
+        self.details.as_ref().map(|kept| kept.start)
     }
 
     /// Empty stats that count failed calls' latencies as successful ones' (ghz's
@@ -267,7 +322,7 @@ impl Stats {
         }
     }
 
-    /// Keeps a call's detail, if details are kept and there is room.
+    /// Keeps a call's detail, if details are kept and the run has room.
     fn keep_detail(
         &mut self,
         at: Duration,
@@ -275,9 +330,9 @@ impl Stats {
         code: Code,
         error: Option<Arc<str>>,
     ) {
-        if let Some((details, _)) = &mut self.details {
-            if details.len() < MAX_DETAILS {
-                details.push(Detail {
+        if let Some(kept) = &mut self.details {
+            if kept.room.take() {
+                kept.calls.push(Detail {
                     at,
                     latency,
                     code,
@@ -305,12 +360,12 @@ impl Stats {
         stored
     }
 
-    /// Adds `other`'s measurements (same interval width) to these.
-    pub fn merge(&mut self, other: &Stats) {
-        if let (Some((mine, _)), Some((theirs, _))) = (&mut self.details, &other.details) {
-            let room = MAX_DETAILS.saturating_sub(mine.len());
-            mine.extend(theirs.iter().take(room).cloned());
-            mine.sort_by_key(|d| d.at);
+    /// Adds `other`'s measurements (same interval width) to these; its details (shards of
+    /// one run share their room, so they fit) move into these, in completion order.
+    pub fn merge(&mut self, other: &mut Stats) {
+        if let (Some(mine), Some(theirs)) = (&mut self.details, &mut other.details) {
+            mine.calls.append(&mut theirs.calls);
+            mine.calls.sort_by_key(|d| d.at);
         }
         self.stream_sent += other.stream_sent;
         self.stream_received += other.stream_received;

@@ -123,8 +123,9 @@ fn merging_shards_equals_recording_in_one() {
         shards[(i % 2) as usize].record(us(i), Duration::from_millis(i / 10), &Ok(()));
     }
     let mut merged = Stats::new(Duration::from_millis(100));
-    merged.merge(&shards[0]);
-    merged.merge(&shards[1]);
+    let [first, second] = &mut shards;
+    merged.merge(first);
+    merged.merge(second);
     assert_eq!(merged.count(), whole.count());
     assert_eq!(merged.average(), whole.average());
     assert_eq!(merged.percentile(99.0), whole.percentile(99.0));
@@ -195,4 +196,35 @@ fn percentiles_over_time_come_from_log_buckets() {
         "99 of 100 at 100 µs"
     );
     assert!(Interval::default().percentile(50.0).is_none());
+}
+
+/// Shards share one room for details: the first calls recorded are kept, whichever
+/// shard records them, and no more than the cap in all (each shard having its own room,
+/// as before, kept 2 × 3 = 6, the last ones of the busier shard among them).
+#[test]
+fn shards_keep_the_first_calls_in_all() {
+    let room = DetailRoom::with_cap(5);
+    let start = Some(std::time::SystemTime::now());
+    let new = || Stats::new(Duration::from_millis(100)).keeping_details(start, &room);
+    let mut shards = [new(), new()];
+    // Calls 0..10 complete in order; shard 0 records calls 0, 1, 2, 5, 6, 7, 8, 9.
+    for i in 0..10u64 {
+        let shard = usize::from(matches!(i, 3 | 4));
+        shards[shard].record(us(1), Duration::from_millis(i), &Ok(()));
+    }
+    assert_eq!(shards[0].details().len() + shards[1].details().len(), 5);
+    let mut merged = Stats::new(Duration::from_millis(100)).keeping_details(start, &room);
+    let [first, second] = &mut shards;
+    merged.merge(first);
+    merged.merge(second);
+    let at: Vec<u64> = merged
+        .details()
+        .iter()
+        .map(|d| d.at.as_millis() as u64)
+        .collect();
+    assert_eq!(at, [0, 1, 2, 3, 4]);
+    assert_eq!(merged.count(), 10);
+    assert!(first.details().is_empty(), "moved, not copied");
+    assert_eq!(merged.take_details().len(), 5);
+    assert!(merged.details().is_empty());
 }
