@@ -78,7 +78,7 @@ pub struct ReportOptions {
     /// `--skipFirst`.
     #[serde(rename = "skipFirst", skip_serializing_if = "is_zero")]
     pub skip_first: u64,
-    /// `-d`, as JSON.
+    /// The request data (`-d`, `-D`), as JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
     /// Whether the data came from `-b`.
@@ -211,11 +211,9 @@ impl ReportOptions {
             dial_timeout: ns(args.connection.connect_timeout),
             keepalive: args.connection.keepalive.map_or(0, ns),
             skip_first: args.output.skip_first,
-            data: data.data.as_deref().and_then(|d| {
-                crate::data::read_data_arg(d)
-                    .ok()
-                    .and_then(|json| serde_json::from_str(&json).ok())
-            }),
+            // The data as read for the run (`-d @` reads standard input once): set by the
+            // caller, which has it.
+            data: None,
             binary: data.binary || data.binary_file.is_some(),
             metadata: metadata.iter().cloned().collect(),
             cpus,
