@@ -6,6 +6,7 @@
 //! for unary calls: request `i` carries message `i % len`. That is how a bad request can
 //! be mixed into a run.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -168,20 +169,59 @@ impl Rendered {
     }
 }
 
-/// Reads `-d`'s argument: inline JSON, `@` for the JSON on standard input (as ghz), or
-/// `@FILE` for the JSON in FILE.
+/// The most bytes of JSON text read from one input: `-d @` (standard input), `-d @FILE`,
+/// `-D`, `-m @FILE`, `-M` (the default largest message).
+pub const MAX_TEXT_BYTES: u64 = 64 << 20;
+
+/// The most bytes of binary data read: `-b` (standard input), `-B`.
+pub const MAX_BINARY_BYTES: u64 = 1 << 30;
+
+/// Reads all of `reader`, `what` (the flag and its input, for errors), up to `max` bytes.
 ///
 /// # Errors
-/// An unreadable file or standard input.
-pub fn read_data_arg(arg: &str) -> anyhow::Result<String> {
+/// A read error, or more than `max` bytes.
+pub fn read_bounded(reader: impl std::io::Read, max: u64, what: &str) -> anyhow::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut reader.take(max + 1), &mut bytes)
+        .with_context(|| format!("cannot read {what}"))?;
+    if bytes.len() as u64 > max {
+        bail!("{what}: more than {max} bytes");
+    }
+    Ok(bytes)
+}
+
+/// Reads the file at `path` for `flag`, up to `max` bytes.
+///
+/// # Errors
+/// An unreadable file, or more than `max` bytes.
+pub fn read_file_bounded(path: &Path, max: u64, flag: &str) -> anyhow::Result<Vec<u8>> {
+    let what = format!("{flag} {}", path.display());
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read {what}"))?;
+    read_bounded(file, max, &what)
+}
+
+/// Reads the JSON text of the file at `path` for `flag`, up to [`MAX_TEXT_BYTES`].
+///
+/// # Errors
+/// An unreadable or oversized file, or one that is not UTF-8.
+pub fn read_text_file(path: &Path, flag: &str) -> anyhow::Result<String> {
+    let bytes = read_file_bounded(path, MAX_TEXT_BYTES, flag)?;
+    String::from_utf8(bytes).with_context(|| format!("{flag} {}: not UTF-8", path.display()))
+}
+
+/// Reads `flag`'s argument (`-d`, `-m`): inline JSON, `@` for the JSON on standard input
+/// (as ghz), or `@FILE` for the JSON in FILE; at most [`MAX_TEXT_BYTES`] read.
+///
+/// # Errors
+/// An unreadable file or standard input, or too much of it.
+pub fn read_data_arg(arg: &str, flag: &str) -> anyhow::Result<String> {
     match arg.strip_prefix('@') {
         Some("") => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-                .context("cannot read the data from standard input (-d @)")?;
-            Ok(text)
+            let what = format!("{flag} @ (standard input)");
+            let bytes = read_bounded(std::io::stdin().lock(), MAX_TEXT_BYTES, &what)?;
+            String::from_utf8(bytes).with_context(|| format!("{what}: not UTF-8"))
         }
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read {path}")),
+        Some(path) => read_text_file(Path::new(path), flag),
         None => Ok(arg.to_owned()),
     }
 }

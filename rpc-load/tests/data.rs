@@ -158,11 +158,11 @@ fn data_and_metadata_from_files() {
     std::fs::write(&file, r#"{"key": "from-file"}"#).unwrap();
     let arg = format!("@{}", file.display());
     assert_eq!(
-        data::read_data_arg(&arg).unwrap(),
+        data::read_data_arg(&arg, "-d").unwrap(),
         r#"{"key": "from-file"}"#
     );
-    assert_eq!(data::read_data_arg("{}").unwrap(), "{}");
-    assert!(data::read_data_arg("@/nonexistent").is_err());
+    assert_eq!(data::read_data_arg("{}", "-d").unwrap(), "{}");
+    assert!(data::read_data_arg("@/nonexistent", "-d").is_err());
 
     let md = data::metadata_from_json(r#"{"x-b": "2", "x-a": "1"}"#).unwrap();
     assert_eq!(

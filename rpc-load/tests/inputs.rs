@@ -1,9 +1,12 @@
 //! The run's inputs are read once, before the run (`-d @FILE` through a FIFO, which a
-//! second read would wait on for ever).
+//! second read would wait on for ever), and within bounds: `/dev/zero` given to each of
+//! `-d @`, `-d @FILE`, `-D`, `-m @FILE`, `-M`, `-b` and `-B` fails with an error naming
+//! the flag instead of growing without end.
 
 mod common;
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -74,4 +77,73 @@ async fn data_from_a_fifo_is_read_once() {
         report["options"]["data"],
         serde_json::json!({"payload": "aGk="})
     );
+}
+
+/// Whether `path` exists (`/dev/zero` on this system).
+fn has(path: &str) -> bool {
+    Path::new(path).exists()
+}
+
+/// `/dev/zero` as each input: the run does not start, and says which flag read too much.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_inputs_are_refused_naming_the_flag() {
+    if !has("/dev/zero") {
+        return;
+    }
+    let url = start_rpc_server().await;
+    let text = rdmarpc_load::data::MAX_TEXT_BYTES;
+    let binary = rdmarpc_load::data::MAX_BINARY_BYTES;
+    // (flags, whether standard input is /dev/zero, what the error says)
+    let cases: [(&[&str], bool, String); 7] = [
+        (
+            &["-d", "@"],
+            true,
+            format!("-d @ (standard input): more than {text} bytes"),
+        ),
+        (
+            &["-d", "@/dev/zero"],
+            false,
+            format!("-d /dev/zero: more than {text} bytes"),
+        ),
+        (
+            &["-D", "/dev/zero"],
+            false,
+            format!("-D /dev/zero: more than {text} bytes"),
+        ),
+        (
+            &["-m", "@/dev/zero"],
+            false,
+            format!("-m /dev/zero: more than {text} bytes"),
+        ),
+        (
+            &["-M", "/dev/zero"],
+            false,
+            format!("-M /dev/zero: more than {text} bytes"),
+        ),
+        (
+            &["-b"],
+            true,
+            format!("-b (standard input): more than {binary} bytes"),
+        ),
+        (
+            &["-B", "/dev/zero"],
+            false,
+            format!("-B /dev/zero: more than {binary} bytes"),
+        ),
+    ];
+    for (flags, zero_in, expected) in cases {
+        let url = url.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            let stdin = match zero_in {
+                true => Stdio::from(std::fs::File::open("/dev/zero").unwrap()),
+                false => Stdio::null(),
+            };
+            wait(spawn(flags, &url, stdin), &flags.join(" "))
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?}");
+        assert!(stderr.contains(&expected), "{flags:?}: {stderr}");
+    }
 }

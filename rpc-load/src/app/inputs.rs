@@ -2,19 +2,13 @@
 //! the server's reflection), the request messages (`-d`, `-D`, `-b`, `-B`,
 //! `--payload-size`), the metadata (`-m`, `-M`) and the tags (`--tags`).
 
-use std::io::Read;
-use std::path::Path;
-
-use anyhow::{bail, Context};
+use anyhow::Context;
 use prost_reflect::{DescriptorPool, DynamicMessage};
 
 use crate::cli::Args;
 use crate::data::{self, Messages};
 use crate::proto::{load_descriptors, load_protoset, Method};
 use crate::template::{MethodFacts, Template};
-
-/// The most bytes of binary data read from standard input (`-b`).
-pub const MAX_STDIN_BYTES: u64 = 1 << 30;
 
 /// The descriptor pool from `--proto` (which takes precedence) or `--protoset`, if either
 /// is given; `None` means reflection.
@@ -82,17 +76,13 @@ fn templated(args: &Args, text: &str) -> bool {
 /// The metadata text: `-M`'s file, else `-m` (`@FILE` read).
 ///
 /// # Errors
-/// An unreadable file.
+/// An unreadable or oversized file.
 pub(super) fn metadata_text(args: &Args) -> anyhow::Result<Option<String>> {
     match (&args.data.metadata_file, &args.data.metadata) {
-        (Some(path), _) => Ok(Some(read(path)?)),
-        (None, Some(text)) => Ok(Some(data::read_data_arg(text)?)),
+        (Some(path), _) => Ok(Some(data::read_text_file(path, "-M")?)),
+        (None, Some(text)) => Ok(Some(data::read_data_arg(text, "-m")?)),
         (None, None) => Ok(None),
     }
-}
-
-fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// The run's fixed metadata (empty when it is rendered per call).
@@ -120,25 +110,18 @@ enum Source {
 fn source(args: &Args) -> anyhow::Result<Source> {
     let data = &args.data;
     if let Some(path) = &data.binary_file {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes = data::read_file_bounded(path, data::MAX_BINARY_BYTES, "-B")?;
         return Ok(Source::Binary(bytes));
     }
     if data.binary {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .take(MAX_STDIN_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .context("cannot read the binary data from standard input (-b)")?;
-        if bytes.len() as u64 > MAX_STDIN_BYTES {
-            bail!("-b: more than {MAX_STDIN_BYTES} bytes on standard input");
-        }
+        let what = "-b (standard input)";
+        let bytes = data::read_bounded(std::io::stdin().lock(), data::MAX_BINARY_BYTES, what)?;
         return Ok(Source::Binary(bytes));
     }
     match (data.data.as_deref(), &data.data_file) {
-        (Some("@"), _) => Ok(Source::Json(data::read_data_arg("@")?)),
-        (_, Some(path)) => Ok(Source::Json(read(path)?)),
-        (Some(text), None) => Ok(Source::Json(data::read_data_arg(text)?)),
+        (Some("@"), _) => Ok(Source::Json(data::read_data_arg("@", "-d")?)),
+        (_, Some(path)) => Ok(Source::Json(data::read_text_file(path, "-D")?)),
+        (Some(text), None) => Ok(Source::Json(data::read_data_arg(text, "-d")?)),
         (None, None) => Ok(Source::None),
     }
 }

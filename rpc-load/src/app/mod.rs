@@ -16,8 +16,6 @@ use crate::runner::{self, LoadPlan, Monitor, RunOutcome};
 mod inputs;
 mod runs;
 
-pub use inputs::MAX_STDIN_BYTES;
-
 /// Runs `rpc-load` with `args` on a runtime of its own and writes the report.
 ///
 /// # Errors
