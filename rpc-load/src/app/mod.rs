@@ -167,11 +167,12 @@ fn render(report: &Report, format: Format, out: &mut impl Write) -> std::io::Res
             return report.write_json(out, pretty);
         }
         Format::Summary => report.to_summary(),
-        Format::Csv => report.to_csv_details(),
+        // Line by line: a million details are not built as one text first.
+        Format::Csv => return report.write_csv_details(out),
         Format::CsvSummary => report.to_csv(),
         Format::Html => report.to_html(),
         Format::InfluxSummary => report.to_influx_summary(),
-        Format::InfluxDetails => report.to_influx_details(),
+        Format::InfluxDetails => return report.write_influx_details(out),
         Format::Prometheus => report.to_prometheus(),
     };
     out.write_all(text.as_bytes())

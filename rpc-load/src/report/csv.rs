@@ -4,19 +4,19 @@
 
 use super::{Report, PERCENTILES, TAIL_PERCENTILES};
 
-pub(super) fn render_details(r: &Report) -> String {
-    use std::fmt::Write;
-    let mut out = String::from("duration (ms),status,error\n");
+/// Writes the header and one row per call into `out`.
+pub(super) fn write_details(r: &Report, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    out.write_all(b"duration (ms),status,error\n")?;
     for d in &r.details.calls {
-        let _ = writeln!(
+        writeln!(
             out,
             "{:.2},{},{}",
             d.latency.as_secs_f64() * 1e3,
             crate::report::code_name(d.code),
             quote(d.error.as_deref().unwrap_or(""))
-        );
+        )?;
     }
-    out
+    Ok(())
 }
 
 pub(super) fn render(r: &Report) -> String {

@@ -33,12 +33,12 @@ pub(super) fn summary(r: &Report) -> String {
     format!("ghz_run,{tags} {fields} {}", unix_nanos(r.date_time))
 }
 
-pub(super) fn details(r: &Report) -> String {
+/// Writes one line per call into `out`, the tags rendered once.
+pub(super) fn write_details(r: &Report, out: &mut impl std::io::Write) -> std::io::Result<()> {
     let tags = tags(r);
-    let mut out = String::new();
     for detail in &r.details.calls {
         let error = detail.error.as_deref().unwrap_or("");
-        let _ = writeln!(
+        writeln!(
             out,
             "ghz_detail,{tags},hasError={} latency={},error=\"{}\",status=\"{}\" {}",
             !error.is_empty(),
@@ -46,9 +46,9 @@ pub(super) fn details(r: &Report) -> String {
             clean(error),
             code_name(detail.code),
             unix_nanos(r.details.timestamp(detail)),
-        );
+        )?;
     }
-    out
+    Ok(())
 }
 
 /// The tags common to both measurements.

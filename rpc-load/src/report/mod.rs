@@ -306,7 +306,15 @@ impl Report {
 
     /// ghz's per-call listing, `duration (ms),status,error`.
     pub fn to_csv_details(&self) -> String {
-        csv::render_details(self)
+        text_of(|out| self.write_csv_details(out))
+    }
+
+    /// Writes [`Report::to_csv_details`] into `out`, row by row.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn write_csv_details(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        csv::write_details(self, out)
     }
 
     /// `-O csv-summary`: one header line and one line of figures.
@@ -326,13 +334,28 @@ impl Report {
 
     /// ghz's `influx-details`: one InfluxDB line per call, measurement `ghz_detail`.
     pub fn to_influx_details(&self) -> String {
-        influx::details(self)
+        text_of(|out| self.write_influx_details(out))
+    }
+
+    /// Writes [`Report::to_influx_details`] into `out`, line by line.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn write_influx_details(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        influx::write_details(self, out)
     }
 
     /// ghz's `prometheus`: the summary as Prometheus' text exposition format.
     pub fn to_prometheus(&self) -> String {
         prometheus::render(self)
     }
+}
+
+/// What `write` writes, as text (it writes UTF-8).
+fn text_of(write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> String {
+    let mut out = Vec::new();
+    write(&mut out).expect("writing into memory does not fail");
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The latencies at `percents` of the successful calls; empty if none succeeded.
