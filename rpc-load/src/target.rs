@@ -68,6 +68,7 @@ pub struct RpcTarget<C: Connection> {
     timeout: Option<Duration>,
     stream: StreamOptions,
     max_send: usize,
+    max_recv: usize,
 }
 
 /// Metadata from key-value pairs.
@@ -77,6 +78,29 @@ fn metadata_of(list: &[(String, String)]) -> Metadata {
         md.append(key.clone(), value.clone());
     }
     md
+}
+
+/// A response decoded as the method's output (and dropped), or, over the receive limit,
+/// not decoded: its length.
+type Received = Result<(), usize>;
+
+/// Decodes `bytes` as `output` unless they are over `max` bytes.
+fn decode_within(
+    output: &MessageDescriptor,
+    bytes: &[u8],
+    max: usize,
+) -> Result<Received, prost::DecodeError> {
+    if bytes.len() > max {
+        return Ok(Err(bytes.len()));
+    }
+    DynamicMessage::decode(output.clone(), bytes).map(|_| Ok(()))
+}
+
+/// The status of a response over the receive limit, in grpc-go's words.
+fn received_too_large(len: usize, max: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "grpc: received message larger than max ({len} vs. {max})"
+    ))
 }
 
 /// The error of a request over the send limit, in grpc-go's words.
@@ -105,7 +129,16 @@ impl<C: Connection> RpcTarget<C> {
             timeout,
             stream: StreamOptions::default(),
             max_send: usize::MAX,
+            max_recv: usize::MAX,
         }
+    }
+
+    /// The same target, failing a call whose response (or any message of its response
+    /// stream) is over `bytes` (`--max-recv-message-size`), with `RESOURCE_EXHAUSTED` as
+    /// grpc-go does, whatever larger limit the transport has (the larger of the two).
+    pub fn with_max_recv(mut self, bytes: usize) -> RpcTarget<C> {
+        self.max_recv = bytes;
+        self
     }
 
     /// The same target, failing a call whose request is over `bytes` before sending it
@@ -142,15 +175,19 @@ impl<C: Connection> RpcTarget<C> {
             return Err(too_large(len, self.max_send));
         }
         let request = Request::from_parts(md, Outgoing(message), self.timeout);
-        let output = &self.output;
+        let (output, max) = (&self.output, self.max_recv);
         let started = tokio::time::Instant::now();
         self.channel
             .unary_gathered_with(request, &self.method, |payload| match payload {
-                Payload::Borrowed(bytes) => DynamicMessage::decode(output.clone(), bytes),
-                Payload::Shared(bytes) => DynamicMessage::decode(output.clone(), bytes),
+                Payload::Borrowed(bytes) => decode_within(output, bytes, max),
+                Payload::Shared(bytes) => decode_within(output, &bytes, max),
             })
             .await
-            .map(drop)
+            .and_then(|response| {
+                response
+                    .into_inner()
+                    .map_err(|len| received_too_large(len, max))
+            })
             .map_err(|status| self.at_deadline(call_error(status), started.elapsed()))
     }
 
@@ -175,10 +212,18 @@ impl<C: Connection> RpcTarget<C> {
 
     fn stream_decoder(
         &self,
-    ) -> impl Fn(bytes::Bytes) -> Result<DynamicMessage, prost::DecodeError> + Send + Sync + 'static
+    ) -> impl Fn(bytes::Bytes) -> Result<Received, prost::DecodeError> + Send + Sync + 'static {
+        let (output, max) = (self.output.clone(), self.max_recv);
+        move |bytes| decode_within(&output, &bytes, max)
+    }
+
+    /// A response stream's messages, one over the receive limit as an error.
+    fn within_limit<S>(&self, responses: S) -> impl futures_util::Stream<Item = Result<(), Status>>
+    where
+        S: futures_util::Stream<Item = Result<Received, Status>>,
     {
-        let output = self.output.clone();
-        move |bytes| DynamicMessage::decode(output.clone(), bytes)
+        let max = self.max_recv;
+        responses.map(move |item| item.and_then(|r| r.map_err(|len| received_too_large(len, max))))
     }
 
     async fn server_streaming(
@@ -194,7 +239,7 @@ impl<C: Connection> RpcTarget<C> {
             .await?
             .into_inner();
         // Dropping the stream (reading stopped early) cancels the call.
-        match drain(responses, &self.stream, true, moved).await? {
+        match drain(self.within_limit(responses), &self.stream, true, moved).await? {
             true => Ok(()),
             false => Err(Status::cancelled(stopped_early().message)),
         }
@@ -211,13 +256,14 @@ impl<C: Connection> RpcTarget<C> {
             .map_err(Status::invalid_argument)?
             .map(Outgoing);
         let request = Request::from_parts(md, stream, self.timeout);
-        let output = &self.output;
+        let (output, max) = (&self.output, self.max_recv);
         self.channel
             .client_streaming_with(request, &self.method, |payload| {
-                DynamicMessage::decode(output.clone(), payload.as_slice())
+                decode_within(output, payload.as_slice(), max)
             })
-            .await
-            .map(drop)
+            .await?
+            .into_inner()
+            .map_err(|len| received_too_large(len, max))
     }
 
     async fn bidi_streaming(
@@ -237,7 +283,9 @@ impl<C: Connection> RpcTarget<C> {
             .await?
             .into_inner();
         // The server ends the stream once the requests are done.
-        drain(responses, &self.stream, false, moved).await.map(drop)
+        drain(self.within_limit(responses), &self.stream, false, moved)
+            .await
+            .map(drop)
     }
 }
 

@@ -61,6 +61,52 @@ async fn oversized_requests_show_up_in_the_error_distribution() {
     assert_eq!(report.histogram.iter().map(|b| b.count).sum::<u64>(), 150);
 }
 
+/// --max-recv-message-size holds on its own: responses over it (and under the larger
+/// --max-send-message-size, the transport's limit) fail RESOURCE_EXHAUSTED call by call,
+/// as grpc-go reports them, unary and streamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_over_the_receive_limit_fail_each_call() {
+    let url = start_rpc_server().await;
+    for (call, data) in [
+        ("echo.Echo/Echo", "{}"),
+        ("echo.Echo/Repeat", r#"{"count": 3}"#),
+    ] {
+        let report = app::run(&args(
+            "echo.proto",
+            &[
+                "--call",
+                call,
+                "-d",
+                data,
+                "--payload-size",
+                "2000",
+                "--max-recv-message-size",
+                "1000",
+                "--max-send-message-size",
+                "10000",
+                "-n",
+                "10",
+                "-c",
+                "2",
+                &url,
+            ],
+        ))
+        .await
+        .unwrap();
+        assert_eq!(
+            (report.count, report.errors),
+            (10, 10),
+            "{call}: {:?}",
+            report.error_distribution
+        );
+        let (error, _) = report.error_distribution.iter().next().unwrap();
+        assert!(
+            error.starts_with("rpc error: code = ResourceExhausted desc = grpc: received message larger than max ("),
+            "{call}: {error}"
+        );
+    }
+}
+
 /// kv: a Put, then Gets where every 3rd key is missing (NOT_FOUND), over 2 connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_found_keys_mixed_into_kv_gets() {

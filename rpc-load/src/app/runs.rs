@@ -159,7 +159,7 @@ fn rpc_target(
     method: &Method,
     metadata: &[(String, String)],
 ) -> Arc<RpcTarget<RpcConnection>> {
-    let (_, max_send) = args.connection.message_limits();
+    let (max_recv, max_send) = args.connection.message_limits();
     Arc::new(
         RpcTarget::new(
             channel,
@@ -169,7 +169,8 @@ fn rpc_target(
             args.load.call_timeout(),
         )
         .with_stream_options(args.data.stream_options())
-        .with_max_send(max_send),
+        .with_max_send(max_send)
+        .with_max_recv(max_recv),
     )
 }
 
