@@ -246,3 +246,6 @@ async fn warm_up<T: Target>(
         warmup.warmup_errors.load(Ordering::Relaxed),
     )
 }
+
+#[cfg(test)]
+mod tests;

@@ -135,10 +135,12 @@ pub(super) async fn run_workers<T: Target>(
     }
 }
 
-/// A request a worker claimed: its number, and the instant its latency runs from.
+/// A request a worker claimed: its number, the instant its latency runs from, and
+/// whether it has an intended send time (a rate).
 struct Claimed {
     number: u64,
     measure_from: Instant,
+    paced: bool,
 }
 
 async fn worker<T: Target>(
@@ -149,7 +151,7 @@ async fn worker<T: Target>(
 ) {
     let mut cancel = shared.monitor.cancel.subscribe();
     let mut in_flight = JoinSet::new();
-    while let Some(claimed) = claim(index, &shared, &mut cancel).await {
+    while let Some(mut claimed) = claim(index, &shared, &mut cancel).await {
         let Some(permits) = &shared.in_flight else {
             shared.sent.fetch_add(1, Ordering::Relaxed);
             let call = call_and_record(index, &*target, &messages, &shared, claimed);
@@ -160,6 +162,12 @@ async fn worker<T: Target>(
             permit = permits.clone().acquire_owned() => permit.expect("never closed"),
             _ = cancel.wait_for(|&c| c) => break,
         };
+        if !claimed.paced {
+            // Unpaced, the request is sent now: waiting for room was the generator's
+            // bound (--max-in-flight), not the server's time. (Paced, the wait counts,
+            // as waiting for a worker does.)
+            claimed.measure_from = Instant::now();
+        }
         shared.sent.fetch_add(1, Ordering::Relaxed);
         let (target, messages, shared) = (target.clone(), messages.clone(), shared.clone());
         in_flight.spawn(async move {
@@ -231,6 +239,7 @@ async fn claim(
     Some(Claimed {
         number,
         measure_from,
+        paced: intended.is_some(),
     })
 }
 

@@ -1,0 +1,74 @@
+//! The runner against a fake target, on tokio's paused clock: latencies are exact.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost_reflect::{DescriptorPool, DynamicMessage};
+use rdmarpc_core::Code;
+
+use super::{run, DurationStop, LoadPlan, Monitor};
+use crate::data::Messages;
+use crate::schedule::Schedule;
+use crate::stats::CallError;
+use crate::target::{CallOutcome, Target};
+use crate::template::CallFacts;
+
+/// Answers every call after `delay`, failing it if `fail`.
+struct Fake {
+    delay: Duration,
+    fail: bool,
+}
+
+impl Target for Fake {
+    async fn call(&self, _: CallFacts, _: &Arc<Messages>) -> CallOutcome {
+        tokio::time::sleep(self.delay).await;
+        let result = match self.fail {
+            true => Err(CallError::new(Code::Unavailable, "down")),
+            false => Ok(()),
+        };
+        (result, (0, 0))
+    }
+}
+
+fn messages() -> Arc<Messages> {
+    let empty = DescriptorPool::global()
+        .get_message_by_name("google.protobuf.Empty")
+        .unwrap();
+    Arc::new(Messages::new(vec![DynamicMessage::new(empty)]).unwrap())
+}
+
+/// `total` calls by one worker, unpaced.
+fn plan(total: u64) -> LoadPlan {
+    LoadPlan {
+        concurrency: 1,
+        workers: None,
+        total: Some(total),
+        duration: None,
+        schedule: Schedule::unpaced(),
+        warmup: 0,
+        interval: Duration::from_millis(100),
+        duration_stop: DurationStop::Close,
+        count_errors: false,
+        details: false,
+        skip_first: 0,
+        max_in_flight: None,
+        connections: 1,
+    }
+}
+
+/// --async with no rate and room for one call in flight: each call waits for the previous
+/// one's permit, and that wait is not its latency (it is sent when it gets the permit).
+#[tokio::test(start_paused = true)]
+async fn async_unpaced_latency_starts_when_the_call_is_sent() {
+    let delay = Duration::from_millis(100);
+    let target = Arc::new(Fake { delay, fail: false });
+    let plan = LoadPlan {
+        max_in_flight: Some(1),
+        ..plan(5)
+    };
+    let outcome = run(&[target], messages(), &plan, Arc::new(Monitor::new())).await;
+    assert_eq!(outcome.stats.ok(), 5);
+    // Counting the wait, the fifth call would take 500 ms.
+    let slowest = outcome.stats.slowest().unwrap();
+    assert!(slowest < delay + delay / 2, "{slowest:?}");
+}
