@@ -3,7 +3,7 @@
 //!
 //! As in ghz: `count` includes failed calls, `rps` is `count / total`, `average` is over
 //! all calls, while `fastest`, `slowest`, `histogram` and `latencyDistribution` cover
-//! successful calls only. Durations are integer nanoseconds except the histogram's
+//! successful calls only (with `--count-errors`, failed ones too). Durations are integer nanoseconds except the histogram's
 //! `mark`, which is in seconds. Beyond ghz's fields the JSON carries the transport
 //! actually used, the machine, the client's CPU time, the warm-up and the timeline.
 //! `latencyDistribution` keeps ghz's integer percentages (so that ghz readers parse it);
@@ -409,14 +409,15 @@ fn bucketed(stats: &Stats, marks: impl FnOnce(f64, f64) -> Vec<f64>) -> Vec<Buck
         let i = marks.partition_point(|&m| m < v).min(marks.len() - 1);
         counts[i] += value.count_at_value();
     }
-    let ok = stats.ok().max(1) as f64;
+    // The calls the histogram holds: with --count-errors, failed ones too.
+    let counted = stats.counted().max(1) as f64;
     marks
         .into_iter()
         .zip(counts)
         .map(|(mark, count)| Bucket {
             mark: mark / 1e9,
             count,
-            frequency: count as f64 / ok,
+            frequency: count as f64 / counted,
         })
         .collect()
 }

@@ -72,3 +72,26 @@ async fn async_unpaced_latency_starts_when_the_call_is_sent() {
     let slowest = outcome.stats.slowest().unwrap();
     assert!(slowest < delay + delay / 2, "{slowest:?}");
 }
+
+/// --count-errors with every call failing: the latency figures are there (the failed
+/// calls' latencies), and the histogram's frequencies add up to 1.
+#[tokio::test(start_paused = true)]
+async fn count_errors_with_every_call_failing() {
+    let delay = Duration::from_millis(100);
+    let target = Arc::new(Fake { delay, fail: true });
+    let plan = LoadPlan {
+        count_errors: true,
+        ..plan(5)
+    };
+    let outcome = run(&[target], messages(), &plan, Arc::new(Monitor::new())).await;
+    assert_eq!((outcome.stats.ok(), outcome.stats.errors()), (0, 5));
+    let args = crate::cli::Args::from_argv(["rpc-load", "--count-errors", "127.0.0.1:1"]).unwrap();
+    let options = crate::report::ReportOptions::new(&args, "p.S/M".into(), Some(5), None, &[], 1);
+    let report = crate::report::Report::new(outcome, options, Default::default(), "fake".into());
+    assert!(report.fastest >= 100_000_000, "{}", report.fastest);
+    assert!(report.slowest >= report.fastest);
+    assert_eq!(report.latency_distribution.len(), 7);
+    let frequencies: f64 = report.histogram.iter().map(|b| b.frequency).sum();
+    assert!((frequencies - 1.0).abs() < 1e-9, "{:?}", report.histogram);
+    assert_eq!(report.histogram.iter().map(|b| b.count).sum::<u64>(), 5);
+}

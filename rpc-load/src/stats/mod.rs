@@ -416,6 +416,15 @@ impl Stats {
         self.errors
     }
 
+    /// Calls in the latency figures (histogram, percentiles, extremes): the successful
+    /// ones, and with `--count-errors` the failed ones too.
+    pub fn counted(&self) -> u64 {
+        match self.count_errors {
+            true => self.ok + self.errors,
+            false => self.ok,
+        }
+    }
+
     /// Mean latency of all calls, successful or not (as ghz computes it); zero if none.
     pub fn average(&self) -> Duration {
         match self.count() {
@@ -424,26 +433,27 @@ impl Stats {
         }
     }
 
-    /// Exact lowest latency of a successful call; `None` if none succeeded.
+    /// Exact lowest latency of a [counted](Stats::counted) call; `None` if none.
     pub fn fastest(&self) -> Option<Duration> {
-        (self.ok > 0).then(|| nanos(self.fastest_ns))
+        (self.counted() > 0).then(|| nanos(self.fastest_ns))
     }
 
-    /// Exact highest latency of a successful call; `None` if none succeeded.
+    /// Exact highest latency of a [counted](Stats::counted) call; `None` if none.
     pub fn slowest(&self) -> Option<Duration> {
-        (self.ok > 0).then(|| nanos(self.slowest_ns))
+        (self.counted() > 0).then(|| nanos(self.slowest_ns))
     }
 
-    /// The latency below which `percent` % of successful calls fall (to the histogram's
-    /// 3 significant digits, never beyond the exact extremes); `None` if none succeeded.
+    /// The latency below which `percent` % of [counted](Stats::counted) calls fall (to
+    /// the histogram's 3 significant digits, never beyond the exact extremes); `None` if
+    /// none.
     pub fn percentile(&self, percent: f64) -> Option<Duration> {
-        (self.ok > 0).then(|| {
+        (self.counted() > 0).then(|| {
             let value = self.ok_latency.value_at_quantile(percent / 100.0);
             nanos(value.clamp(self.fastest_ns, self.slowest_ns))
         })
     }
 
-    /// The histogram of successful calls' latencies, in nanoseconds.
+    /// The histogram of [counted](Stats::counted) calls' latencies, in nanoseconds.
     pub fn latency_histogram(&self) -> &Histogram<u64> {
         &self.ok_latency
     }
