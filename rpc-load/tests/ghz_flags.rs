@@ -375,6 +375,33 @@ fn bad_values_are_refused_with_the_flags_name() {
     assert!(format!("{e:#}").contains("--duration-stop"), "{e:#}");
 }
 
+/// Extreme values are refused with a clear error, not a panic: a duration over Go's
+/// largest (it overflowed the clock at the run's start), more calls in flight than a
+/// semaphore holds (its constructor panicked).
+#[test]
+fn extreme_values_are_clear_errors() {
+    for (flag, long) in [
+        ("-z", "--duration"),
+        ("-x", "--max-duration"),
+        ("-t", "--timeout"),
+        ("--connect-timeout", "--connect-timeout"),
+        ("--load-step-duration", "--load-step-duration"),
+    ] {
+        let argv = ["rpc-load", flag, "2562047788015216h", "h:1"];
+        let e = format!("{:#}", Args::from_argv(argv).unwrap_err());
+        assert!(
+            e.contains("largest duration") && e.contains(long),
+            "{flag}: {e}"
+        );
+    }
+    let huge = usize::MAX.to_string();
+    let a = parse(&["--async", "--max-in-flight", &huge]);
+    let e = format!("{:#}", a.plan().unwrap_err());
+    assert!(e.contains("--max-in-flight must be between 1 and"), "{e}");
+    let most = rdmarpc_load::cli::MAX_IN_FLIGHT.to_string();
+    assert!(parse(&["--async", "--max-in-flight", &most]).plan().is_ok());
+}
+
 fn config_file(dir: &std::path::Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();

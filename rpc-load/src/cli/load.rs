@@ -17,6 +17,9 @@ pub const MAX_WORKERS: usize = 100_000;
 /// The most calls in flight at once with `--async` (`--max-in-flight`'s default).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 10_000;
 
+/// The largest `--max-in-flight`: what a semaphore holds.
+pub const MAX_IN_FLIGHT: usize = tokio::sync::Semaphore::MAX_PERMITS;
+
 /// ghz's `-n` when neither it nor `-z` is given.
 pub const DEFAULT_TOTAL: u64 = 200;
 
@@ -261,8 +264,8 @@ impl LoadFlags {
             "--connections must be between 1 and the number of workers ({concurrency})",
         );
         ensure!(
-            !self.async_calls || self.max_in_flight >= 1,
-            "--max-in-flight must be at least 1"
+            !self.async_calls || (1..=MAX_IN_FLIGHT).contains(&self.max_in_flight),
+            "--max-in-flight must be between 1 and {MAX_IN_FLIGHT}"
         );
         let (total, duration) = self.bounds()?;
         if let Some(n) = total {

@@ -22,7 +22,9 @@ mod target;
 mod values;
 
 pub use data::DataFlags;
-pub use load::{LoadFlags, LoadSchedule, DEFAULT_MAX_IN_FLIGHT, DEFAULT_TOTAL, MAX_WORKERS};
+pub use load::{
+    LoadFlags, LoadSchedule, DEFAULT_MAX_IN_FLIGHT, DEFAULT_TOTAL, MAX_IN_FLIGHT, MAX_WORKERS,
+};
 pub use output::{Format, OutputFlags};
 pub use target::{ConnectionFlags, GrpcClient, LbStrategy, ProtoFlags, SecurityFlags};
 pub use values::{parse_bool, parse_bytes, parse_duration};

@@ -16,10 +16,12 @@ use std::time::Duration;
 /// assert_eq!(parse_duration("20"), Ok(Duration::from_secs(20)));
 /// assert!(parse_duration("fast").is_err());
 /// assert!(parse_duration("-1s").is_err());
+/// assert!(parse_duration("2562048h").is_err());
 /// ```
 ///
 /// # Errors
-/// A string of another form, or a negative duration.
+/// A string of another form, a negative duration, or one over Go's largest (2^63 - 1
+/// ns, about 292 years), as `time.ParseDuration` refuses it.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let bad = || format!("{text:?} is not a duration like 500ms, 10s, 1m30s or 2h");
@@ -60,8 +62,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         pairs += 1;
         rest = after;
     }
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+    let duration = Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))?;
+    if duration > MAX_DURATION {
+        return Err(format!(
+            "{text:?} is over the largest duration, 2562047h47m16.854775807s"
+        ));
+    }
+    Ok(duration)
 }
+
+/// Go's largest duration: 2^63 - 1 ns.
+const MAX_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
 
 /// Parses a boolean as Go's `strconv.ParseBool` does: `1`, `t`, `T`, `TRUE`, `true`,
 /// `True`, `0`, `f`, `F`, `FALSE`, `false`, `False` (what kingpin accepts in
@@ -143,6 +154,16 @@ mod tests {
         for bad in ["", "s", "1x", "1s5", "ms", "1..5s", "-5s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+        // Go's bounds: 2^63 - 1 ns and no more.
+        assert_eq!(
+            parse_duration("2562047h"),
+            Ok(Duration::from_secs(2_562_047 * 3600))
+        );
+        for over in ["2562048h", "2562047788015216h", "9223372037s"] {
+            let e = parse_duration(over).unwrap_err();
+            assert!(e.contains("largest duration"), "{e}");
+        }
+        assert!(parse_duration("99999999999999999999999h").is_err());
     }
 
     #[test]

@@ -165,7 +165,8 @@ pub async fn run<T: Target>(
     let shards = (0..concurrency.min(MAX_SHARDS))
         .map(|_| Mutex::new(new_stats()))
         .collect();
-    let deadline = plan.duration.map(|d| start + d);
+    // A duration past what the clock can add is no deadline (the flags stop at 292 years).
+    let deadline = plan.duration.and_then(|d| start.checked_add(d));
     let shared = Arc::new(Shared {
         schedule: plan.schedule,
         total: plan.total,
