@@ -469,6 +469,30 @@ fn config_files_in_json_toml_and_yaml_under_ghzs_keys() {
     assert_eq!(a.plan().unwrap().duration, Some(secs(20)));
 }
 
+/// What one flag requires of another (--cert and --key) holds for the merged settings:
+/// either may come from the file and the other from the command line; one alone, from
+/// either, is still refused.
+#[test]
+fn config_and_command_line_complete_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = config_file(dir.path(), "key.json", r#"{"key": "c.key"}"#);
+    let cert = config_file(dir.path(), "cert.json", r#"{"cert": "c.pem"}"#);
+    let none = config_file(dir.path(), "none.json", r#"{"total": 5}"#);
+    let a = Args::from_argv(["rpc-load", "--cert", "c.pem", "--config", &key, "h:1"]).unwrap();
+    assert_eq!(a.security.cert, Some(PathBuf::from("c.pem")));
+    assert_eq!(a.security.key, Some(PathBuf::from("c.key")));
+    let a = Args::from_argv(["rpc-load", "--key", "c.key", "--config", &cert, "h:1"]).unwrap();
+    assert_eq!(a.security.cert, Some(PathBuf::from("c.pem")));
+    for argv in [
+        vec!["rpc-load", "--cert", "c.pem", "--config", &none, "h:1"],
+        vec!["rpc-load", "--config", &cert, "h:1"],
+        vec!["rpc-load", "--cert", "c.pem", "h:1"],
+    ] {
+        let e = format!("{:#}", Args::from_argv(argv.clone()).unwrap_err());
+        assert!(e.contains("--key"), "{argv:?}: {e}");
+    }
+}
+
 #[test]
 fn bad_config_files_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
+use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
@@ -29,7 +30,21 @@ pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
 /// A `clap::Error` (usage, `--help`, `--version`) for the command line; a file that
 /// cannot be read or parsed, an unknown key or a bad value otherwise.
 pub fn parse_with_config(argv: Vec<OsString>) -> anyhow::Result<Args> {
-    let matches = Args::command().try_get_matches_from(&argv)?;
+    let matches = match Args::command().try_get_matches_from(&argv) {
+        Ok(matches) => matches,
+        // A flag another requires (--cert and --key) may come from the file: what the
+        // merged settings require is checked on them.
+        Err(e) if e.kind() == ErrorKind::MissingRequiredArgument => {
+            let lenient = Args::command()
+                .ignore_errors(true)
+                .try_get_matches_from(&argv)?;
+            if lenient.get_one::<PathBuf>("config").is_none() {
+                return Err(e.into());
+            }
+            lenient
+        }
+        Err(e) => return Err(e.into()),
+    };
     let Some(path) = matches.get_one::<PathBuf>("config").cloned() else {
         return Ok(Args::from_arg_matches(&matches)?);
     };
@@ -37,10 +52,14 @@ pub fn parse_with_config(argv: Vec<OsString>) -> anyhow::Result<Args> {
     let program = argv.first().cloned().unwrap_or_else(|| "rpc-load".into());
     let mut merged = vec![program];
     merged.extend(flags_of(&settings, &matches).with_context(|| in_file(&path))?);
-    // The file alone first, so that its errors name it.
-    Args::command()
-        .try_get_matches_from(&merged)
-        .map_err(|e| anyhow!("{}: {}", in_file(&path), e.render().to_string().trim()))?;
+    // The file alone first, so that its errors name it (but for what the command line
+    // may complete).
+    match Args::command().try_get_matches_from(&merged) {
+        Err(e) if e.kind() != ErrorKind::MissingRequiredArgument => {
+            bail!("{}: {}", in_file(&path), e.render().to_string().trim())
+        }
+        _ => {}
+    }
     merged.extend(argv.into_iter().skip(1));
     let matches = Args::command().try_get_matches_from(merged)?;
     Ok(Args::from_arg_matches(&matches)?)
