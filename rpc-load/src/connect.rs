@@ -4,12 +4,14 @@
 //! [`rdmarpc_core::Endpoint`]); `grpc://HOST:PORT` and `grpcs://HOST:PORT` name a
 //! standard gRPC server, and so does a bare `HOST:PORT` as in ghz (over TLS unless
 //! `--insecure`). TLS settings (`--cacert`, `--cert`, `--key`, `--cname`, `--skipTLS`)
-//! apply to every TLS connection: `grpcs://` and the `+tls` schemes.
+//! apply to every TLS connection: `grpcs://` and the `+tls` schemes; each flag overrides
+//! its own setting of the environment's (`RPC_TLS_*`), the others stay.
 //!
 //! The runner is generic over [`rdmarpc_core::Connection`]; [`RpcConnection`] is the one
 //! connection type this binary instantiates it with, and [`connect`] the one function that
 //! makes such connections. Wiring another transport changes those two items only.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -131,51 +133,67 @@ pub struct ConnectSettings {
     /// Largest message sent or received.
     pub max_message_size: usize,
     /// TLS flags, over the `RPC_TLS_*` environment's settings.
-    pub tls: Option<TlsConfig>,
+    pub tls: TlsFlags,
     /// `--authority`: the `:authority` of gRPC requests.
     pub authority: Option<String>,
     /// `-e`: gzip on gRPC requests.
     pub gzip: bool,
 }
 
-/// The TLS settings the flags give, if any is given.
+/// The TLS settings the flags give; each given one replaces its own setting only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFlags {
+    /// `--cacert`.
+    pub ca: Option<PathBuf>,
+    /// `--cert` and `--key`.
+    pub identity: Option<(PathBuf, PathBuf)>,
+    /// `--cname`.
+    pub server_name: Option<String>,
+    /// `--skipTLS` (when set; unset, the environment's stays).
+    pub skip_verify: bool,
+}
+
+impl TlsFlags {
+    /// Sets the given settings into `tls`, leaving the others as they are.
+    pub fn apply(&self, tls: &mut TlsConfig) {
+        if let Some(ca) = &self.ca {
+            tls.ca(ca);
+        }
+        if let Some((cert, key)) = &self.identity {
+            tls.identity(cert, key);
+        }
+        if let Some(name) = &self.server_name {
+            tls.server_name(name);
+        }
+        if self.skip_verify {
+            tls.skip_verify(true);
+        }
+    }
+}
+
+/// The TLS settings the flags give.
 ///
 /// # Errors
 /// `--cert` without `--key` (or the reverse).
-pub fn tls_of(flags: &SecurityFlags) -> anyhow::Result<Option<TlsConfig>> {
-    let given = flags.cacert.is_some()
-        || flags.cert.is_some()
-        || flags.key.is_some()
-        || flags.cname.is_some()
-        || flags.skip_tls;
-    if !given {
-        return Ok(None);
-    }
-    let mut tls = TlsConfig::default();
-    if let Some(ca) = &flags.cacert {
-        tls.ca(ca);
-    }
-    match (&flags.cert, &flags.key) {
-        (Some(cert), Some(key)) => {
-            tls.identity(cert, key);
-        }
-        (None, None) => {}
+pub fn tls_of(flags: &SecurityFlags) -> anyhow::Result<TlsFlags> {
+    let identity = match (&flags.cert, &flags.key) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        (None, None) => None,
         _ => bail!("--cert and --key go together"),
-    }
-    if let Some(name) = &flags.cname {
-        tls.server_name(name);
-    }
-    tls.skip_verify(flags.skip_tls);
-    Ok(Some(tls))
+    };
+    Ok(TlsFlags {
+        ca: flags.cacert.clone(),
+        identity,
+        server_name: flags.cname.clone(),
+        skip_verify: flags.skip_tls,
+    })
 }
 
 impl ConnectSettings {
     /// Applies these settings over `transport`'s.
     pub fn apply(&self, transport: &mut TransportSettings) {
         transport.max_message_size(self.max_message_size);
-        if let Some(tls) = &self.tls {
-            transport.tls = tls.clone();
-        }
+        self.tls.apply(&mut transport.tls);
         if self.authority.is_some() {
             transport.grpc.authority = self.authority.clone();
         }
@@ -211,4 +229,37 @@ pub async fn connect(
     .with_context(|| format!("cannot connect to {endpoint}"))?;
     let used = conn.transport().scheme().to_owned();
     Ok((conn, used))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flag replaces its own setting of the environment's, and only that one.
+    #[test]
+    fn tls_flags_layer_over_the_environments_settings() {
+        let mut env = TlsConfig::default();
+        env.ca("env-ca.pem").identity("env.pem", "env.key");
+        let mut tls = env.clone();
+        let cname = TlsFlags {
+            server_name: Some("localhost".into()),
+            ..TlsFlags::default()
+        };
+        cname.apply(&mut tls);
+        assert_eq!(tls.ca, Some(PathBuf::from("env-ca.pem")));
+        assert_eq!(tls.cert, Some(PathBuf::from("env.pem")));
+        assert_eq!(tls.server_name.as_deref(), Some("localhost"));
+        assert!(!tls.skip_verify);
+        let ca = TlsFlags {
+            ca: Some("flag-ca.pem".into()),
+            ..TlsFlags::default()
+        };
+        ca.apply(&mut tls);
+        assert_eq!(tls.ca, Some(PathBuf::from("flag-ca.pem")));
+        assert_eq!(tls.key, Some(PathBuf::from("env.key")));
+        // No flag: the environment's settings as they were.
+        let mut untouched = env.clone();
+        TlsFlags::default().apply(&mut untouched);
+        assert_eq!(untouched, env);
+    }
 }

@@ -141,3 +141,54 @@ async fn client_certificates_for_mutual_tls() {
     .unwrap_err();
     assert!(format!("{e:#}").contains("nonexistent.key"), "{e:#}");
 }
+
+/// A TLS flag layers over the `RPC_TLS_*` environment's settings: the CA from the
+/// environment stays when only --cname is given (it was dropped, and the server's
+/// certificate failed against the system's roots).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_flags_layer_over_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    test_certs::write_set(dir.path()).unwrap();
+    let port = start_tls_server(dir.path(), false).await;
+    let proto = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../proto/greeter.proto");
+    let ca = dir.path().join("ca.pem");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rpc-load"))
+            .env("RPC_TLS_CA", &ca)
+            .arg("--proto")
+            .arg(&proto)
+            .args([
+                "--call",
+                "helloworld.Greeter.SayHello",
+                "-n",
+                "3",
+                "-c",
+                "1",
+            ])
+            .args([
+                "--connect-timeout",
+                "3s",
+                "--cname",
+                "localhost",
+                "-O",
+                "json",
+            ])
+            .arg(format!("127.0.0.1:{port}"))
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["count"].as_u64(), report["errors"].as_u64()),
+        (Some(3), Some(0)),
+        "{}",
+        report["errorDistribution"]
+    );
+}
