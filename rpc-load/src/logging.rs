@@ -1,7 +1,10 @@
 //! Logging: warnings (or `RUST_LOG`'s filter) on standard error, and with `--debug FILE`
 //! every debug event of the run (its start with the plan, each call's end, the run's
 //! end, and this framework's crates' debug events; not those of the libraries below
-//! them) as JSON lines in FILE, as ghz writes its debug log.
+//! them) as JSON lines in FILE, as ghz writes its debug log; the lines are
+//! tracing-subscriber's JSON (`timestamp`, `level`, `fields`, `target`), not zap's
+//! (`ts`, `level`, `msg`, ... that ghz writes), so a reader of ghz's debug log needs
+//! adapting.
 
 use std::path::Path;
 

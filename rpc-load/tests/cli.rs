@@ -124,12 +124,12 @@ async fn summary_csv_and_html() {
         assert!(summary.contains(part), "{part:?} missing from:\n{summary}");
     }
 
-    // ghz's per-call listing: a header and one row per call.
+    // ghz's per-call listing: a blank line, a header and one row per call.
     let csv = stdout_of(&rdmarpc_load(base_args(&url, &["-O", "csv"])).await);
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], "duration (ms),status,error");
-    assert_eq!(lines.len(), 101, "{csv}");
-    for row in &lines[1..] {
+    assert_eq!(lines[..2], ["", "duration (ms),status,error"]);
+    assert_eq!(lines.len(), 102, "{csv}");
+    for row in &lines[2..] {
         let cols: Vec<&str> = row.split(',').collect();
         assert_eq!(cols.len(), 3, "{row}");
         assert!(cols[0].parse::<f64>().unwrap() > 0.0, "{row}");

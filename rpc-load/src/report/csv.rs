@@ -4,9 +4,10 @@
 
 use super::{Report, PERCENTILES, TAIL_PERCENTILES};
 
-/// Writes the header and one row per call into `out`.
+/// Writes a blank line, the header and one row per call into `out`, as ghz does.
 pub(super) fn write_details(r: &Report, out: &mut impl std::io::Write) -> std::io::Result<()> {
-    out.write_all(b"duration (ms),status,error\n")?;
+    // ghz's template starts with a line break: a blank first line.
+    out.write_all(b"\nduration (ms),status,error\n")?;
     for d in &r.details.calls {
         writeln!(
             out,
