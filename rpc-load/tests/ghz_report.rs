@@ -469,6 +469,15 @@ async fn metadata_templates_are_rendered_per_call() {
         let report = run(&argv).await;
         assert_eq!(report.errors, 0);
         assert_eq!(*gathering.traces.lock(), expected, "{flags:?}");
+        // The report records the metadata as given (the template), as ghz does.
+        let template = "{{.RequestNumber}}";
+        assert_eq!(
+            report.options.metadata.get("trace_id").map(String::as_str),
+            Some(template),
+            "{flags:?}"
+        );
+        let influx = report.to_influx_summary();
+        assert!(influx.contains("RequestNumber"), "{flags:?}: {influx}");
     }
 }
 

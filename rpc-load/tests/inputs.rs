@@ -147,3 +147,27 @@ async fn endless_inputs_are_refused_naming_the_flag() {
         assert!(stderr.contains(&expected), "{flags:?}: {stderr}");
     }
 }
+
+/// Standard input can be read once: two flags that would both read it are refused
+/// before either reads (the second got nothing, or waited on a terminal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_readers_of_standard_input_are_refused() {
+    let url = start_rpc_server().await;
+    for (flags, expected) in [
+        (&["-m", "@", "-d", "@"][..], "-d @ and -m @"),
+        (&["-m", "@", "-b"], "-b and -m @"),
+    ] {
+        let url = url.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            wait(spawn(flags, &url, Stdio::null()), &flags.join(" "))
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?}");
+        assert!(
+            stderr.contains(expected) && stderr.contains("read standard input"),
+            "{flags:?}: {stderr}"
+        );
+    }
+}

@@ -575,7 +575,9 @@ async fn concurrency_schedule_adds_workers_over_time() {
     .await
     .unwrap();
     assert_eq!(report.errors, 0);
-    assert_eq!(report.options.concurrency, 4, "the most workers it had");
+    // As ghz writes them: -c (its default, unused by the schedule), and the schedule.
+    assert_eq!(report.options.concurrency, 50, "-c, as ghz writes it");
+    assert_eq!(report.options.concurrency_end, 4);
     // Calls completed in the first and the last 300 ms.
     let calls_in = |from: u64, to: u64| -> f64 {
         report

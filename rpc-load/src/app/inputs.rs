@@ -2,7 +2,7 @@
 //! the server's reflection), the request messages (`-d`, `-D`, `-b`, `-B`,
 //! `--payload-size`), the metadata (`-m`, `-M`) and the tags (`--tags`).
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use prost_reflect::{DescriptorPool, DynamicMessage};
 
 use crate::cli::Args;
@@ -71,6 +71,39 @@ fn facts(args: &Args, method: &Method) -> MethodFacts {
 /// Whether `text` is rendered per call: it has actions and templates are not disabled.
 fn templated(args: &Args, text: &str) -> bool {
     !args.data.disable_template_data && Template::is_template(text)
+}
+
+/// Refuses two readers of standard input: `-d @`, `-b` and `-m @` (each where it is
+/// used: `-B` before `-b` before `-d`, `-M` before `-m`).
+///
+/// # Errors
+/// More than one of them.
+pub(super) fn one_stdin_reader(args: &Args) -> anyhow::Result<()> {
+    let data = &args.data;
+    let binary = data.binary_file.is_none() && data.binary;
+    let readers = [
+        ("-b", binary),
+        (
+            "-d @",
+            data.binary_file.is_none() && !binary && data.data.as_deref() == Some("@"),
+        ),
+        (
+            "-m @",
+            data.metadata_file.is_none() && data.metadata.as_deref() == Some("@"),
+        ),
+    ];
+    let reading: Vec<&str> = readers
+        .iter()
+        .filter(|(_, reads)| *reads)
+        .map(|(flag, _)| *flag)
+        .collect();
+    if reading.len() > 1 {
+        bail!(
+            "{} all read standard input, which can be read once: give all but one a file (-m @FILE or -M, -d @FILE or -D, -B)",
+            reading.join(" and ")
+        );
+    }
+    Ok(())
 }
 
 /// The metadata text: `-M`'s file, else `-m` (`@FILE` read).

@@ -8,7 +8,7 @@ use anyhow::{ensure, Context};
 
 use crate::cli::{Args, Format, GrpcClient};
 use crate::connect::{url_of, Address};
-use crate::data::Messages;
+use crate::data::{self, Messages};
 use crate::proto::{find_method, Method};
 use crate::report::{Report, ReportOptions};
 use crate::runner::{self, LoadPlan, Monitor, RunOutcome};
@@ -56,6 +56,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let plan = args.plan()?;
     let call = args.call()?;
     let tags = inputs::tags(args)?;
+    inputs::one_stdin_reader(args)?;
     let metadata_text = inputs::metadata_text(args)?;
     let metadata = inputs::fixed_metadata(args, metadata_text.as_deref())?;
     let pool = match inputs::local_descriptors(args)? {
@@ -94,17 +95,20 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         outcome.stats.errors(),
         outcome.skipped
     );
+    // The metadata as given: rendered per call, its template, as ghz records it.
+    let given = match metadata_text.as_deref() {
+        Some(text) if metadata.is_empty() => data::metadata_from_json(text).unwrap_or_default(),
+        _ => metadata,
+    };
     // The method as given, as ghz reports it.
     let mut options = ReportOptions::new(
         args,
         call.to_owned(),
         plan.total,
         payload_field,
-        &metadata,
+        &given,
         threads(args),
     );
-    // With a concurrency schedule, the most workers it had (not -c).
-    options.concurrency = plan.concurrency;
     if let Some(text) = data_text {
         options.data = serde_json::from_str(&text).ok();
     }
