@@ -46,6 +46,67 @@ async fn run(argv: &[&str]) -> anyhow::Result<rdmarpc_load::report::Report> {
     app::run(&Args::from_argv(all)?).await
 }
 
+/// The examples' reflection service, recording each request's `authorization`.
+#[derive(Clone)]
+struct Recording {
+    inner: rdmarpc_reflection::ReflectionService,
+    seen: Arc<parking_lot::Mutex<Vec<Option<String>>>>,
+}
+
+impl ServerReflection for Recording {
+    type ServerReflectionInfoStream =
+        <rdmarpc_reflection::ReflectionService as ServerReflection>::ServerReflectionInfoStream;
+
+    async fn server_reflection_info(
+        &self,
+        request: Request<Streaming<ServerReflectionRequest>>,
+    ) -> Result<Response<Self::ServerReflectionInfoStream>, Status> {
+        let token = request.metadata().get("authorization").map(str::to_owned);
+        self.seen.lock().push(token);
+        self.inner.server_reflection_info(request).await
+    }
+}
+
+/// --reflect-metadata reaches the reflection service on every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflect_metadata_goes_on_every_reflection_request() {
+    use examples::helloworld::greeter_server::GreeterServer;
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let recording = Recording {
+        inner: examples::transport::reflection(&["helloworld.Greeter"]).unwrap(),
+        seen: seen.clone(),
+    };
+    let server = rdmarpc_core::Server::builder()
+        .add_service(GreeterServer::new(examples::ghz::GreeterService))
+        .unwrap()
+        .add_service(ServerReflectionServer::new(recording))
+        .unwrap()
+        .build();
+    let host = format!("127.0.0.1:{}", serve(server).await);
+    for target in [host.clone(), format!("tcp://{host}")] {
+        seen.lock().clear();
+        let report = run(&[
+            "--insecure",
+            "--call",
+            "helloworld.Greeter.SayHello",
+            "--reflect-metadata",
+            r#"{"authorization":"token"}"#,
+            "-n",
+            "2",
+            &target,
+        ])
+        .await
+        .unwrap();
+        assert_eq!(report.errors, 0, "{target}");
+        let seen = seen.lock().clone();
+        assert!(!seen.is_empty(), "{target}: no reflection request");
+        assert!(
+            seen.iter().all(|t| t.as_deref() == Some("token")),
+            "{target}: {seen:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_over_grpc_and_this_frameworks_transport() {
     let (server, _reporter) = examples::ghz::ghz_server(ServerConfig::default()).unwrap();
@@ -268,7 +329,10 @@ impl ServerReflection for HostileServer {
             return Ok(Response::new(Box::pin(futures_util::stream::pending())));
         }
         let answers = request.into_inner().then(move |request| {
-            requests.fetch_add(1, Ordering::Relaxed);
+            // Requests, not the stream's end (an error when the client hangs up).
+            if request.is_ok() {
+                requests.fetch_add(1, Ordering::Relaxed);
+            }
             async move {
                 if let Hostile::Slow = hostile {
                     tokio::time::sleep(Duration::from_millis(300)).await;
