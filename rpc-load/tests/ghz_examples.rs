@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use base64::Engine as _;
+use examples::helloworld::greeter_server::{Greeter, GreeterServer};
+use examples::helloworld::{HelloReply, HelloRequest};
 use prost::Message as _;
-use rdmarpc_core::ServerConfig;
+use rdmarpc_core::{Request, Response, ServerConfig, Status, Streaming};
 use rdmarpc_transport::{AnyListener, TransportSettings};
 
 /// ghz's examples, verbatim but for the paths noted above.
@@ -39,9 +41,14 @@ const EXAMPLES: &[&str] = &[
   --call helloworld.Greeter.SayHello \
   -B ./hello_request_data.bin \
   0.0.0.0:50051"#,
-    // Binary from stdin (the test gives the file on standard input)
+    // Binary from stdin (the test gives the file on standard input); as written (no
+    // -b: standard input is not read), and with -b (see
+    // binary_from_stdin_with_b_reaches_the_server for what the server gets)
     r#"ghz --proto ./greeter.proto \
   --call helloworld.Greeter.SayHello \
+  0.0.0.0:50051 < ./hello_request_data.bin"#,
+    r#"ghz --proto ./greeter.proto \
+  --call helloworld.Greeter.SayHello -b \
   0.0.0.0:50051 < ./hello_request_data.bin"#,
     // Binary fields (the script's base64 of favicon.ico is ${data})
     r#"ghz --insecure \
@@ -339,4 +346,81 @@ fn shell_words_split_as_a_shell_does() {
     let (words, stdin) = shell_words("a 'b c' \"d \\\"e\\\"\" f\\\n  g < in.bin");
     assert_eq!(words, ["a", "b c", "d \"e\"", "f", "g"]);
     assert_eq!(stdin.as_deref(), Some("in.bin"));
+}
+
+/// The names a greeter was called with.
+#[derive(Clone, Default)]
+struct Names(std::sync::Arc<parking_lot::Mutex<Vec<String>>>);
+
+impl Greeter for Names {
+    type SayHellosStream = rdmarpc_core::BoxStream<HelloReply>;
+    type SayHelloBidiStream = rdmarpc_core::BoxStream<HelloReply>;
+
+    async fn say_hello(
+        &self,
+        request: Request<HelloRequest>,
+    ) -> Result<Response<HelloReply>, Status> {
+        self.0.lock().push(request.into_inner().name);
+        Ok(Response::new(HelloReply::default()))
+    }
+
+    async fn say_hello_cs(
+        &self,
+        _: Request<Streaming<HelloRequest>>,
+    ) -> Result<Response<HelloReply>, Status> {
+        Err(Status::unimplemented("not here"))
+    }
+
+    async fn say_hellos(
+        &self,
+        _: Request<HelloRequest>,
+    ) -> Result<Response<Self::SayHellosStream>, Status> {
+        Err(Status::unimplemented("not here"))
+    }
+
+    async fn say_hello_bidi(
+        &self,
+        _: Request<Streaming<HelloRequest>>,
+    ) -> Result<Response<Self::SayHelloBidiStream>, Status> {
+        Err(Status::unimplemented("not here"))
+    }
+}
+
+/// ghz's "Binary from stdin" line with `-b`, which says the binary data is on standard
+/// input: the server gets the message of the file (name "Bob"), every call. (Without
+/// `-b`, as the docs' line is, standard input is not read and the name is empty.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_from_stdin_with_b_reaches_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    test_certs::write_set(&certs).unwrap();
+    workdir(dir.path());
+    for (b, expected) in [(true, "Bob"), (false, "")] {
+        let mut settings = TransportSettings::default();
+        settings
+            .tls
+            .identity(certs.join("server.pem"), certs.join("server.key"));
+        let listener = AnyListener::bind(&"tcp+tls://127.0.0.1:0".parse().unwrap(), &settings)
+            .await
+            .unwrap();
+        let port = listener.port();
+        let names = Names::default();
+        let server = rdmarpc_core::Server::builder()
+            .add_service(GreeterServer::new(names.clone()))
+            .unwrap()
+            .build();
+        tokio::spawn(async move { server.serve(listener).await });
+        let b = if b { "-b " } else { "" };
+        let line = format!(
+            "ghz --proto ./greeter.proto --call helloworld.Greeter.SayHello {b}\
+             127.0.0.1:{port} < ./hello_request_data.bin"
+        );
+        let (argv, stdin) = shell_words(&line);
+        let out = run(dir.path().to_owned(), argv, stdin, certs.join("ca.pem")).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{line}\nfailed: {stderr}");
+        let names = names.0.lock().clone();
+        assert_eq!(names.len(), 200, "{line}: ghz's default -n");
+        assert!(names.iter().all(|n| n == expected), "{line}: {names:?}");
+    }
 }
