@@ -23,10 +23,24 @@ fn secs(s: u64) -> Duration {
 
 type Check = fn(&Args) -> bool;
 
+/// A config file (in the build's temporary directory, written once) that sets -n 7.
+fn config_giving_total() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("ghz-flags-config-{}.json", std::process::id()));
+        std::fs::write(&path, r#"{"total": 7}"#).unwrap();
+        path.display().to_string()
+    })
+}
+
 /// ghz's flags, each with the arguments that set it and what it must then mean.
 fn ghz_flags() -> Vec<(&'static str, Vec<&'static str>, Check)> {
     vec![
-        ("config", vec![], |_| true), // tested with files below
+        // A file giving -n (more in the config tests below).
+        ("config", vec!["--config", config_giving_total()], |a| {
+            a.config.is_some() && a.plan().unwrap().total == Some(7)
+        }),
         ("proto", vec!["--proto", "a.proto"], |a| {
             a.proto.proto == Some(PathBuf::from("a.proto"))
         }),
@@ -356,23 +370,29 @@ fn ghz_defaults() {
 
 #[test]
 fn bad_values_are_refused_with_the_flags_name() {
-    for bad in [
-        &["-x", "wait"][..],
-        &["-z", "10 parsecs"],
-        &["--max-recv-message-size", "4 nibbles"],
-        &["--insecure=maybe"],
-        &["--lb-strategy", "random"],
-        &["-O", "xml"],
-        &["--cert", "only-cert.pem"],
-        &["--no-such-flag"],
+    for (bad, name) in [
+        // -x was --duration-stop's: the error says where that went.
+        (&["-x", "wait"][..], "--duration-stop"),
+        (&["-z", "10 parsecs"], "--duration"),
+        (
+            &["--max-recv-message-size", "4 nibbles"],
+            "--max-recv-message-size",
+        ),
+        (&["--insecure=maybe"], "--insecure"),
+        (&["--lb-strategy", "random"], "--lb-strategy"),
+        (&["-O", "xml"], "--format"),
+        (&["--cert", "only-cert.pem"], "--key"),
+        (&["--no-such-flag"], "--no-such-flag"),
     ] {
         let mut argv = vec!["rpc-load"];
         argv.extend_from_slice(bad);
-        assert!(Args::from_argv(argv).is_err(), "{bad:?} was accepted");
+        argv.push("h:1");
+        let e = match Args::from_argv(argv) {
+            Ok(_) => panic!("{bad:?} was accepted"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(e.contains(name), "{bad:?}: {e}");
     }
-    let mut argv = vec!["rpc-load", "-x", "wait", "h:1"];
-    let e = Args::from_argv(argv.drain(..)).unwrap_err();
-    assert!(format!("{e:#}").contains("--duration-stop"), "{e:#}");
 }
 
 /// Extreme values are refused with a clear error, not a panic: a duration over Go's
