@@ -9,8 +9,13 @@ fn main() -> ExitCode {
     let args = match Args::from_env() {
         Ok(args) => args,
         Err(e) => match e.downcast_ref::<clap::Error>() {
-            // Usage errors, --help and --version, as clap prints them.
-            Some(clap_error) => clap_error.exit(),
+            // --help and --version, as clap prints them (exit status 0).
+            Some(clap_error) if !clap_error.use_stderr() => clap_error.exit(),
+            // Usage errors as clap prints them, with status 1 as ghz's (kingpin's).
+            Some(clap_error) => {
+                let _ = clap_error.print();
+                return ExitCode::FAILURE;
+            }
             None => return fail(&e),
         },
     };
