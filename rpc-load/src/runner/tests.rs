@@ -95,3 +95,43 @@ async fn count_errors_with_every_call_failing() {
     assert!((frequencies - 1.0).abs() < 1e-9, "{:?}", report.histogram);
     assert_eq!(report.histogram.iter().map(|b| b.count).sum::<u64>(), 5);
 }
+
+/// --async with room for one call in flight and -z: the request a worker claims before
+/// -z ends but gets room for only after it is neither sent nor counted. (It was: under
+/// close it was started and cancelled at once, an extra CANCELLED with no latency; under
+/// wait it went out after -z and made the run longer.)
+#[tokio::test(start_paused = true)]
+async fn async_request_given_room_after_the_duration_is_dropped() {
+    let delay = Duration::from_millis(100);
+    for stop in [
+        DurationStop::Close,
+        DurationStop::Wait,
+        DurationStop::Ignore,
+    ] {
+        let target = Arc::new(Fake { delay, fail: false });
+        // Calls at 0, 100 and 200 ms; the third is in flight when -z ends at 250 ms, and
+        // the fourth, claimed at 200 ms, waits for its room until after that.
+        let plan = LoadPlan {
+            max_in_flight: Some(1),
+            total: None,
+            duration: Some(Duration::from_millis(250)),
+            duration_stop: stop,
+            ..plan(0)
+        };
+        let outcome = run(&[target], messages(), &plan, Arc::new(Monitor::new())).await;
+        let counted = (outcome.stats.ok(), outcome.stats.errors());
+        let (expected_counted, expected_sent, expected_time) = match stop {
+            DurationStop::Close => ((2, 1), 3, 250),
+            DurationStop::Wait => ((3, 0), 3, 300),
+            DurationStop::Ignore => ((2, 0), 2, 250),
+        };
+        assert_eq!(counted, expected_counted, "{stop:?}");
+        assert_eq!(outcome.sent, expected_sent, "{stop:?}");
+        assert_eq!(
+            outcome.total_time,
+            Duration::from_millis(expected_time),
+            "{stop:?}"
+        );
+        assert_eq!(outcome.end_reason, super::EndReason::Timeout, "{stop:?}");
+    }
+}

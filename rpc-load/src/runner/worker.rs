@@ -85,17 +85,18 @@ impl Shared {
 
     /// Whether the run has no more requests to hand out.
     fn exhausted(&self) -> bool {
-        if self
-            .total
+        self.total
             .is_some_and(|n| self.next.load(Ordering::Relaxed) >= n)
-        {
-            return true;
-        }
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            || self.past_deadline()
+    }
+
+    /// Whether `-z` has passed (then the run's end reason is the timeout).
+    fn past_deadline(&self) -> bool {
+        let past = self.deadline.is_some_and(|d| Instant::now() >= d);
+        if past {
             self.time_up.store(true, Ordering::Relaxed);
-            return true;
         }
-        false
+        past
     }
 
     /// Whether worker `index` is active now under the concurrency schedule.
@@ -158,9 +159,16 @@ async fn worker<T: Target>(
             call.await;
             continue;
         };
+        // A request claimed before -z ends but given room only after it is dropped: it
+        // was never sent, so it is neither sent now nor counted.
         let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.expect("never closed"),
+            permit = permits.clone().acquire_owned() => Some(permit.expect("never closed")),
             _ = cancel.wait_for(|&c| c) => break,
+            () = until(shared.deadline) => None,
+        };
+        let Some(permit) = permit.filter(|_| !shared.past_deadline()) else {
+            shared.time_up.store(true, Ordering::Relaxed);
+            break;
         };
         if !claimed.paced {
             // Unpaced, the request is sent now: waiting for room was the generator's
@@ -180,6 +188,14 @@ async fn worker<T: Target>(
     }
     while let Some(done) = in_flight.join_next().await {
         surface_panic(done);
+    }
+}
+
+/// Sleeps until `deadline`; never ends without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
