@@ -420,6 +420,23 @@ fn extreme_values_are_clear_errors() {
     assert!(e.contains("--max-in-flight must be between 1 and"), "{e}");
     let most = rdmarpc_load::cli::MAX_IN_FLIGHT.to_string();
     assert!(parse(&["--async", "--max-in-flight", &most]).plan().is_ok());
+    // -c (and with it --connections) and --cpus: not 1e8 tasks or threads.
+    let e = format!("{:#}", parse(&["-c", "100000000"]).plan().unwrap_err());
+    assert!(e.contains("-c must be between 1 and 100000"), "{e}");
+    let most = rdmarpc_load::cli::MAX_WORKERS.to_string();
+    assert!(parse(&["-c", &most, "--connections", &most]).plan().is_ok());
+    let over = (rdmarpc_load::cli::MAX_WORKERS + 1).to_string();
+    let e = format!("{:#}", parse(&["-c", &over]).plan().unwrap_err());
+    assert!(e.contains("-c must be"), "{e}");
+    for cpus in ["1025", &huge] {
+        let argv = ["rpc-load", "--cpus", cpus, "h:1"];
+        let e = format!("{:#}", Args::from_argv(argv).unwrap_err());
+        assert!(
+            e.contains("--cpus") && e.contains("at most 1024"),
+            "{cpus}: {e}"
+        );
+    }
+    assert_eq!(parse(&["--cpus", "1024"]).connection.cpus, Some(1024));
 }
 
 fn config_file(dir: &std::path::Path, name: &str, text: &str) -> String {

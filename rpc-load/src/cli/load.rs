@@ -11,7 +11,8 @@ use super::values::{parse_bool, parse_duration};
 use crate::runner::{DurationStop, LoadPlan};
 use crate::schedule::{Ramp, Schedule};
 
-/// The most workers a concurrency schedule may reach.
+/// The most workers: `-c`, or what a concurrency schedule may reach (and so the most
+/// `--connections`).
 pub const MAX_WORKERS: usize = 100_000;
 
 /// The most calls in flight at once with `--async` (`--max-in-flight`'s default).
@@ -248,7 +249,8 @@ impl LoadFlags {
     /// must not exceed the workers, and `details` says whether every call is kept.
     ///
     /// # Errors
-    /// Zero concurrency, more connections than workers, or a bad schedule.
+    /// Zero or more than [`MAX_WORKERS`] workers, more connections than workers, or a
+    /// bad schedule.
     pub fn plan(
         &self,
         connections: usize,
@@ -258,7 +260,10 @@ impl LoadFlags {
     ) -> anyhow::Result<LoadPlan> {
         let workers = self.concurrency_schedule()?;
         let concurrency = workers.as_ref().map_or(self.concurrency, |(_, n)| *n);
-        ensure!(concurrency >= 1, "-c must be at least 1");
+        ensure!(
+            (1..=MAX_WORKERS).contains(&concurrency),
+            "-c must be between 1 and {MAX_WORKERS}"
+        );
         ensure!(
             (1..=concurrency).contains(&connections),
             "--connections must be between 1 and the number of workers ({concurrency})",

@@ -26,7 +26,7 @@ pub use load::{
     LoadFlags, LoadSchedule, DEFAULT_MAX_IN_FLIGHT, DEFAULT_TOTAL, MAX_IN_FLIGHT, MAX_WORKERS,
 };
 pub use output::{Format, OutputFlags};
-pub use target::{ConnectionFlags, GrpcClient, LbStrategy, ProtoFlags, SecurityFlags};
+pub use target::{ConnectionFlags, GrpcClient, LbStrategy, ProtoFlags, SecurityFlags, MAX_CPUS};
 pub use values::{parse_bool, parse_bytes, parse_duration};
 
 use crate::runner::LoadPlan;

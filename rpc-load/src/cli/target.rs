@@ -90,8 +90,9 @@ pub struct ConnectionFlags {
     /// present and above 0.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub keepalive: Option<Duration>,
-    /// Number of CPU cores to use (threads of the load generator); default: all.
-    #[arg(long, value_name = "N")]
+    /// Number of CPU cores to use (threads of the load generator, at most 1024);
+    /// default: all.
+    #[arg(long, value_name = "N", value_parser = parse_cpus)]
     pub cpus: Option<usize>,
     /// Client load balancing strategy over a list of endpoints (tcp://h1:p1,h2:p2) or a
     /// DNS name: pick_first (gRPC's default, ghz's), round_robin, or p2c (power of two
@@ -120,6 +121,19 @@ pub struct ConnectionFlags {
     /// bytes or human-readable (rpc-load's bound; ghz allows up to 2 GiB).
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_bytes)]
     pub max_message_size: u64,
+}
+
+/// The most threads `--cpus` may ask for.
+pub const MAX_CPUS: usize = 1024;
+
+/// `--cpus`: a count of threads, at most [`MAX_CPUS`] (tokio panics or aborts on huge
+/// ones).
+fn parse_cpus(text: &str) -> Result<usize, String> {
+    let n: usize = text.parse().map_err(|e| format!("{e}"))?;
+    if n > MAX_CPUS {
+        return Err(format!("at most {MAX_CPUS} threads"));
+    }
+    Ok(n)
 }
 
 /// `--lb-strategy`.
