@@ -93,12 +93,33 @@ pub struct Interval {
 /// Buckets of [`Interval::log_buckets`]: four per doubling, up to 2^42 ns (73 minutes).
 pub const LOG_BUCKETS: usize = 4 * 42;
 
+/// The most intervals a timeline has: past them, adjacent intervals merge in pairs and
+/// the interval's width doubles (a day at 100 ms would be 864,000 intervals, each up to
+/// 672 bytes of buckets, per shard).
+pub const MAX_INTERVALS: usize = 4096;
+
 /// The bucket of a latency of `ns`: `floor(4 * log2(ns))`, clamped.
 pub fn log_bucket(ns: u64) -> usize {
     ((4.0 * (ns.max(1) as f64).log2()) as usize).min(LOG_BUCKETS - 1)
 }
 
 impl Interval {
+    /// Adds `other`'s calls to this interval's.
+    fn add(&mut self, other: &Interval) {
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.latency_sum_ns = self.latency_sum_ns.saturating_add(other.latency_sum_ns);
+        self.latency_max_ns = self.latency_max_ns.max(other.latency_max_ns);
+        if !other.log_buckets.is_empty() {
+            if self.log_buckets.is_empty() {
+                self.log_buckets = vec![0; LOG_BUCKETS];
+            }
+            for (m, t) in self.log_buckets.iter_mut().zip(&other.log_buckets) {
+                *m = m.saturating_add(*t);
+            }
+        }
+    }
+
     /// The latency at `percentile` (0-100) of the calls completed in the interval: the
     /// geometric middle of its bucket; `None` without calls.
     pub fn percentile(&self, percentile: f64) -> Option<u64> {
@@ -285,7 +306,12 @@ impl Stats {
     pub fn record(&mut self, latency: Duration, at: Duration, result: &Result<(), CallError>) {
         let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX).max(1);
         self.latency_sum_ns += u128::from(ns);
-        let index = (at.as_nanos() / self.interval.as_nanos()) as usize;
+        let mut index = at.as_nanos() / self.interval.as_nanos();
+        while index >= MAX_INTERVALS as u128 {
+            self.coarsen();
+            index = at.as_nanos() / self.interval.as_nanos();
+        }
+        let index = index as usize;
         if self.timeline.len() <= index {
             self.timeline.resize(index + 1, Interval::default());
         }
@@ -381,24 +407,36 @@ impl Stats {
         for (key, n) in &other.error_messages {
             self.count_error(key, *n);
         }
+        // Either may have widened its intervals (both from the same width, by doubling).
+        while self.interval < other.interval {
+            self.coarsen();
+        }
+        while other.interval < self.interval {
+            other.coarsen();
+        }
         if self.timeline.len() < other.timeline.len() {
             self.timeline
                 .resize(other.timeline.len(), Interval::default());
         }
         for (mine, theirs) in self.timeline.iter_mut().zip(&other.timeline) {
-            mine.ok += theirs.ok;
-            mine.errors += theirs.errors;
-            mine.latency_sum_ns = mine.latency_sum_ns.saturating_add(theirs.latency_sum_ns);
-            mine.latency_max_ns = mine.latency_max_ns.max(theirs.latency_max_ns);
-            if !theirs.log_buckets.is_empty() {
-                if mine.log_buckets.is_empty() {
-                    mine.log_buckets = vec![0; LOG_BUCKETS];
-                }
-                for (m, t) in mine.log_buckets.iter_mut().zip(&theirs.log_buckets) {
-                    *m += t;
-                }
-            }
+            mine.add(theirs);
         }
+    }
+
+    /// Doubles the timeline's interval, merging adjacent intervals in pairs.
+    fn coarsen(&mut self) {
+        self.interval = self.interval.saturating_mul(2);
+        let fine = std::mem::take(&mut self.timeline);
+        self.timeline = fine
+            .chunks(2)
+            .map(|pair| {
+                let mut merged = pair[0].clone();
+                if let Some(second) = pair.get(1) {
+                    merged.add(second);
+                }
+                merged
+            })
+            .collect();
     }
 
     /// Calls recorded, successful or not.
@@ -477,7 +515,8 @@ impl Stats {
         errors
     }
 
-    /// The width of one timeline interval.
+    /// The width of one timeline interval: the one given, doubled as often as needed to
+    /// keep the timeline within [`MAX_INTERVALS`].
     pub fn interval(&self) -> Duration {
         self.interval
     }

@@ -228,3 +228,46 @@ fn shards_keep_the_first_calls_in_all() {
     assert_eq!(merged.take_details().len(), 5);
     assert!(merged.details().is_empty());
 }
+
+/// A run longer than MAX_INTERVALS intervals: adjacent intervals merge in pairs and the
+/// width doubles, so the timeline stays bounded and adds up to the same calls; shards
+/// that widened differently merge at the wider width.
+#[test]
+fn a_long_timeline_widens_its_intervals_instead_of_growing() {
+    let ms = Duration::from_millis;
+    let mut long = Stats::new(ms(100));
+    let mut short = Stats::new(ms(100));
+    // One call every 100 ms for 10,000 s: 100,000 intervals of 100 ms.
+    for i in 0..100_000u64 {
+        long.record(us(1 + i % 1000), ms(100 * i), &Ok(()));
+    }
+    short.record(us(7), ms(150), &Err(CallError::new(Code::Internal, "x")));
+    assert!(
+        long.timeline().len() <= MAX_INTERVALS,
+        "{}",
+        long.timeline().len()
+    );
+    // 100 ms doubled until 10,000 s fits in 4096 intervals: 100 ms * 2^5 = 3.2 s.
+    assert_eq!(long.interval(), ms(3200));
+    assert_eq!(long.timeline().len(), 3125);
+    assert!(long.timeline().iter().all(|i| i.ok == 32));
+    let buckets: u64 = long.timeline()[0]
+        .log_buckets
+        .iter()
+        .map(|&n| u64::from(n))
+        .sum();
+    assert_eq!(buckets, 32);
+    assert_eq!(long.timeline()[0].latency_max_ns, 32_000);
+
+    let mut merged = Stats::new(ms(100));
+    merged.merge(&mut short);
+    merged.merge(&mut long);
+    assert_eq!(merged.interval(), ms(3200));
+    assert_eq!(merged.timeline().len(), 3125);
+    assert_eq!(
+        (merged.timeline()[0].ok, merged.timeline()[0].errors),
+        (32, 1)
+    );
+    let calls: u64 = merged.timeline().iter().map(|i| i.ok + i.errors).sum();
+    assert_eq!(calls, merged.count());
+}
