@@ -8,8 +8,9 @@
 //! lack, by file name, one request per stream (the well-known types are known without
 //! asking). An answer must hold what it was asked for. A server cannot make rpc-load hold
 //! more than [`MAX_REFLECTION_BYTES`] of descriptors or [`MAX_REFLECTION_FILES`] files
-//! (counting the imports still to ask for), send more than [`MAX_REFLECTION_FILES`]
-//! requests, nor make the whole walk last longer than the timeout: past these, the run
+//! (counting the imports still to ask for; in one answer, whatever their names; a file
+//! without a name is an error), answers over [`MAX_REFLECTION_ANSWER`] (the reflection
+//! channel's limit), send more than [`MAX_REFLECTION_FILES`] requests, nor make the whole walk last longer than the timeout: past these, the run
 //! fails with an error that says so. `--reflect-metadata` goes on every reflection
 //! request.
 
@@ -31,8 +32,14 @@ use rdmarpc_reflection::pb::{v1, v1alpha};
 /// The most descriptor bytes taken from a server's reflection answers.
 pub const MAX_REFLECTION_BYTES: usize = 64 << 20;
 
-/// The most files taken from a server's reflection answers, and the most requests sent.
+/// The most files taken from a server's reflection answers (and in one answer), and the
+/// most requests sent.
 pub const MAX_REFLECTION_FILES: usize = 4096;
+
+/// The largest reflection answer (the reflection channel's message limit, whatever the
+/// load's): it decodes into at most 8M entries, each a `Bytes` (32 bytes), before
+/// [`MAX_REFLECTION_FILES`] can refuse them.
+pub const MAX_REFLECTION_ANSWER: usize = 16 << 20;
 
 /// Which reflection service answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +187,12 @@ impl<C: Connection> Client<'_, C> {
         let (mut answer, mut asked_for) = (first, None::<String>);
         loop {
             let mut found = asked_for.is_none();
+            if answer.len() > MAX_REFLECTION_FILES {
+                bail!(
+                    "a reflection answer for {service} holds {} files, more than {MAX_REFLECTION_FILES}",
+                    answer.len()
+                );
+            }
             for bytes in answer {
                 total += bytes.len();
                 if total > MAX_REFLECTION_BYTES {
@@ -187,6 +200,11 @@ impl<C: Connection> Client<'_, C> {
                 }
                 let file = FileDescriptorProto::decode(bytes)
                     .context("the server's reflection answer holds a file that does not decode")?;
+                if file.name().is_empty() {
+                    bail!(
+                        "the server's reflection answer for {service} holds a file without a name"
+                    );
+                }
                 for dependency in &file.dependency {
                     if !files.contains_key(dependency)
                         && known.get_file_by_name(dependency).is_none()

@@ -29,12 +29,12 @@ use rdmarpc_reflection::pb::v1::{
 use rdmarpc_transport::{AnyListener, TransportSettings};
 
 async fn serve(server: rdmarpc_core::Server) -> u16 {
-    let listener = AnyListener::bind(
-        &"tcp://127.0.0.1:0".parse().unwrap(),
-        &TransportSettings::default(),
-    )
-    .await
-    .unwrap();
+    // Room for a hostile server's oversized answers.
+    let mut settings = TransportSettings::default();
+    settings.max_message_size(64 << 20);
+    let listener = AnyListener::bind(&"tcp://127.0.0.1:0".parse().unwrap(), &settings)
+        .await
+        .unwrap();
     let port = listener.port();
     tokio::spawn(async move { server.serve(listener).await });
     port
@@ -257,6 +257,13 @@ enum Hostile {
     Crowded,
     /// As `Endless`, each answer 300 ms late.
     Slow,
+    /// With a million empty files in one answer (2 MB, that decode into 32 MB of
+    /// entries; 64 MiB of them would be a GiB), all with the same name, "".
+    Nameless,
+    /// With one file without a name.
+    Unnamed,
+    /// With one file of 20 MiB, past the reflection channel's 16 MiB.
+    Oversized,
 }
 
 fn file(n: u64, padding: usize) -> Bytes {
@@ -298,6 +305,9 @@ impl Hostile {
             Hostile::Empty => Vec::new(),
             Hostile::Crowded if n == 0 => vec![file_importing_many(100_000)],
             Hostile::Crowded => vec![file_importing(n, 1, Vec::new())],
+            Hostile::Nameless => vec![Bytes::new(); 1_000_000],
+            Hostile::Unnamed => vec![Bytes::new()],
+            Hostile::Oversized => vec![file_importing(0, 20 << 20, Vec::new())],
         };
         ServerReflectionResponse {
             message_response: Some(MessageResponse::FileDescriptorResponse(
@@ -366,6 +376,16 @@ async fn a_hostile_reflection_server_gets_a_clear_error() {
         (Hostile::Crowded, counted, "exceed 4096 files", 1),
         // Without the walk's deadline, 4096 answers of 300 ms each.
         (Hostile::Slow, "1s", "no complete answer within 1s", 5),
+        // Without the count per answer, a million files taken as one, named "".
+        (
+            Hostile::Nameless,
+            counted,
+            "holds 1000000 files, more than 4096",
+            1,
+        ),
+        (Hostile::Unnamed, counted, "holds a file without a name", 1),
+        // Without the reflection channel's own limit, taken under the load's 64 MiB.
+        (Hostile::Oversized, counted, "16777216", 1),
     ];
     for (how, timeout, expected, most_requests) in cases {
         let requests = Arc::new(AtomicUsize::new(0));
@@ -373,7 +393,11 @@ async fn a_hostile_reflection_server_gets_a_clear_error() {
             how,
             requests: requests.clone(),
         };
+        // Room for the oversized answer on the server's side.
+        let mut config = ServerConfig::default();
+        config.max_message_size(64 << 20);
         let server = rdmarpc_core::Server::builder()
+            .config(config)
             .add_service(ServerReflectionServer::new(service))
             .unwrap()
             .build();

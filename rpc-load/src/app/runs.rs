@@ -68,6 +68,12 @@ pub(super) async fn reflect(
 ) -> anyhow::Result<DescriptorPool> {
     let service = crate::proto::service_of(call)?;
     let metadata = super::inputs::reflect_metadata(args)?;
+    // The reflection channel's messages are bounded on their own, whatever the load's.
+    let mut args = args.clone();
+    let most = crate::reflection::MAX_REFLECTION_ANSWER as u64;
+    args.connection.max_recv_message_size = Some(most);
+    args.connection.max_send_message_size = Some(most);
+    let args = &args;
     let settings = settings_of(args)?;
     let timeout = args.connection.connect_timeout;
     let channel = match address {
