@@ -173,3 +173,41 @@ async fn usage_errors_exit_non_zero() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("rpc-load:"));
 }
+
+/// An uncreatable -o fails the run before it starts (it was found only after the run,
+/// losing it): against a live server, and against no server at all (no connect tried).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwritable_output_fails_before_the_run() {
+    let url = start_rpc_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing").join("report.json");
+    let path = path.display().to_string();
+    let nowhere = "tcp://127.0.0.1:1";
+    for target in [url.as_str(), nowhere] {
+        let args = base_args(target, &["-o", &path, "--connect-timeout", "20s"]);
+        let out = rdmarpc_load(args).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{target}");
+        assert!(
+            stderr.contains("-o") && stderr.contains(&path),
+            "{target}: {stderr}"
+        );
+    }
+    // A writable -o gets the report; a failed run leaves no file behind.
+    let good = dir.path().join("report.json");
+    let good = good.display().to_string();
+    let out = rdmarpc_load(base_args(&url, &["-O", "json", "-o", &good])).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&good).unwrap()).unwrap();
+    assert_eq!(json["count"], 100);
+    let failed = dir.path().join("failed.json");
+    let failed = failed.display().to_string();
+    let args = base_args(nowhere, &["-o", &failed, "--call", "echo.Nope/Nope"]);
+    assert!(!rdmarpc_load(args).await.status.success());
+    assert!(!std::path::Path::new(&failed).exists());
+}

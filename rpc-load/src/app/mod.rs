@@ -21,13 +21,75 @@ mod runs;
 /// # Errors
 /// Bad arguments, a proto or data error, a failed connect, or an unwritable output.
 pub fn main(args: &Args) -> anyhow::Result<()> {
+    // -o is opened before the run, so that an unwritable path does not lose it.
+    let output = args
+        .output
+        .output
+        .as_deref()
+        .map(Output::open)
+        .transpose()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads(args))
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    let report = runtime.block_on(run(args))?;
-    write_report(&report, args.output.format, args.output.output.as_deref())
+    let report = match runtime.block_on(run(args)) {
+        Ok(report) => report,
+        Err(e) => {
+            if let Some(output) = output {
+                output.abandon();
+            }
+            return Err(e);
+        }
+    };
+    match output {
+        Some(output) => output.write(&report, args.output.format),
+        None => write_report(&report, args.output.format, None),
+    }
+}
+
+/// The `-o` file, opened before the run: created if need be, emptied only when the
+/// report is written.
+struct Output {
+    path: std::path::PathBuf,
+    file: std::fs::File,
+    created: bool,
+}
+
+impl Output {
+    /// Opens (or creates) `path` for writing, leaving what it holds.
+    fn open(path: &Path) -> anyhow::Result<Output> {
+        let created = !path.exists();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .with_context(|| format!("cannot write the output -o {}", path.display()))?;
+        Ok(Output {
+            path: path.to_owned(),
+            file,
+            created,
+        })
+    }
+
+    /// The run failed: a file created for it is removed, an existing one left as it was.
+    fn abandon(self) {
+        drop(self.file);
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Replaces what the file holds with `report` as `format`.
+    fn write(self, report: &Report, format: Format) -> anyhow::Result<()> {
+        let cannot = || format!("cannot write the output -o {}", self.path.display());
+        self.file.set_len(0).with_context(cannot)?;
+        let mut out = std::io::BufWriter::new(&self.file);
+        render(report, format, &mut out)
+            .and_then(|()| out.flush())
+            .with_context(cannot)
+    }
 }
 
 /// Threads of the runtime: `--cpus`, or every CPU this process may use.
