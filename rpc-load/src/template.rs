@@ -82,6 +82,36 @@ enum Part {
     RandomInt(i64, i64),
 }
 
+/// The most a template may render per call (the bound of JSON text read,
+/// [`crate::data::MAX_TEXT_BYTES`]): each `{{randomString N}}` is bounded, but a text
+/// full of them would render terabytes.
+pub const MAX_RENDERED_BYTES: u64 = crate::data::MAX_TEXT_BYTES;
+
+impl Part {
+    /// The most bytes this part renders.
+    fn most(&self, facts: &MethodFacts) -> u64 {
+        let len = |s: &str| s.len() as u64;
+        match self {
+            Part::Text(t) => len(t),
+            // u64 and usize numbers: 20 digits; u128 nanoseconds: 39.
+            Part::RequestNumber | Part::TimestampUnix | Part::TimestampUnixMilli => 20,
+            Part::TimestampUnixNano => 39,
+            Part::WorkerId => len(&facts.worker_prefix) + 42,
+            Part::FullyQualifiedName => len(&facts.fully_qualified_name),
+            Part::MethodName => len(&facts.method),
+            Part::ServiceName => len(&facts.service),
+            Part::InputName => len(&facts.input),
+            Part::OutputName => len(&facts.output),
+            Part::IsClientStreaming | Part::IsServerStreaming => 5,
+            // RFC 3339 with nanoseconds and an offset, with room to spare.
+            Part::Timestamp => 64,
+            Part::CallUuid | Part::NewUuid => 36,
+            Part::RandomString(n) => *n as u64,
+            Part::RandomInt(..) => 20,
+        }
+    }
+}
+
 /// What varies from call to call.
 #[derive(Debug, Clone, Copy)]
 pub struct CallFacts {
@@ -130,6 +160,14 @@ impl Template {
         }
         if !rest.is_empty() {
             parts.push(Part::Text(rest.to_owned()));
+        }
+        let most = parts
+            .iter()
+            .fold(0u64, |sum, part| sum.saturating_add(part.most(&facts)));
+        if most > MAX_RENDERED_BYTES {
+            bail!(
+                "the template renders up to {most} bytes per call, more than {MAX_RENDERED_BYTES}"
+            );
         }
         Ok(Template { parts, facts })
     }
@@ -340,5 +378,20 @@ mod tests {
         assert!(disabled.unwrap_err().to_string().contains("disabled"));
         assert!(Template::parse(r#"{"n": {{.RequestNumber}}}"#, facts(), false).is_ok());
         assert!(!Template::is_template(r#"{"a": "{ not }"}"#));
+    }
+
+    /// Each randomString is bounded, and so is what they render together: 65 of 1 MiB
+    /// are refused at parse time (64 MiB of them rendered terabytes per call).
+    #[test]
+    fn what_a_template_renders_in_all_is_bounded() {
+        let many = |n: usize| format!("[{}]", r#""{{randomString 1048576}}","#.repeat(n));
+        let e = Template::parse(&many(65), facts(), true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than 67108864"), "{e}");
+        assert!(Template::parse(&many(63), facts(), true).is_ok());
+        // Fixed text counts too.
+        let text = format!("\"{}{{{{.RequestNumber}}}}\"", "x".repeat(64 << 20));
+        assert!(Template::parse(&text, facts(), true).is_err());
     }
 }

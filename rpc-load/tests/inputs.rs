@@ -171,3 +171,33 @@ async fn two_readers_of_standard_input_are_refused() {
         );
     }
 }
+
+/// A template whose actions render more than the text bound in all is refused before the
+/// run, naming the flag (each `{{randomString N}}` is bounded, but 65 of 1 MiB are not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn templates_that_render_too_much_are_refused_naming_the_flag() {
+    let url = start_rpc_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let many = r#""{{randomString 1048576}}","#.repeat(65);
+    let data = dir.path().join("data.json");
+    std::fs::write(&data, format!(r#"{{"payload": [{many}]}}"#)).unwrap();
+    let metadata = dir.path().join("metadata.json");
+    std::fs::write(
+        &metadata,
+        format!(r#"{{"k": "{}"}}"#, many.replace(",", "")),
+    )
+    .unwrap();
+    let (data, metadata) = (data.display().to_string(), metadata.display().to_string());
+    for (flag, file) in [("-D", data), ("-M", metadata)] {
+        let url = url.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            wait(spawn(&[flag, &file], &url, Stdio::null()), flag)
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag}");
+        let expected = format!("of {flag}: the template renders up to");
+        assert!(stderr.contains(&expected), "{flag}: {stderr}");
+    }
+}

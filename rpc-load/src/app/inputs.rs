@@ -172,7 +172,12 @@ pub(super) fn messages_of(
     let functions = !args.data.disable_template_functions && !args.data.disable_template_data;
     let (messages, field, text) = match source(args)? {
         Source::Json(text) if templated(args, &text) => {
-            let template = Template::parse(&text, facts(args, method), functions)?;
+            let flag = match (args.data.data.as_deref(), &args.data.data_file) {
+                (Some("@"), _) | (_, None) => "-d",
+                (_, Some(_)) => "-D",
+            };
+            let template = Template::parse(&text, facts(args, method), functions)
+                .with_context(|| format!("the data of {flag}"))?;
             let payload = args
                 .data
                 .payload_size
@@ -212,7 +217,14 @@ pub(super) fn messages_of(
     };
     let messages = match metadata {
         Some(md) if templated(args, md) => {
-            messages.with_metadata_template(Template::parse(md, facts(args, method), functions)?)?
+            let flag = if args.data.metadata_file.is_some() {
+                "-M"
+            } else {
+                "-m"
+            };
+            let template = Template::parse(md, facts(args, method), functions)
+                .with_context(|| format!("the metadata of {flag}"))?;
+            messages.with_metadata_template(template)?
         }
         _ => messages,
     };
