@@ -181,9 +181,33 @@ pub const MAX_BINARY_BYTES: u64 = 1 << 30;
 /// # Errors
 /// A read error, or more than `max` bytes.
 pub fn read_bounded(reader: impl std::io::Read, max: u64, what: &str) -> anyhow::Result<Vec<u8>> {
+    read_up_to(reader, max, 0, what)
+}
+
+/// As [`read_bounded`], expecting about `hint` bytes: the buffer starts at `hint` (plus
+/// one, to see the end) and doubles from there, but never past `max + 1` bytes (a
+/// `read_to_end` of `max + 1` would double past it: 2 GiB for 1 GiB of `-B`).
+fn read_up_to(
+    mut reader: impl std::io::Read,
+    max: u64,
+    hint: u64,
+    what: &str,
+) -> anyhow::Result<Vec<u8>> {
+    let limit = max.saturating_add(1);
     let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut reader.take(max + 1), &mut bytes)
-        .with_context(|| format!("cannot read {what}"))?;
+    let mut want = hint.saturating_add(1).max(8 << 10);
+    loop {
+        let step = want.min(limit - bytes.len() as u64);
+        bytes.reserve_exact(usize::try_from(step).unwrap_or(usize::MAX));
+        let read =
+            std::io::Read::read_to_end(&mut std::io::Read::take(&mut reader, step), &mut bytes)
+                .with_context(|| format!("cannot read {what}"))?;
+        // Short of the step: the end of the input (read_to_end reads until it).
+        if (read as u64) < step || bytes.len() as u64 >= limit {
+            break;
+        }
+        want = bytes.len() as u64;
+    }
     if bytes.len() as u64 > max {
         bail!("{what}: more than {max} bytes");
     }
@@ -197,7 +221,9 @@ pub fn read_bounded(reader: impl std::io::Read, max: u64, what: &str) -> anyhow:
 pub fn read_file_bounded(path: &Path, max: u64, flag: &str) -> anyhow::Result<Vec<u8>> {
     let what = format!("{flag} {}", path.display());
     let file = std::fs::File::open(path).with_context(|| format!("cannot read {what}"))?;
-    read_bounded(file, max, &what)
+    // Sized up front for a regular file (0 for a FIFO or /dev/zero: grown as read).
+    let hint = file.metadata().map_or(0, |m| m.len()).min(max);
+    read_up_to(file, max, hint, &what)
 }
 
 /// Reads the JSON text of the file at `path` for `flag`, up to [`MAX_TEXT_BYTES`].

@@ -172,3 +172,43 @@ fn data_and_metadata_from_files() {
     assert!(data::metadata_from_json(r#"{"x": 1}"#).is_err());
     assert!(data::metadata_from_json(r#"["x"]"#).is_err());
 }
+
+/// A reader that hands out at most 1000 bytes per read, `left` in all.
+struct Trickle {
+    left: usize,
+}
+
+impl std::io::Read for Trickle {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.left).min(1000);
+        buf[..n].fill(b'x');
+        self.left -= n;
+        Ok(n)
+    }
+}
+
+/// The input bounds hold no more than they may read: a buffer of at most `max + 1`
+/// bytes (a `read_to_end` doubled past it: 16 MiB for 10 MiB, 2 GiB for 1 GiB of -B),
+/// and a file's size up front.
+#[test]
+fn bounded_reads_allocate_at_most_the_bound() {
+    let max = 10 << 20;
+    for len in [max, max - 1, 5 << 20, 1, 0] {
+        let bytes = data::read_bounded(Trickle { left: len }, max as u64, "-b").unwrap();
+        assert_eq!(bytes.len(), len);
+        assert!(bytes.capacity() <= max + 1, "{len}: {}", bytes.capacity());
+    }
+    let e = data::read_bounded(Trickle { left: max + 1 }, max as u64, "-b").unwrap_err();
+    assert!(
+        e.to_string().contains("-b: more than 10485760 bytes"),
+        "{e}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.bin");
+    std::fs::write(&path, vec![7u8; 3 << 20]).unwrap();
+    let bytes = data::read_file_bounded(&path, max as u64, "-B").unwrap();
+    assert_eq!(bytes.len(), 3 << 20);
+    assert_eq!(bytes.capacity(), (3 << 20) + 1, "sized from the file");
+    let e = data::read_file_bounded(&path, 1 << 20, "-B").unwrap_err();
+    assert!(e.to_string().contains("more than 1048576 bytes"), "{e}");
+}
