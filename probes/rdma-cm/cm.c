@@ -30,6 +30,7 @@
 static const char *server_ip, *client_ip;
 static int rnr_retry = 0;
 static int resolve_ms = 2000;
+static unsigned inline_ask = 64;
 static volatile int listen_port = 0;
 static const uint8_t TOKEN[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 
@@ -93,9 +94,9 @@ static void make_qp(struct rdma_cm_id *id, struct side *s, const char *who)
 	s->mr = ibv_reg_mr(s->pd, s->buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 	if (!s->mr) DIE("%s: reg_mr", who);
 	struct ibv_qp_init_attr ia = {.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
-		.cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = 64}};
+		.cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = inline_ask}};
 	s->qp = ibv_create_qp(s->pd, &ia);
-	if (!s->qp) DIE("%s: create_qp", who);
+	if (!s->qp) DIE("%s: create_qp asking max_inline_data %u", who, inline_ask);
 	printf("%s: qp %u, max_inline_data granted %u\n", who, s->qp->qp_num, ia.cap.max_inline_data);
 }
 
@@ -279,11 +280,12 @@ static int client(const uint8_t *token)
 
 int main(int argc, char **argv)
 {
-	if (argc < 3) { fprintf(stderr, "usage: %s SERVER_IP CLIENT_IP [RNR_RETRY [RESOLVE_MS]]\n", argv[0]); return 2; }
+	if (argc < 3) { fprintf(stderr, "usage: %s SERVER_IP CLIENT_IP [RNR_RETRY [RESOLVE_MS [MAX_INLINE]]]\n", argv[0]); return 2; }
 	server_ip = argv[1];
 	client_ip = argv[2];
 	if (argc > 3) rnr_retry = atoi(argv[3]);
 	if (argc > 4) resolve_ms = atoi(argv[4]);
+	if (argc > 5) inline_ask = atoi(argv[5]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	pthread_t th;
 	pthread_create(&th, NULL, server, NULL);
