@@ -15,8 +15,16 @@ const _: () = assert!(MIN_SLOT_SIZE as usize >= PREFIX_LEN + RENDEZVOUS_LEN);
 #[non_exhaustive]
 pub struct RdmaConfig {
     /// RDMA device to use, e.g. `"mlx5_0"` or `"rxe0"`. Default: the device that owns the
-    /// local IP address of the side-channel socket (what rdma_cm would pick).
+    /// local IP address of the side-channel socket (what rdma_cm would pick); see
+    /// docs/fabrics.md.
     pub device: Option<String>,
+    /// Port of the device to use, from 1. Default: the port that owns the local address
+    /// (on RoCE), or the first active one with a LID (on InfiniBand).
+    pub port: Option<u8>,
+    /// GID table index to send from (`sgid_index`), e.g. to pick a RoCE v1 entry or a
+    /// VLAN's. Default: the RoCE v2 entry that holds the local address (else its RoCE v1
+    /// entry); on InfiniBand the port GID, index 0.
+    pub gid_index: Option<u8>,
     /// Slots the send ring and the receive ring may grow to. Default 64. More slots allow
     /// more small messages in flight before a sender waits for credits; each costs
     /// `slot_size` of registered memory twice per connection.
@@ -90,6 +98,8 @@ impl Default for RdmaConfig {
     fn default() -> Self {
         RdmaConfig {
             device: None,
+            port: None,
+            gid_index: None,
             ring_slots: 64,
             initial_ring_slots: 4,
             slot_size: 8 * 1024,
@@ -172,6 +182,9 @@ impl RdmaConfig {
         }
         if self.max_loans == 0 {
             return Err("max_loans must be at least 1".into());
+        }
+        if self.port == Some(0) {
+            return Err("port numbers start at 1".into());
         }
         if self.read_chunk < 4096 {
             return Err("read_chunk must be at least 4096".into());

@@ -3,11 +3,12 @@
 //! Each connection allocates its own protection domain on it (`setup.rs`).
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+use crate::fabric::Wanted;
 use crate::verbs::{Context, Result};
 
 /// An opened device.
@@ -18,7 +19,8 @@ pub(crate) struct Device {
     pub(crate) cqs: Mutex<Vec<crate::completion::PoolEntry>>,
 }
 
-type Key = (Option<String>, Option<Ipv4Addr>);
+/// The device, port and GID index named, and the local address.
+type Key = (Option<String>, Option<u8>, Option<u8>, Option<IpAddr>);
 
 fn cache() -> &'static Mutex<HashMap<Key, Arc<Device>>> {
     static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Device>>>> = OnceLock::new();
@@ -26,21 +28,31 @@ fn cache() -> &'static Mutex<HashMap<Key, Arc<Device>>> {
 }
 
 impl Device {
-    /// The device named `name`, or else the one that owns `local_ip`; opened once per
+    /// The device, port and GID for `wanted` (see `Context::open`); opened once per
     /// process and then shared.
     ///
     /// # Errors
-    /// No RDMA on this host, no device for the address, or a verbs failure.
-    pub(crate) fn get(name: Option<&str>, local_ip: Option<Ipv4Addr>) -> Result<Arc<Device>> {
-        let key = (name.map(str::to_owned), local_ip);
+    /// No RDMA on this host, no usable device, port or GID (naming which), or a verbs
+    /// failure.
+    pub(crate) fn get(wanted: &Wanted<'_>) -> Result<Arc<Device>> {
+        let key = (
+            wanted.device.map(str::to_owned),
+            wanted.port,
+            wanted.gid_index,
+            wanted.local,
+        );
         if let Some(device) = cache().lock().get(&key) {
             return Ok(device.clone());
         }
-        let context = Arc::new(Context::open(name, local_ip)?);
+        let context = Arc::new(Context::open(wanted)?);
+        let choice = context.choice();
         tracing::info!(
             device = context.name(),
-            gid_index = context.gid_index(),
-            ?local_ip,
+            port = choice.port,
+            link_layer = %choice.link_layer,
+            gid_index = choice.gid.index,
+            gid = %choice.gid.gid,
+            local = ?wanted.local,
             "opened RDMA device"
         );
         let mut cache = cache().lock();

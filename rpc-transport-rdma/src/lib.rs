@@ -52,6 +52,7 @@ mod device;
 mod driver;
 mod events;
 // Wrappers of the private decoders for the fuzz targets in `fuzz/` only.
+mod fabric;
 #[cfg(feature = "unstable-fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

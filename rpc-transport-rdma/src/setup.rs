@@ -1,6 +1,6 @@
 //! Building an [`RdmaConnection`] on either side of the handshake.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,6 +16,7 @@ use crate::connection::{max_frame, Inner, KeptBytes, RdmaConnection, Sends, Stat
 use crate::counters::Counters;
 use crate::device::Device;
 use crate::driver::{self, READ_WR_BUDGET};
+use crate::fabric::Wanted;
 use crate::handshake::{self, Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
 use crate::pool::LargePool;
 use crate::protocol::session::{Session, SessionConfig};
@@ -34,24 +35,28 @@ pub(crate) struct Prepared {
     pd: Arc<ProtectionDomain>,
 }
 
-fn local_ipv4(stream: &Socket) -> Option<Ipv4Addr> {
-    match stream.local_addr().ok()?.ip() {
-        IpAddr::V4(ip) => Some(ip),
-        IpAddr::V6(ip) => ip.to_ipv4_mapped(),
-    }
+/// The socket's local address (an IPv4-mapped IPv6 address as IPv4).
+fn local_ip(stream: &Socket) -> Option<IpAddr> {
+    Some(stream.local_addr().ok()?.ip().to_canonical())
 }
 
 /// Opens the device that owns the socket's local address (or the configured one) and
 /// prepares a QP with its rings.
 pub(crate) fn prepare(config: &RdmaConfig, stream: &Socket) -> Result<Prepared, String> {
-    prepare_at(config, local_ipv4(stream))
+    prepare_at(config, local_ip(stream))
 }
 
 /// [`prepare`] for a socket whose local address is `local`: blocking verbs calls and
 /// registrations, for `spawn_blocking`.
-fn prepare_at(config: &RdmaConfig, local: Option<Ipv4Addr>) -> Result<Prepared, String> {
+fn prepare_at(config: &RdmaConfig, local: Option<IpAddr>) -> Result<Prepared, String> {
     config.validate()?;
-    let device = Device::get(config.device.as_deref(), local).map_err(|e| e.to_string())?;
+    let wanted = Wanted {
+        device: config.device.as_deref(),
+        port: config.port,
+        gid_index: config.gid_index,
+        local,
+    };
+    let device = Device::get(&wanted).map_err(|e| e.to_string())?;
     // Sends and control messages (one per slot) and READs. Lent buffers are registered
     // in the connection's own PD and lent by their own key (`Access::Lendable`): no
     // work request per loan. (Lending through memory windows would need a bind and an
@@ -171,6 +176,7 @@ impl Connected {
                 regions: Default::default(),
             }),
             peer,
+            route: self.device.context.describe(),
             peer_addr,
             peer_certificates: side.peer_certificates().map(Arc::from),
             max_frame,
@@ -279,8 +285,17 @@ pub(crate) async fn client(
     config: &RdmaConfig,
     mode: Mode,
 ) -> Result<Negotiated, TransportError> {
-    let prepared =
-        prepare(config, &stream).map_err(|e| TransportError::Other(format!("RDMA set-up: {e}")))?;
+    let prepared = match (prepare(config, &stream), mode) {
+        (Ok(prepared), _) => prepared,
+        // Nothing was sent yet: the socket carries TCP from its first byte.
+        (Err(e), Mode::Auto) => {
+            return Ok(Negotiated::Tcp(
+                stream,
+                format!("no usable local RDMA device: {e}"),
+            ));
+        }
+        (Err(e), Mode::Rdma) => return Err(TransportError::Other(format!("RDMA set-up: {e}"))),
+    };
     let work = async {
         stream
             .write_all(&prepared.offer(mode, config).encode(HELLO))
@@ -370,16 +385,19 @@ pub(crate) async fn server(
     }
     // Queue pair, completion queue and ring registrations only now that the offer is
     // valid, on a blocking thread (registration pins pages and can take a while).
-    let (owned, local) = (config.clone(), local_ipv4(&stream));
+    let (owned, local) = (config.clone(), local_ip(&stream));
     let prepared = tokio::task::spawn_blocking(move || prepare_at(&owned, local))
         .await
         .map_err(|e| format!("RDMA set-up task: {e}"))?;
     let prepared = match prepared {
         Ok(p) => p,
         Err(reason) => {
-            handshake::refuse(&mut stream, &format!("no usable RDMA device: {reason}"))
-                .await
-                .map_err(|e| e.to_string())?;
+            handshake::refuse(
+                &mut stream,
+                &format!("the server has no usable RDMA device: {reason}"),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             return Ok(Err(stream));
         }
     };

@@ -7,6 +7,8 @@
 //!
 //! [rdma]
 //! device = "rxe1"             # default: the device owning the socket's local address
+//! port = 1                    # default: the port owning it (docs/fabrics.md)
+//! gid_index = 1               # default: its RoCE v2 GID (InfiniBand: 0)
 //! ring_slots = 64            # the most slots a ring grows to
 //! initial_ring_slots = 4      # slots a ring starts with
 //! slot_size = 8192
@@ -355,6 +357,10 @@ section! {
     RdmaSection, "RPC_RDMA_", rdmarpc_transport_rdma::RdmaConfig, if "rdma" {
         /// See `RdmaConfig::device`.
         device: String => |c, v| c.device = Some(v),
+        /// See `RdmaConfig::port`.
+        port: u8 => |c, v| c.port = Some(v),
+        /// See `RdmaConfig::gid_index`.
+        gid_index: u8 => |c, v| c.gid_index = Some(v),
         /// See `RdmaConfig::ring_slots`.
         ring_slots: u32 => |c, v| c.ring_slots = v,
         /// See `RdmaConfig::initial_ring_slots`.
@@ -587,6 +593,8 @@ mod tests {
             ("RPC_RDMA_POLL_SPIN_US", "500"),
             ("RPC_MAX_MESSAGE_SIZE", "2048"),
             ("RPC_RDMA_DEVICE", "rxe1"),
+            ("RPC_RDMA_PORT", "2"),
+            ("RPC_RDMA_GID_INDEX", "3"),
         ];
         let get = |name: &str| {
             vars.iter()
@@ -599,6 +607,10 @@ mod tests {
         assert_eq!(settings.rdma.poll_spin, Duration::from_micros(500));
         assert_eq!(settings.tcp.max_message_size, 2048);
         assert_eq!(settings.rdma.device.as_deref(), Some("rxe1"));
+        assert_eq!(
+            (settings.rdma.port, settings.rdma.gid_index),
+            (Some(2), Some(3))
+        );
         assert!(
             FileConfig::from_vars(|n| (n == "RPC_RDMA_SLOT_SIZE").then(|| "big".into())).is_err()
         );
@@ -648,7 +660,7 @@ mod tests {
         names.extend(ServerSection::variables());
         names.extend(ClientSection::variables());
         names.extend(GrpcSection::variables());
-        assert_eq!(names.len(), 16 + 4 + 22 + 15 + 9);
+        assert_eq!(names.len(), 18 + 4 + 22 + 15 + 9);
         // Every variable set: numbers to 7, the names to one they take.
         let file = FileConfig::from_vars(|n| {
             names.iter().any(|v| v == n).then(|| match n {
@@ -705,6 +717,8 @@ mod tests {
             file.rdma,
             RdmaSection {
                 device: Some("7".into()),
+                port: Some(7),
+                gid_index: Some(7),
                 ring_slots: Some(7),
                 initial_ring_slots: Some(7),
                 slot_size: Some(7),

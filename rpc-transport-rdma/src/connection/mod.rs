@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     /// Registered memory of received frames the application keeps.
     pub(crate) kept: Arc<KeptBytes>,
     pub(crate) peer: String,
+    /// The local device, port and GID, in words (`Context::describe`).
+    pub(crate) route: String,
     /// The side channel's peer address.
     pub(crate) peer_addr: Option<std::net::SocketAddr>,
     /// The certificate chain the peer presented on the side channel under TLS.
@@ -140,6 +142,13 @@ impl RdmaConnection {
     /// This connection's transport counters.
     pub fn counters(&self) -> RdmaCounters {
         self.inner.counters()
+    }
+
+    /// The local RDMA device, port and GID this connection runs on, in words, e.g.
+    /// `rxe0 port 1 (Ethernet), GID fd00::1 (RoCE v2, index 3)` or
+    /// `mlx5_0 port 1 (InfiniBand, LID 4), GID fe80::88e9:a4ff:ff25:a462 (index 0)`.
+    pub fn route(&self) -> &str {
+        &self.inner.route
     }
 
     /// Largest frame that travels eagerly (by one SEND) on this connection.

@@ -1,99 +1,39 @@
-//! [`Context`]: opening an RDMA device and choosing the GID that owns a local address.
+//! [`Context`]: opening the RDMA device, port and GID a connection uses.
+//!
+//! Every device's ports and GID tables are read into [`DeviceTable`]s (the fabric as
+//! data) and the choice is made on them by [`fabric::select`]; only the chosen device
+//! stays open.
 
 use std::ffi::CStr;
 use std::io;
 use std::mem;
-use std::net::Ipv4Addr;
+use std::net::Ipv6Addr;
 use std::ptr::NonNull;
 
 use rdma_sys::{
     ___ibv_query_port, ibv_close_device, ibv_context, ibv_device, ibv_device_attr,
-    ibv_free_device_list, ibv_get_device_list, ibv_get_device_name, ibv_gid, ibv_mtu,
-    ibv_open_device, ibv_port_attr, ibv_port_state, ibv_query_device, ibv_query_gid,
+    ibv_free_device_list, ibv_get_device_list, ibv_get_device_name, ibv_gid, ibv_open_device,
+    ibv_port_attr, ibv_query_device, ibv_query_gid, ibv_transport_type,
 };
 
 use super::error::{check_ret, Error, Result};
+use crate::fabric::{
+    self, Choice, DeviceTable, Gid, GidKind, LinkLayer, Mtu, Port, PortState, Transport, Wanted,
+};
 
-/// The port used on every device. RoCE NICs and Soft-RoCE expose one port per device.
-pub(crate) const PORT_NUM: u8 = 1;
-
-/// How many GID table entries are scanned per device (rxe has 1024, real NICs 128–256;
-/// the IPv4-mapped entries of the configured addresses come first in practice).
+/// How many GID table entries are scanned per port (rxe has 1024, real NICs 128-256;
+/// the entries of the configured addresses come first in practice).
 const MAX_GID_SCAN: i32 = 256;
 
 /// Where the kernel publishes the type ("IB/RoCE v1" or "RoCE v2") of each GID entry.
 const SYSFS_IB: &str = "/sys/class/infiniband";
 
-/// A path MTU as the verbs encode it (`ibv_mtu`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
-pub(crate) enum Mtu {
-    /// 256 bytes.
-    Mtu256,
-    /// 512 bytes.
-    Mtu512,
-    /// 1024 bytes (Soft-RoCE on a 1500-byte Ethernet link).
-    Mtu1024,
-    /// 2048 bytes.
-    Mtu2048,
-    /// 4096 bytes (RoCE on jumbo frames, InfiniBand).
-    Mtu4096,
-}
+/// `IBV_LINK_LAYER_ETHERNET` of `ibv_port_attr::link_layer` (0, unspecified, and 1 are
+/// InfiniBand).
+const LINK_LAYER_ETHERNET: u8 = 2;
 
-impl Mtu {
-    /// The MTU in bytes.
-    pub(crate) fn bytes(self) -> u32 {
-        128 << self.to_raw()
-    }
-
-    /// The MTU for a byte count, if it is one of the five valid ones.
-    pub(crate) fn from_bytes(bytes: u32) -> Option<Self> {
-        match bytes {
-            256 => Some(Mtu::Mtu256),
-            512 => Some(Mtu::Mtu512),
-            1024 => Some(Mtu::Mtu1024),
-            2048 => Some(Mtu::Mtu2048),
-            4096 => Some(Mtu::Mtu4096),
-            _ => None,
-        }
-    }
-
-    /// The `ibv_mtu` value for `ibv_qp_attr::path_mtu`.
-    pub(crate) fn to_raw(self) -> ibv_mtu::Type {
-        match self {
-            Mtu::Mtu256 => ibv_mtu::IBV_MTU_256,
-            Mtu::Mtu512 => ibv_mtu::IBV_MTU_512,
-            Mtu::Mtu1024 => ibv_mtu::IBV_MTU_1024,
-            Mtu::Mtu2048 => ibv_mtu::IBV_MTU_2048,
-            Mtu::Mtu4096 => ibv_mtu::IBV_MTU_4096,
-        }
-    }
-
-    fn from_raw(raw: ibv_mtu::Type) -> Self {
-        match raw {
-            ibv_mtu::IBV_MTU_256 => Mtu::Mtu256,
-            ibv_mtu::IBV_MTU_512 => Mtu::Mtu512,
-            ibv_mtu::IBV_MTU_2048 => Mtu::Mtu2048,
-            ibv_mtu::IBV_MTU_4096 => Mtu::Mtu4096,
-            // 1024 is what every RoCE port supports; a garbage value falls back to it.
-            _ => Mtu::Mtu1024,
-        }
-    }
-}
-
-/// What this crate needs from `ibv_port_attr` of [`PORT_NUM`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PortInfo {
-    /// The active MTU of the port: the path MTU to use unless the peer's is smaller.
-    pub(crate) active_mtu: Mtu,
-    /// The port's LID (0 on RoCE, where routing uses the GID).
-    pub(crate) lid: u16,
-    /// Whether the port is `IBV_PORT_ACTIVE` (link up).
-    pub(crate) active: bool,
-}
-
-/// An open RDMA device (`ibv_context`) together with the GID index that owns the chosen
-/// local address and the attributes QP set-up needs.
+/// An open RDMA device (`ibv_context`) with the port and GID chosen on it and the device
+/// attributes QP set-up needs.
 ///
 /// Invariant: `ptr` came from `ibv_open_device` and is closed exactly once, in `Drop`;
 /// children ([`ProtectionDomain`](super::ProtectionDomain), [`CompChannel`](super::CompChannel),
@@ -102,14 +42,19 @@ pub(crate) struct PortInfo {
 pub(crate) struct Context {
     ptr: NonNull<ibv_context>,
     name: String,
-    gid_index: u8,
-    gid: [u8; 16],
-    port: PortInfo,
-    /// `max_qp_rd_atom` of the device: outstanding RDMA READs per QP, as target.
+    /// The port and GID connections on this context use.
+    choice: Choice,
+    attrs: DeviceAttrs,
+}
+
+/// What QP and CQ set-up need from `ibv_device_attr`.
+#[derive(Debug, Clone, Copy)]
+struct DeviceAttrs {
+    /// `max_qp_rd_atom`: outstanding RDMA READs per QP, as target.
     max_qp_rd_atom: u8,
-    /// `max_qp_init_rd_atom` of the device: outstanding RDMA READs per QP, as initiator.
+    /// `max_qp_init_rd_atom`: outstanding RDMA READs per QP, as initiator.
     max_qp_init_rd_atom: u8,
-    /// `max_cqe` of the device: entries of one completion queue at most.
+    /// `max_cqe`: entries of one completion queue at most.
     max_cqe: u32,
     /// Completion vectors (interrupt lines) the device offers, at least 1.
     comp_vectors: u32,
@@ -132,166 +77,123 @@ pub fn rdma_available() -> bool {
     DeviceList::get().is_ok()
 }
 
+/// A device opened to read its tables, closed on drop unless kept.
+struct Opened {
+    /// `None` once [`Context::open`] took it.
+    ptr: Option<NonNull<ibv_context>>,
+    table: DeviceTable,
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        if let Some(ptr) = self.ptr.take() {
+            // SAFETY: `ptr` came from ibv_open_device, nothing was created on it, and it
+            // was not taken by a `Context` (which would have set `None`).
+            unsafe { ibv_close_device(ptr.as_ptr()) };
+        }
+    }
+}
+
 impl Context {
-    /// Opens a device and picks the RoCE GID that owns `local_ip`.
-    ///
-    /// - `device_name` given: that device, and on it the GID for `local_ip` (or its first
-    ///   IPv4-mapped GID when `local_ip` is `None`).
-    /// - only `local_ip` given: the first device (in `ibv_get_device_list` order) whose
-    ///   GID table holds `::ffff:local_ip`; this is the device rdma_cm would bind to.
-    /// - neither: the first device and its first IPv4-mapped GID.
-    ///
-    /// Among entries with the same address a RoCE v2 one (routable, UDP-encapsulated) is
-    /// preferred over RoCE v1, judged by `/sys/class/infiniband/DEV/ports/1/gid_attrs/types/N`.
+    /// Opens the device, port and GID [`fabric::select`] chooses for `wanted`: by the
+    /// local address (the RoCE GID that holds it, as rdma_cm would pick; an InfiniBand
+    /// port when no RoCE entry does), within the device, port and GID index named.
     ///
     /// # Errors
     ///
-    /// [`Error::NoDevice`] on a host without RDMA, [`Error::DeviceNotFound`],
-    /// [`Error::NoDeviceForAddress`], [`Error::NoGid`], or [`Error::Verb`] when opening or
-    /// querying the device fails.
-    pub(crate) fn open(device_name: Option<&str>, local_ip: Option<Ipv4Addr>) -> Result<Self> {
+    /// [`Error::NoDevice`] on a host without RDMA, [`Error::NoPath`] naming the missing
+    /// device, port, LID or GID, or [`Error::Verb`] when opening or querying a device
+    /// fails.
+    pub(crate) fn open(wanted: &Wanted<'_>) -> Result<Self> {
         let list = DeviceList::get()?;
-        if let Some(name) = device_name {
-            let dev = list
-                .iter()
-                .find(|&d| device_name_of(d) == name)
-                .ok_or_else(|| Error::DeviceNotFound {
-                    name: name.to_owned(),
-                })?;
-            return Self::open_device(dev, local_ip)?.ok_or_else(|| Error::NoGid {
-                device: name.to_owned(),
-                addr: local_ip,
-            });
-        }
+        let mut opened = Vec::new();
         for dev in list.iter() {
-            if let Some(ctx) = Self::open_device(dev, local_ip)? {
-                return Ok(ctx);
+            let name = device_name_of(dev);
+            if wanted.device.is_some_and(|n| n != name) {
+                continue;
             }
+            opened.push(Self::read(dev, name)?);
         }
-        Err(match local_ip {
-            Some(addr) => Error::NoDeviceForAddress { addr },
-            None => Error::NoGid {
-                device: list.iter().next().map(device_name_of).unwrap_or_default(),
-                addr: None,
+        if opened.is_empty() {
+            // The name was not found: let `select` say so, listing every device.
+            let tables: Vec<DeviceTable> = list
+                .iter()
+                .map(|d| DeviceTable {
+                    name: device_name_of(d),
+                    transport: Transport::Other,
+                    ports: Vec::new(),
+                })
+                .collect();
+            let why = fabric::select(&tables, wanted).err();
+            return Err(why.unwrap_or(fabric::NoPath::NoDevice).into());
+        }
+        let tables: Vec<DeviceTable> = opened.iter().map(|o| o.table.clone()).collect();
+        let choice = fabric::select(&tables, wanted)?;
+        let mut chosen = opened.swap_remove(choice.device);
+        drop(opened);
+        // The context owns the device from here (and closes it on every return).
+        let ptr = chosen
+            .ptr
+            .take()
+            .expect("opened devices hold their context");
+        let mut ctx = Context {
+            ptr,
+            name: mem::take(&mut chosen.table.name),
+            choice: Choice {
+                device: 0,
+                ..choice
             },
-        })
+            attrs: DeviceAttrs {
+                max_qp_rd_atom: 1,
+                max_qp_init_rd_atom: 1,
+                max_cqe: 1,
+                comp_vectors: 1,
+            },
+        };
+        ctx.attrs = query_attrs(ptr)?;
+        tracing::debug!(
+            device = %ctx.name, port = choice.port, link_layer = %choice.link_layer,
+            gid_index = choice.gid.index, gid = %choice.gid.gid, lid = choice.lid,
+            mtu = choice.mtu.bytes(), "opened RDMA device"
+        );
+        Ok(ctx)
     }
 
-    /// Opens `dev`, queries it, and returns it if it has a matching GID (`None` otherwise;
-    /// the context is then closed again by `Drop`).
-    fn open_device(dev: NonNull<ibv_device>, local_ip: Option<Ipv4Addr>) -> Result<Option<Self>> {
-        let name = device_name_of(dev);
+    /// Opens `dev` and reads its ports and GID tables.
+    fn read(dev: NonNull<ibv_device>, name: String) -> Result<Opened> {
         // SAFETY: `dev` is an entry of a live device list (`DeviceList` frees it only when
         // dropped, after this call); ibv_open_device(3) returns NULL + errno on failure.
         let ptr = unsafe { ibv_open_device(dev.as_ptr()) };
         let ptr = NonNull::new(ptr).ok_or_else(|| Error::last_os("ibv_open_device"))?;
-        let mut ctx = Context {
-            ptr,
-            name,
-            gid_index: 0,
-            gid: [0; 16],
-            port: PortInfo {
-                active_mtu: Mtu::Mtu1024,
-                lid: 0,
-                active: false,
-            },
-            max_qp_rd_atom: 1,
-            max_qp_init_rd_atom: 1,
-            max_cqe: 1,
-            comp_vectors: 1,
+        // SAFETY: `dev` is a live list entry; `transport_type` is set by libibverbs when
+        // it lists the device and never changes.
+        let transport = match unsafe { (*dev.as_ptr()).transport_type } {
+            ibv_transport_type::IBV_TRANSPORT_IB => Transport::InfiniBand,
+            ibv_transport_type::IBV_TRANSPORT_IWARP => Transport::Iwarp,
+            _ => Transport::Other,
         };
-        // From here on `ctx`'s Drop closes the device on every early return.
-        ctx.port = ctx.query_port()?;
-        // SAFETY: `ibv_device_attr` is plain C data (integers and a char array): all-zero is
-        // a valid value.
+        let mut opened = Opened {
+            ptr: Some(ptr),
+            table: DeviceTable {
+                name,
+                transport,
+                ports: Vec::new(),
+            },
+        };
+        // From here on `opened`'s Drop closes the device on every early return.
+        // SAFETY: `ibv_device_attr` is plain C data (integers and a char array): all-zero
+        // is a valid value.
         let mut attr: ibv_device_attr = unsafe { mem::zeroed() };
-        // SAFETY: `ctx.ptr` is an open context and `attr` a valid, writable out-parameter
+        // SAFETY: `ptr` is an open context and `attr` a valid, writable out-parameter
         // (ibv_query_device(3)).
         check_ret("ibv_query_device", unsafe {
-            ibv_query_device(ctx.ptr.as_ptr(), &mut attr)
+            ibv_query_device(ptr.as_ptr(), &mut attr)
         })?;
-        ctx.max_qp_rd_atom = attr.max_qp_rd_atom.clamp(1, 16) as u8;
-        ctx.max_qp_init_rd_atom = attr.max_qp_init_rd_atom.clamp(1, 16) as u8;
-        ctx.max_cqe = u32::try_from(attr.max_cqe).unwrap_or(0).max(1);
-        // SAFETY: `ctx.ptr` is an open context; `num_comp_vectors` is set by
-        // ibv_open_device(3) and never changes.
-        let vectors = unsafe { (*ctx.ptr.as_ptr()).num_comp_vectors };
-        ctx.comp_vectors = u32::try_from(vectors).unwrap_or(0).max(1);
-        let Some((index, gid)) = ctx.find_gid(local_ip)? else {
-            return Ok(None);
-        };
-        ctx.gid_index = index;
-        ctx.gid = gid;
-        tracing::debug!(
-            device = %ctx.name, gid_index = index, gid = %Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]),
-            mtu = ctx.port.active_mtu.bytes(), active = ctx.port.active, "opened RDMA device"
-        );
-        if !ctx.port.active {
-            tracing::warn!(device = %ctx.name, "RDMA port {PORT_NUM} is not active");
+        for num in 1..=attr.phys_port_cnt {
+            let port = read_port(ptr, &opened.table.name, num)?;
+            opened.table.ports.push(port);
         }
-        Ok(Some(ctx))
-    }
-
-    /// Queries [`PORT_NUM`]'s attributes (active MTU, LID, state).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Verb`] if `ibv_query_port` fails.
-    pub(crate) fn query_port(&self) -> Result<PortInfo> {
-        // SAFETY: `ibv_port_attr` is plain C data (integers only): all-zero is valid.
-        let mut attr: ibv_port_attr = unsafe { mem::zeroed() };
-        // SAFETY: `self.ptr` is an open context; `attr` is a full-size `ibv_port_attr`, which
-        // is what `___ibv_query_port` (the static-inline ibv_query_port(3) of verbs.h,
-        // re-implemented by rdma-sys) expects, unlike the exported compat symbol.
-        check_ret("ibv_query_port", unsafe {
-            ___ibv_query_port(self.ptr.as_ptr(), PORT_NUM, &mut attr)
-        })?;
-        Ok(PortInfo {
-            active_mtu: Mtu::from_raw(attr.active_mtu),
-            lid: attr.lid,
-            active: attr.state == ibv_port_state::IBV_PORT_ACTIVE,
-        })
-    }
-
-    /// Scans the GID table for `::ffff:local_ip` (or any IPv4-mapped entry when `None`),
-    /// preferring a RoCE v2 entry; returns its index and value.
-    fn find_gid(&self, local_ip: Option<Ipv4Addr>) -> Result<Option<(u8, [u8; 16])>> {
-        let mut best: Option<(u8, [u8; 16], bool)> = None;
-        for index in 0..MAX_GID_SCAN {
-            // SAFETY: `ibv_gid` is a union of a byte array and two u64s: all-zero is valid.
-            let mut gid: ibv_gid = unsafe { mem::zeroed() };
-            // SAFETY: `self.ptr` is an open context and `gid` a writable out-parameter;
-            // ibv_query_gid(3) fails (non-zero) past the end of the table, which ends the scan.
-            if unsafe { ibv_query_gid(self.ptr.as_ptr(), PORT_NUM, index, &mut gid) } != 0 {
-                break;
-            }
-            // SAFETY: every bit pattern of the union is a valid `[u8; 16]`.
-            let raw = unsafe { gid.raw };
-            let Some(addr) = ipv4_of_gid(&raw) else {
-                continue;
-            };
-            if local_ip.is_some_and(|want| want != addr) {
-                continue;
-            }
-            let v2 = self.gid_is_roce_v2(index);
-            if best.is_none_or(|(_, _, best_v2)| v2 && !best_v2) {
-                // `index < MAX_GID_SCAN <= 256`, so it fits in `sgid_index: u8`.
-                best = Some((index as u8, raw, v2));
-            }
-            if v2 {
-                break;
-            }
-        }
-        Ok(best.map(|(index, raw, _)| (index, raw)))
-    }
-
-    /// Whether GID entry `index` is RoCE v2, per sysfs (false when unknown).
-    fn gid_is_roce_v2(&self, index: i32) -> bool {
-        let path = format!(
-            "{SYSFS_IB}/{}/ports/{PORT_NUM}/gid_attrs/types/{index}",
-            self.name
-        );
-        std::fs::read_to_string(path).is_ok_and(|t| t.trim().eq_ignore_ascii_case("RoCE v2"))
+        Ok(opened)
     }
 
     /// The device name, e.g. `rxe0` or `mlx5_0`.
@@ -299,52 +201,135 @@ impl Context {
         &self.name
     }
 
-    /// The GID table index used as `sgid_index` in address vectors.
-    pub(crate) fn gid_index(&self) -> u8 {
-        self.gid_index
+    /// The device, port and GID in words, e.g. `rxe0 port 1 (Ethernet), GID fd00::1 (RoCE
+    /// v2, index 3)` or `mlx5_0 port 1 (InfiniBand, LID 4), GID fe80::... (index 0)`.
+    pub(crate) fn describe(&self) -> String {
+        let c = &self.choice;
+        let link = match c.link_layer {
+            LinkLayer::InfiniBand => format!("InfiniBand, LID {}", c.lid),
+            LinkLayer::Ethernet => "Ethernet".to_owned(),
+        };
+        let kind = match c.gid.kind {
+            GidKind::InfiniBand => "",
+            GidKind::RoceV1 => "RoCE v1, ",
+            GidKind::RoceV2 => "RoCE v2, ",
+        };
+        let gid = fabric::ip_of(c.gid.gid);
+        format!(
+            "{} port {} ({link}), GID {gid} ({kind}index {})",
+            self.name, c.port, c.gid.index
+        )
     }
 
-    /// The chosen GID (`::ffff:a.b.c.d` for RoCE on IPv4), sent to the peer as its `dgid`.
-    pub(crate) fn gid(&self) -> [u8; 16] {
-        self.gid
-    }
-
-    #[cfg(test)]
-    /// The IPv4 address the chosen GID encodes.
-    pub(crate) fn local_ip(&self) -> Option<Ipv4Addr> {
-        ipv4_of_gid(&self.gid)
-    }
-
-    /// Port attributes queried at open time.
-    pub(crate) fn port(&self) -> PortInfo {
-        self.port
+    /// The port and GID chosen: `gid.gid` (`::ffff:a.b.c.d` for RoCE on IPv4) is sent
+    /// to the peer as its `dgid`, `gid.index` is the `sgid_index` of address vectors.
+    pub(crate) fn choice(&self) -> &Choice {
+        &self.choice
     }
 
     /// Outstanding RDMA READs the device accepts per QP as responder (clamped to 1..=16).
     pub(crate) fn max_qp_rd_atom(&self) -> u8 {
-        self.max_qp_rd_atom
+        self.attrs.max_qp_rd_atom
     }
 
     /// Outstanding RDMA READs the device issues per QP as initiator (clamped to 1..=16).
     pub(crate) fn max_qp_init_rd_atom(&self) -> u8 {
-        self.max_qp_init_rd_atom
+        self.attrs.max_qp_init_rd_atom
     }
 
     /// Entries one completion queue may have at most (`max_cqe`).
     pub(crate) fn max_cqe(&self) -> u32 {
-        self.max_cqe
+        self.attrs.max_cqe
     }
 
     /// Completion vectors of the device (at least 1): CQs spread over them spread their
     /// completion interrupts.
     pub(crate) fn comp_vectors(&self) -> u32 {
-        self.comp_vectors
+        self.attrs.comp_vectors
     }
 
     /// The raw context, for the sibling wrappers' verbs calls.
     pub(crate) fn as_ptr(&self) -> *mut ibv_context {
         self.ptr.as_ptr()
     }
+}
+
+/// Reads port `num`'s attributes and GID table.
+fn read_port(ptr: NonNull<ibv_context>, device: &str, num: u8) -> Result<Port> {
+    // SAFETY: `ibv_port_attr` is plain C data (integers only): all-zero is valid.
+    let mut attr: ibv_port_attr = unsafe { mem::zeroed() };
+    // SAFETY: `ptr` is an open context; `attr` is a full-size `ibv_port_attr`, which
+    // is what `___ibv_query_port` (the static-inline ibv_query_port(3) of verbs.h,
+    // re-implemented by rdma-sys) expects, unlike the exported compat symbol.
+    check_ret("ibv_query_port", unsafe {
+        ___ibv_query_port(ptr.as_ptr(), num, &mut attr)
+    })?;
+    let link_layer = if attr.link_layer == LINK_LAYER_ETHERNET {
+        LinkLayer::Ethernet
+    } else {
+        LinkLayer::InfiniBand
+    };
+    let mut gids = Vec::new();
+    for index in 0..attr.gid_tbl_len.min(MAX_GID_SCAN) {
+        // SAFETY: `ibv_gid` is a union of a byte array and two u64s: all-zero is valid.
+        let mut gid: ibv_gid = unsafe { mem::zeroed() };
+        // SAFETY: `ptr` is an open context and `gid` a writable out-parameter;
+        // ibv_query_gid(3) fails (non-zero) past the end of the table, which ends the scan.
+        if unsafe { ibv_query_gid(ptr.as_ptr(), num, index, &mut gid) } != 0 {
+            break;
+        }
+        // SAFETY: every bit pattern of the union is a valid `[u8; 16]`.
+        let raw = Ipv6Addr::from(unsafe { gid.raw });
+        if raw.is_unspecified() {
+            continue; // an empty entry
+        }
+        let kind = match link_layer {
+            LinkLayer::InfiniBand => GidKind::InfiniBand,
+            LinkLayer::Ethernet if gid_is_roce_v2(device, num, index) => GidKind::RoceV2,
+            LinkLayer::Ethernet => GidKind::RoceV1,
+        };
+        // `index < MAX_GID_SCAN = 256`, so it fits (an address vector's `sgid_index`
+        // is a u8: entries past 255 cannot be used anyway).
+        gids.push(Gid {
+            index: index as u8,
+            gid: raw,
+            kind,
+        });
+    }
+    Ok(Port {
+        num,
+        state: PortState::from_raw(attr.state),
+        link_layer,
+        lid: attr.lid,
+        sm_lid: attr.sm_lid,
+        active_mtu: Mtu::from_code(attr.active_mtu),
+        gids,
+    })
+}
+
+/// Whether GID entry `index` of `port` is RoCE v2, per sysfs (false when unknown).
+fn gid_is_roce_v2(device: &str, port: u8, index: i32) -> bool {
+    let path = format!("{SYSFS_IB}/{device}/ports/{port}/gid_attrs/types/{index}");
+    std::fs::read_to_string(path).is_ok_and(|t| t.trim().eq_ignore_ascii_case("RoCE v2"))
+}
+
+/// The attributes of an open device that QP and CQ set-up need.
+fn query_attrs(ptr: NonNull<ibv_context>) -> Result<DeviceAttrs> {
+    // SAFETY: `ibv_device_attr` is plain C data: all-zero is a valid value.
+    let mut attr: ibv_device_attr = unsafe { mem::zeroed() };
+    // SAFETY: `ptr` is an open context and `attr` a valid, writable out-parameter.
+    check_ret("ibv_query_device", unsafe {
+        ibv_query_device(ptr.as_ptr(), &mut attr)
+    })?;
+    // SAFETY: `ptr` is an open context; `num_comp_vectors` is set by
+    // ibv_open_device(3) and never changes.
+    let vectors = unsafe { (*ptr.as_ptr()).num_comp_vectors };
+    Ok(DeviceAttrs {
+        max_qp_rd_atom: attr.max_qp_rd_atom.clamp(1, 16) as u8,
+        max_qp_init_rd_atom: attr.max_qp_init_rd_atom.clamp(1, 16) as u8,
+        max_cqe: u32::try_from(attr.max_cqe).unwrap_or(0).max(1),
+        comp_vectors: u32::try_from(vectors).unwrap_or(0).max(1),
+    })
 }
 
 impl Drop for Context {
@@ -357,12 +342,6 @@ impl Drop for Context {
             tracing::error!(device = %self.name, error = %Error::from_ret("ibv_close_device", ret), "cannot close RDMA device");
         }
     }
-}
-
-/// The address encoded in an IPv4-mapped GID (`::ffff:a.b.c.d`), if it is one.
-fn ipv4_of_gid(raw: &[u8; 16]) -> Option<Ipv4Addr> {
-    let mapped = raw[..10].iter().all(|&b| b == 0) && raw[10] == 0xff && raw[11] == 0xff;
-    mapped.then(|| Ipv4Addr::new(raw[12], raw[13], raw[14], raw[15]))
 }
 
 /// The name of a device of a live device list.

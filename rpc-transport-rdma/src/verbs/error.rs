@@ -1,7 +1,6 @@
 //! The error type of the verbs layer.
 
 use std::io;
-use std::net::Ipv4Addr;
 
 /// Result of a verbs set-up or posting operation.
 pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
@@ -20,26 +19,13 @@ pub(crate) enum Error {
         #[source]
         source: io::Error,
     },
-    /// A device was requested by name and no device has that name.
-    #[error("RDMA device {name:?} not found")]
-    DeviceNotFound {
-        /// The requested device name.
-        name: String,
-    },
-    /// No device owns the given local IPv4 address as a RoCE GID.
-    #[error("no RDMA device has a GID for local address {addr}")]
-    NoDeviceForAddress {
-        /// The local address asked for.
-        addr: Ipv4Addr,
-    },
-    /// The device has no usable (IPv4-mapped) GID, or none for the requested address.
-    #[error("RDMA device {device} has no IPv4-mapped GID{}", addr.map(|a| format!(" for {a}")).unwrap_or_default())]
-    NoGid {
-        /// The device that was searched.
-        device: String,
-        /// The local address asked for, if any.
-        addr: Option<Ipv4Addr>,
-    },
+    /// No device, port or GID is usable for the connection; says which is missing.
+    #[error(transparent)]
+    NoPath(#[from] crate::fabric::NoPath),
+    /// The peer cannot be reached from the chosen port (a LID or GID it cannot route
+    /// to).
+    #[error(transparent)]
+    Path(#[from] crate::fabric::PathError),
     /// A verb failed; `source` holds the errno it reported.
     #[error("{verb} failed: {source}")]
     Verb {

@@ -73,9 +73,10 @@ mod wc;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use crate::fabric::Mtu;
 pub(crate) use async_event::AsyncEvent;
 pub use context::rdma_available;
-pub(crate) use context::{Context, Mtu};
+pub(crate) use context::Context;
 pub(crate) use cq::{register_channel, CompChannel, CompletionQueue};
 pub(crate) use datapath::{wc_buffer, RemoteBuf, SendOptions, MAX_RECV_BATCH};
 pub(crate) use error::{Error, Result};

@@ -11,11 +11,10 @@ use std::sync::Arc;
 #[cfg(test)]
 use rdma_sys::ibv_query_qp;
 use rdma_sys::{
-    ibv_access_flags, ibv_create_qp, ibv_destroy_qp, ibv_gid, ibv_modify_qp, ibv_qp, ibv_qp_attr,
-    ibv_qp_attr_mask, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type,
+    ibv_access_flags, ibv_create_qp, ibv_destroy_qp, ibv_gid, ibv_modify_qp, ibv_mtu, ibv_qp,
+    ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type,
 };
 
-use super::context::{Mtu, PORT_NUM};
 use super::cq::CompletionQueue;
 use super::error::{check_ret, Error, Result};
 use super::pd::ProtectionDomain;
@@ -23,6 +22,7 @@ use super::pd::ProtectionDomain;
 use super::qp_state::QpState;
 use super::qp_state::{Init, QpStage, Reset, Rtr, Rts};
 use super::{DEFAULT_MAX_RECV_WR, DEFAULT_MAX_SEND_WR, MAX_INLINE};
+use crate::fabric::{self, Mtu, Peer};
 
 /// Default local ACK timeout exponent: 4.096 µs × 2^14 ≈ 67 ms before a retransmission.
 pub(crate) const DEFAULT_TIMEOUT: u8 = 14;
@@ -33,8 +33,6 @@ pub(crate) const DEFAULT_RETRY_CNT: u8 = 7;
 pub(crate) const RNR_RETRY: u8 = 0;
 /// The RNR timer this QP advertises in the NAKs it sends (12 = 0.64 ms); unused by design.
 const MIN_RNR_TIMER: u8 = 12;
-/// Hop limit of the GRH (RoCE v2 puts it in the IP TTL).
-const HOP_LIMIT: u8 = 64;
 
 /// RDMA READs this side keeps in flight per QP at most (the initiator depth).
 pub(crate) const MAX_INITIATOR_DEPTH: u8 = 8;
@@ -192,7 +190,7 @@ impl QueuePair<Reset> {
         })
     }
 
-    /// `RESET -> INIT` on [`PORT_NUM`], allowing the peer RDMA READ (never WRITE) of
+    /// `RESET -> INIT` on the context's chosen port, allowing the peer RDMA READ (never WRITE) of
     /// memory regions registered with remote read access.
     ///
     /// # Errors
@@ -203,7 +201,7 @@ impl QueuePair<Reset> {
         let mut attr: ibv_qp_attr = unsafe { mem::zeroed() };
         attr.qp_state = ibv_qp_state::IBV_QPS_INIT;
         attr.pkey_index = 0;
-        attr.port_num = PORT_NUM;
+        attr.port_num = self.inner.pd.context().choice().port;
         attr.qp_access_flags = ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
         let mask = ibv_qp_attr_mask::IBV_QP_STATE
             | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX
@@ -215,34 +213,44 @@ impl QueuePair<Reset> {
 }
 
 impl QueuePair<Init> {
-    /// `INIT -> RTR`: connects to `remote` with a RoCE address vector (GRH with the peer's
-    /// GID, our GID index), path MTU = min(ours, theirs), and as many incoming READs as
-    /// the device allows.
+    /// `INIT -> RTR`: connects to `remote` with the address vector [`fabric::address`]
+    /// gives from the chosen port (by LID on InfiniBand, by GID on RoCE), path MTU =
+    /// min(ours, theirs), and as many incoming READs as the device allows.
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] if `ibv_modify_qp` fails (e.g. unreachable GID); the QP is destroyed.
+    /// [`Error::Path`] if the port cannot route to the peer's LID or GID, [`Error::Verb`]
+    /// if `ibv_modify_qp` fails (e.g. unreachable GID); the QP is destroyed.
     pub(crate) fn into_rtr(self, remote: &QpEndpoint) -> Result<QueuePair<Rtr>> {
         let ctx = self.inner.pd.context();
-        let mtu = remote.mtu.min(ctx.port().active_mtu);
+        let peer = Peer {
+            gid: remote.gid.into(),
+            lid: remote.lid,
+            mtu: remote.mtu,
+        };
+        let av = fabric::address(ctx.choice(), &peer)?;
         // SAFETY: `ibv_qp_attr` is plain C data: all-zero is valid.
         let mut attr: ibv_qp_attr = unsafe { mem::zeroed() };
         attr.qp_state = ibv_qp_state::IBV_QPS_RTR;
-        attr.path_mtu = mtu.to_raw();
+        attr.path_mtu = av.mtu.code() as ibv_mtu::Type;
         attr.dest_qp_num = remote.qp_num;
         attr.rq_psn = remote.psn;
         attr.max_dest_rd_atomic = ctx.max_qp_rd_atom();
         attr.min_rnr_timer = MIN_RNR_TIMER;
-        attr.ah_attr.is_global = 1;
-        attr.ah_attr.dlid = remote.lid;
-        attr.ah_attr.sl = 0;
+        attr.ah_attr.dlid = av.dlid;
+        attr.ah_attr.sl = av.sl;
         attr.ah_attr.src_path_bits = 0;
-        attr.ah_attr.port_num = PORT_NUM;
-        attr.ah_attr.grh.dgid = ibv_gid { raw: remote.gid };
-        attr.ah_attr.grh.sgid_index = ctx.gid_index();
-        attr.ah_attr.grh.hop_limit = HOP_LIMIT;
-        attr.ah_attr.grh.flow_label = 0;
-        attr.ah_attr.grh.traffic_class = 0;
+        attr.ah_attr.port_num = av.port;
+        if let Some(grh) = av.grh {
+            attr.ah_attr.is_global = 1;
+            attr.ah_attr.grh.dgid = ibv_gid {
+                raw: grh.dgid.octets(),
+            };
+            attr.ah_attr.grh.sgid_index = grh.sgid_index;
+            attr.ah_attr.grh.hop_limit = grh.hop_limit;
+            attr.ah_attr.grh.flow_label = 0;
+            attr.ah_attr.grh.traffic_class = 0;
+        }
         let mask = ibv_qp_attr_mask::IBV_QP_STATE
             | ibv_qp_attr_mask::IBV_QP_AV
             | ibv_qp_attr_mask::IBV_QP_PATH_MTU
@@ -252,7 +260,7 @@ impl QueuePair<Init> {
             | ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER;
         self.modify(&mut attr, mask, "ibv_modify_qp(RTR)")?;
         tracing::debug!(
-            qp_num = self.inner.qp_num, dest_qp_num = remote.qp_num, mtu = mtu.bytes(),
+            qp_num = self.inner.qp_num, dest_qp_num = remote.qp_num, mtu = av.mtu.bytes(),
             device = %ctx.name(), "queue pair ready to receive"
         );
         Ok(self.advance())
@@ -300,9 +308,9 @@ impl<S: QpStage> QueuePair<S> {
         QpEndpoint {
             qp_num: self.inner.qp_num,
             psn: self.inner.psn,
-            gid: ctx.gid(),
-            lid: ctx.port().lid,
-            mtu: ctx.port().active_mtu,
+            gid: ctx.choice().gid.gid.octets(),
+            lid: ctx.choice().lid,
+            mtu: ctx.choice().mtu,
         }
     }
 

@@ -13,7 +13,7 @@
 //! not exceeding the credits the other side granted.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -129,11 +129,11 @@ impl RawPeer {
         let mut side = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(err)?;
         side.set_read_timeout(Some(Duration::from_secs(20)))
             .map_err(err)?;
-        let local = match side.local_addr().map_err(err)?.ip() {
-            IpAddr::V4(ip) => ip,
-            IpAddr::V6(ip) => ip.to_ipv4_mapped().ok_or("IPv6 side channel")?,
+        let wanted = crate::fabric::Wanted {
+            local: Some(side.local_addr().map_err(err)?.ip().to_canonical()),
+            ..Default::default()
         };
-        let ctx = Arc::new(Context::open(None, Some(local)).map_err(err)?);
+        let ctx = Arc::new(Context::open(&wanted).map_err(err)?);
         let pd = Arc::new(ProtectionDomain::new(&ctx).map_err(err)?);
         let cq = Arc::new(CompletionQueue::new(&ctx, 1024, None, 0).map_err(err)?);
         let qp = QueuePair::new(&pd, &cq, &cq, &QpConfig::default())

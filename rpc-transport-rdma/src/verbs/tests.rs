@@ -8,7 +8,7 @@
 //! scripts/softroce-vm -- /work/target-rdma/debug/deps/rdmarpc_transport_rdma-HASH verbs:: --nocapture
 //! ```
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,23 @@ use super::*;
 
 const IP_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const IP_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+/// The guest's IPv6 addresses on the same wire (rxe0 and rxe1).
+const IP6_A: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+const IP6_B: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+
+/// [`Context::open`] for `device` (if named) and the local address `ip`.
+fn open_at(device: Option<&str>, ip: Option<IpAddr>) -> Result<Context> {
+    Context::open(&crate::fabric::Wanted {
+        device,
+        local: ip,
+        ..Default::default()
+    })
+}
+
+/// The IP address a context's GID holds.
+fn ip_of(ctx: &Context) -> IpAddr {
+    ctx.choice().gid.gid.to_canonical()
+}
 const MIB: usize = 1 << 20;
 const RING: usize = 64 * 1024;
 const SLOT: usize = 8192;
@@ -28,9 +45,9 @@ fn open_pair_or_skip() -> Option<(Arc<Context>, Arc<Context>)> {
         eprintln!("SKIP: no RDMA device on this host (run scripts/test-rdma-guest)");
         return None;
     }
-    let open = |ip| match Context::open(None, Some(ip)) {
+    let open = |ip: Ipv4Addr| match open_at(None, Some(ip.into())) {
         Ok(ctx) => Some(Arc::new(ctx)),
-        Err(Error::NoDeviceForAddress { .. }) => {
+        Err(Error::NoPath(_)) => {
             eprintln!("SKIP: RDMA present but no device owns {ip} (not the softroce-vm guest)");
             None
         }
@@ -82,15 +99,15 @@ fn wait_readable(channel: &CompChannel) {
 fn probe_and_open_without_device_are_errors_not_panics() {
     if rdma_available() {
         eprintln!("RDMA devices present; checking that open works instead");
-        Context::open(None, None).expect("open first device");
+        open_at(None, None).expect("open first device");
         return;
     }
-    match Context::open(None, None) {
+    match open_at(None, None) {
         Err(Error::NoDevice { source }) => eprintln!("host without RDMA: NoDevice ({source})"),
         other => panic!("expected NoDevice, got {other:?}"),
     }
     assert!(matches!(
-        Context::open(Some("rxe0"), Some(IP_A)),
+        open_at(Some("rxe0"), Some(IP_A.into())),
         Err(Error::NoDevice { .. })
     ));
 }
@@ -102,34 +119,52 @@ fn open_picks_the_device_that_owns_the_address() {
     };
     assert_eq!(a.name(), "rxe0");
     assert_eq!(b.name(), "rxe1");
-    assert_eq!(a.local_ip(), Some(IP_A));
-    assert_eq!(b.local_ip(), Some(IP_B));
-    assert_eq!(&a.gid()[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
-    let port = a.port();
-    assert!(port.active, "rxe0 port not active");
+    assert_eq!(ip_of(&a), IpAddr::V4(IP_A));
+    assert_eq!(ip_of(&b), IpAddr::V4(IP_B));
+    let choice = *a.choice();
+    assert_eq!((choice.port, choice.lid), (1, 0));
+    assert_eq!(choice.gid.kind, crate::fabric::GidKind::RoceV2);
     eprintln!(
-        "rxe0: gid_index {} mtu {} lid {}; rxe1: gid_index {}",
-        a.gid_index(),
-        port.active_mtu.bytes(),
-        port.lid,
-        b.gid_index()
+        "rxe0: gid_index {} mtu {}; rxe1: gid_index {}",
+        choice.gid.index,
+        choice.mtu.bytes(),
+        b.choice().gid.index
     );
+    // The same wire's IPv6 addresses, by their own RoCE v2 entries.
+    for (ip, name) in [(IP6_A, "rxe0"), (IP6_B, "rxe1")] {
+        let ctx = open_at(None, Some(ip.into())).expect("open by IPv6 address");
+        assert_eq!((ctx.name(), ip_of(&ctx)), (name, IpAddr::V6(ip)));
+    }
     // An explicit device name overrides the address-based choice...
-    let named = Context::open(Some("rxe1"), None).expect("open rxe1 by name");
-    assert_eq!((named.name(), named.local_ip()), ("rxe1", Some(IP_B)));
-    // ...but it must own the address if one is given.
-    assert!(matches!(
-        Context::open(Some("rxe1"), Some(IP_A)),
-        Err(Error::NoGid { .. })
-    ));
-    assert!(matches!(
-        Context::open(Some("nosuchdev"), None),
-        Err(Error::DeviceNotFound { .. })
-    ));
-    assert!(matches!(
-        Context::open(None, Some(Ipv4Addr::new(192, 0, 2, 1))),
-        Err(Error::NoDeviceForAddress { .. })
-    ));
+    let named = open_at(Some("rxe1"), None).expect("open rxe1 by name");
+    assert_eq!(named.name(), "rxe1");
+    // ...but it must own the address if one is given; each error names what is missing.
+    let err = open_at(Some("rxe1"), Some(IP_A.into())).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "port 1 of rxe1 has no RoCE GID for 10.77.0.1"
+    );
+    let err = open_at(Some("nosuchdev"), None).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("RDMA device \"nosuchdev\" not found (this host has rxe0, rxe1"),
+        "{err}"
+    );
+    let err = open_at(None, Some(Ipv4Addr::new(192, 0, 2, 1).into())).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("port 1 of rxe0 has no RoCE GID for 192.0.2.1"),
+        "{err}"
+    );
+    let named_port = Context::open(&crate::fabric::Wanted {
+        device: Some("rxe0"),
+        port: Some(2),
+        ..Default::default()
+    });
+    assert_eq!(
+        named_port.unwrap_err().to_string(),
+        "RDMA device rxe0 has no port 2 (it has 1)"
+    );
 }
 
 /// One side of the connection: device, PD, CQ (with channel), rings, a large buffer.
@@ -192,7 +227,7 @@ fn send_recv_and_rdma_read_between_rxe0_and_rxe1() {
     post_ring(&qa, &a);
     post_ring(&qb, &b);
     let (ep_a, ep_b) = (qa.endpoint(), qb.endpoint());
-    assert_eq!(ep_a.gid, ctx_a.gid());
+    assert_eq!(ep_a.gid, ctx_a.choice().gid.gid.octets());
     let qa = qa
         .into_rtr(&ep_b)
         .expect("A RTR")

@@ -11,8 +11,9 @@ use super::{no_rdma, rdma, rdma_available, AnyConnection, TransportSettings};
 /// Connects to `endpoint`:
 /// - `tcp://`: TCP.
 /// - `rdma://`: RDMA, or an error naming why not (no local device, server without RDMA).
-/// - `auto://`: RDMA when both ends have a device, otherwise TCP over the same socket;
-///   logs one line saying which (at `info`, target `rdmarpc_transport`).
+/// - `auto://`: RDMA when both ends have a usable device, otherwise TCP over the same
+///   socket; says which and why (the device, port and GID, or what is missing) at `info`
+///   once per endpoint and again when the choice changes (target `rdmarpc_transport`).
 /// - `grpc://`, `grpcs://`: HTTP/2 to a gRPC server (any implementation), over TLS with
 ///   ALPN `h2` for `grpcs://`.
 ///
@@ -67,7 +68,7 @@ pub async fn connect(
             )?))
         }
         TransportKind::Auto if !rdma_available() => {
-            tracing::info!(%endpoint, "auto: no local RDMA device, using TCP");
+            super::choice::log(endpoint, "no local RDMA device, using TCP");
             return Ok(AnyConnection::Tcp(TcpConnection::from_stream(
                 socket,
                 &settings.tcp,

@@ -11,6 +11,7 @@ use rdmarpc_transport_tcp::TcpConnection;
 
 use crate::bufs::{MessageBuf, RecvBuf, SendBuf};
 
+mod choice;
 mod connect;
 mod listener;
 mod settings;

@@ -16,12 +16,12 @@ pub(super) async fn connect(
     match handshake_client(socket, &settings.rdma, fallback).await? {
         Negotiated::Rdma(conn) => {
             if fallback {
-                tracing::info!(%endpoint, "auto: using RDMA");
+                super::choice::log(endpoint, &format!("using RDMA on {}", conn.route()));
             }
             Ok(AnyConnection::Rdma(conn))
         }
         Negotiated::Tcp(socket, reason) => {
-            tracing::info!(%endpoint, "auto: using TCP ({reason})");
+            super::choice::log(endpoint, &format!("using TCP ({reason})"));
             Ok(AnyConnection::Tcp(TcpConnection::from_stream(
                 socket,
                 &settings.tcp,
