@@ -46,11 +46,17 @@ pub(crate) fn parse(text: &str) -> Vec<DeviceTable> {
             }
         }
     }
-    // The GID types are known once the link layer is (it may follow the GIDs).
-    for port in devices.iter_mut().flat_map(|d| d.ports.iter_mut()) {
-        if port.link_layer == LinkLayer::InfiniBand {
+    // The GID types are known once the link layer and transport are (they may follow
+    // the GIDs).
+    for device in &mut devices {
+        let iwarp = device.transport == Transport::Iwarp;
+        for port in &mut device.ports {
             for gid in &mut port.gids {
-                gid.kind = GidKind::InfiniBand;
+                if iwarp {
+                    gid.kind = GidKind::Iwarp;
+                } else if port.link_layer == LinkLayer::InfiniBand {
+                    gid.kind = GidKind::InfiniBand;
+                }
             }
         }
     }

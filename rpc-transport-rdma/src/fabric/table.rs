@@ -140,6 +140,9 @@ pub(crate) enum GidKind {
     RoceV1,
     /// RoCE v2: UDP/IP, routable; preferred when both exist for an address.
     RoceV2,
+    /// An iWARP device's GID (from its MAC address): no IP address; iWARP connections
+    /// are addressed by IP through rdma_cm.
+    Iwarp,
 }
 
 /// One entry of a port's GID table.
@@ -158,7 +161,7 @@ impl Gid {
     /// for an InfiniBand GID, which names a port, not an address.
     pub(crate) fn ip(&self) -> Option<IpAddr> {
         match self.kind {
-            GidKind::InfiniBand => None,
+            GidKind::InfiniBand | GidKind::Iwarp => None,
             GidKind::RoceV1 | GidKind::RoceV2 => Some(ip_of(self.gid)),
         }
     }

@@ -41,6 +41,9 @@ const LINK_LAYER_ETHERNET: u8 = 2;
 #[derive(Debug)]
 pub(crate) struct Context {
     ptr: NonNull<ibv_context>,
+    /// Whether `Drop` closes it (`false` for librdmacm's contexts, which it keeps open
+    /// for the process).
+    owned: bool,
     name: String,
     /// The port and GID connections on this context use.
     choice: Choice,
@@ -138,6 +141,7 @@ impl Context {
             .expect("opened devices hold their context");
         let mut ctx = Context {
             ptr,
+            owned: true,
             name: mem::take(&mut chosen.table.name),
             choice: Choice {
                 device: 0,
@@ -156,6 +160,63 @@ impl Context {
             gid_index = choice.gid.index, gid = %choice.gid.gid, lid = choice.lid,
             mtu = choice.mtu.bytes(), "opened RDMA device"
         );
+        Ok(ctx)
+    }
+
+    /// The context librdmacm opened for an id bound to `port` of its device, whose route
+    /// starts from GID `sgid`: not closed by this value.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] when the device cannot be queried; [`Error::NoPath`] when it has
+    /// no such port.
+    pub(super) fn borrowed(ptr: NonNull<ibv_context>, port: u8, sgid: [u8; 16]) -> Result<Self> {
+        // SAFETY: `ptr` is a context librdmacm keeps open; its `device` is set at open and
+        // never changes.
+        let dev = NonNull::new(unsafe { (*ptr.as_ptr()).device })
+            .ok_or_else(|| Error::last_os("rdma_cm id without a device"))?;
+        let name = device_name_of(dev);
+        let mut ctx = Context {
+            ptr,
+            owned: false,
+            name: name.clone(),
+            choice: Choice {
+                device: 0,
+                port,
+                link_layer: LinkLayer::Ethernet,
+                lid: 0,
+                mtu: Mtu::Mtu1024,
+                gid: Gid {
+                    index: 0,
+                    gid: Ipv6Addr::from(sgid),
+                    kind: GidKind::RoceV2,
+                },
+            },
+            attrs: query_attrs(ptr)?,
+        };
+        let mut table = read_port(ptr, &name, port)?;
+        // SAFETY: `dev` is the context's device, alive as long as the context.
+        if unsafe { (*dev.as_ptr()).transport_type } == ibv_transport_type::IBV_TRANSPORT_IWARP {
+            for gid in &mut table.gids {
+                gid.kind = GidKind::Iwarp;
+            }
+        }
+        let sgid = Ipv6Addr::from(sgid);
+        // The route's source GID on that port; iWARP's GID (a MAC) may not be listed.
+        let gid = table
+            .gids
+            .iter()
+            .find(|g| g.gid == sgid)
+            .or(table.gids.first())
+            .copied()
+            .unwrap_or(ctx.choice.gid);
+        ctx.choice = Choice {
+            device: 0,
+            port,
+            link_layer: table.link_layer,
+            lid: table.lid,
+            mtu: table.active_mtu,
+            gid,
+        };
         Ok(ctx)
     }
 
@@ -211,6 +272,7 @@ impl Context {
         };
         let kind = match c.gid.kind {
             GidKind::InfiniBand => "",
+            GidKind::Iwarp => "iWARP, ",
             GidKind::RoceV1 => "RoCE v1, ",
             GidKind::RoceV2 => "RoCE v2, ",
         };
@@ -334,6 +396,9 @@ fn query_attrs(ptr: NonNull<ibv_context>) -> Result<DeviceAttrs> {
 
 impl Drop for Context {
     fn drop(&mut self) {
+        if !self.owned {
+            return; // librdmacm's, open for the process
+        }
         // SAFETY: `ptr` came from ibv_open_device and is closed only here; every child
         // object holds an `Arc<Context>`, so none is left when this runs (ibv_close_device(3)
         // requires all resources of the context to be released first).

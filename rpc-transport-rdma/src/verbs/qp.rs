@@ -96,7 +96,7 @@ pub(super) struct QpInner {
     pub(super) psn: u32,
     /// Inline bytes granted by the provider.
     pub(super) max_inline: u32,
-    timeout: u8,
+    pub(super) timeout: u8,
     retry_cnt: u8,
     pub(super) pd: Arc<ProtectionDomain>,
     /// Held, never read: the QP's CQs must outlive it (libibverbs' destruction order).
@@ -387,13 +387,24 @@ impl<S: QpStage> QueuePair<S> {
         mask: ibv_qp_attr_mask,
         verb: &'static str,
     ) -> Result<()> {
+        self.modify_raw(attr, mask.0 as i32, verb)
+    }
+
+    /// `ibv_modify_qp` with a raw mask (as rdma_cm computes it).
+    pub(super) fn modify_raw(
+        &self,
+        attr: &mut ibv_qp_attr,
+        mask: i32,
+        verb: &'static str,
+    ) -> Result<()> {
         // SAFETY: `ptr` is a live QP; `attr` is valid for the duration of the call and
-        // `mask` names exactly the fields set by the caller, per ibv_modify_qp(3).
-        let ret = unsafe { ibv_modify_qp(self.inner.ptr.as_ptr(), attr, mask.0 as i32) };
+        // `mask` names exactly the fields set (by the caller or rdma_init_qp_attr(3)),
+        // per ibv_modify_qp(3).
+        let ret = unsafe { ibv_modify_qp(self.inner.ptr.as_ptr(), attr, mask) };
         check_ret(verb, ret)
     }
 
-    fn advance<T: QpStage>(self) -> QueuePair<T> {
+    pub(super) fn advance<T: QpStage>(self) -> QueuePair<T> {
         QueuePair {
             inner: self.inner,
             _stage: PhantomData,

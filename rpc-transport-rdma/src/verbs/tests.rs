@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
+mod cm;
+
 const IP_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const IP_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 /// The guest's IPv6 addresses on the same wire (rxe0 and rxe1).

@@ -1,0 +1,583 @@
+//! rdma_cm (librdmacm): connecting queue pairs on every fabric.
+//!
+//! An [`EventChannel`] delivers the events of its [`CmId`]s; a `CmId` resolves an IP
+//! address to a device, port and route (ARP or neighbour discovery on RoCE and iWARP,
+//! IPoIB and the subnet manager's path records on InfiniBand), listens, connects,
+//! accepts or rejects, carrying private data in the connect request. The queue pairs
+//! themselves are created by hand on the id's device ([`CmId::context`]) and moved through
+//! their states with the attributes `rdma_init_qp_attr` computes ([`QueuePair::cm_init`],
+//! ...); on iWARP the kernel's connection manager moves the client's queue pair itself
+//! (MPA), and the client sees `Established` where InfiniBand and RoCE show
+//! `ConnectResponse` (measured: probes/rdma-cm/README.md).
+
+use std::ffi::CStr;
+use std::io;
+use std::mem;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdma_sys::{
+    ibv_access_flags, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state, rdma_accept, rdma_ack_cm_event,
+    rdma_bind_addr, rdma_cm_event, rdma_cm_event_type, rdma_cm_id, rdma_conn_param, rdma_connect,
+    rdma_create_event_channel, rdma_create_id, rdma_destroy_event_channel, rdma_destroy_id,
+    rdma_disconnect, rdma_establish, rdma_event_channel, rdma_event_str, rdma_get_cm_event,
+    rdma_get_src_port, rdma_init_qp_attr, rdma_listen, rdma_port_space, rdma_reject,
+    rdma_resolve_addr, rdma_resolve_route,
+};
+
+use super::context::Context;
+use super::error::{check_ret, Error, Result};
+use super::qp::{QueuePair, RNR_RETRY};
+use super::qp_state::{Init, QpStage, Reset, Rtr, Rts};
+
+/// Private data of a connect request at most: what every fabric carries (InfiniBand's
+/// REQ holds 92 bytes, iWARP's MPA request 512 less rdma_cm's own header; RoCE pads to
+/// 56). rdma_cm's own limit on InfiniBand and RoCE is 56.
+pub(crate) const MAX_PRIVATE_DATA: usize = 56;
+
+/// An rdma_cm event channel: the events of its ids, read by one thread at a time.
+///
+/// Invariant: `ptr` came from `rdma_create_event_channel` and is destroyed once, in
+/// `Drop`, after every id on it (each holds an `Arc` of it).
+#[derive(Debug)]
+pub(crate) struct EventChannel {
+    ptr: NonNull<rdma_event_channel>,
+}
+
+// SAFETY: an event channel is a file descriptor with librdmacm's bookkeeping; librdmacm
+// serialises its id lists with its own mutex, and reading events from one thread while
+// ids are created or destroyed on others is what its man pages describe.
+unsafe impl Send for EventChannel {}
+// SAFETY: see `Send`.
+unsafe impl Sync for EventChannel {}
+
+impl EventChannel {
+    /// A new event channel, its descriptor non-blocking (events are waited for with
+    /// [`EventChannel::next`]'s timeout).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if librdmacm cannot open `/dev/infiniband/rdma_cm`.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        // SAFETY: rdma_create_event_channel(3) takes no arguments and returns NULL with
+        // errno set on failure.
+        let ptr = unsafe { rdma_create_event_channel() };
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::last_os("rdma_create_event_channel"))?;
+        let channel = Arc::new(EventChannel { ptr });
+        let fd = channel.fd();
+        // SAFETY: `fd` is the channel's open descriptor; F_GETFL/F_SETFL only change its
+        // status flags.
+        let ok = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+        };
+        if !ok {
+            return Err(Error::last_os("fcntl(rdma_cm channel, O_NONBLOCK)"));
+        }
+        Ok(channel)
+    }
+
+    /// The channel's file descriptor (readable when an event is pending).
+    pub(crate) fn fd(&self) -> RawFd {
+        // SAFETY: `ptr` is a live channel; `fd` is set at creation and never changes.
+        unsafe { (*self.ptr.as_ptr()).fd }
+    }
+
+    /// The next event, waiting at most `timeout`; `None` when none came in time. The
+    /// event is acknowledged before it is returned (its data copied out).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if polling or `rdma_get_cm_event` fails.
+    pub(crate) fn next(self: &Arc<Self>, timeout: Duration) -> Result<Option<CmEvent>> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `pfd` is one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                return Ok(None);
+            }
+            return Err(Error::Verb {
+                verb: "poll(rdma_cm channel)",
+                source: err,
+            });
+        }
+        let mut event: *mut rdma_cm_event = ptr::null_mut();
+        // SAFETY: `ptr` is a live channel and `event` a valid out-parameter; on a
+        // non-blocking channel rdma_get_cm_event(3) fails with EAGAIN when none is pending.
+        if unsafe { rdma_get_cm_event(self.ptr.as_ptr(), &mut event) } != 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::WouldBlock {
+                return Ok(None);
+            }
+            return Err(Error::Verb {
+                verb: "rdma_get_cm_event",
+                source: err,
+            });
+        }
+        // SAFETY: on success `event` points to an event owned by librdmacm until it is
+        // acknowledged below; every field read here is plain data or a pointer copied out.
+        let (kind, status, id, listen_id, data) = unsafe {
+            let e = &*event;
+            let conn = &e.param.conn;
+            let data = if conn.private_data.is_null() {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(
+                    conn.private_data.cast::<u8>(),
+                    usize::from(conn.private_data_len),
+                )
+                .to_vec()
+            };
+            (e.event, e.status, e.id, e.listen_id, data)
+        };
+        // SAFETY: `event` came from rdma_get_cm_event and is acknowledged once; for a
+        // connect request the new id stays ours after that (rdma_ack_cm_event(3)).
+        unsafe { rdma_ack_cm_event(event) };
+        let kind = CmEventKind::from_raw(kind);
+        let request = match (kind, NonNull::new(id)) {
+            (CmEventKind::ConnectRequest, Some(new)) => Some(CmId {
+                ptr: new,
+                channel: self.clone(),
+            }),
+            _ => None,
+        };
+        Ok(Some(CmEvent {
+            kind,
+            status,
+            id: if request.is_some() { listen_id } else { id } as usize,
+            request,
+            private_data: data,
+        }))
+    }
+}
+
+impl Drop for EventChannel {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from rdma_create_event_channel and is destroyed only here;
+        // every id on it holds an `Arc` of it, so none is left (rdma_destroy_event_channel(3)).
+        unsafe { rdma_destroy_event_channel(self.ptr.as_ptr()) };
+    }
+}
+
+/// The kind of an rdma_cm event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CmEventKind {
+    /// `rdma_resolve_addr` found the local device.
+    AddrResolved,
+    /// Address resolution failed.
+    AddrError,
+    /// `rdma_resolve_route` found the path.
+    RouteResolved,
+    /// Route resolution failed.
+    RouteError,
+    /// A listener got a connect request (a new id comes with it).
+    ConnectRequest,
+    /// The client's request was answered (InfiniBand, RoCE): move the QP and establish.
+    ConnectResponse,
+    /// The connection is up.
+    Established,
+    /// The peer rejected the request.
+    Rejected,
+    /// No answer, or the peer is unreachable.
+    Unreachable,
+    /// A connection error.
+    ConnectError,
+    /// The connection was closed.
+    Disconnected,
+    /// The device went away.
+    DeviceRemoval,
+    /// Any other event, by its number.
+    Other(u32),
+}
+
+impl CmEventKind {
+    fn from_raw(raw: rdma_cm_event_type::Type) -> Self {
+        use rdma_cm_event_type as t;
+        match raw {
+            t::RDMA_CM_EVENT_ADDR_RESOLVED => CmEventKind::AddrResolved,
+            t::RDMA_CM_EVENT_ADDR_ERROR => CmEventKind::AddrError,
+            t::RDMA_CM_EVENT_ROUTE_RESOLVED => CmEventKind::RouteResolved,
+            t::RDMA_CM_EVENT_ROUTE_ERROR => CmEventKind::RouteError,
+            t::RDMA_CM_EVENT_CONNECT_REQUEST => CmEventKind::ConnectRequest,
+            t::RDMA_CM_EVENT_CONNECT_RESPONSE => CmEventKind::ConnectResponse,
+            t::RDMA_CM_EVENT_ESTABLISHED => CmEventKind::Established,
+            t::RDMA_CM_EVENT_REJECTED => CmEventKind::Rejected,
+            t::RDMA_CM_EVENT_UNREACHABLE => CmEventKind::Unreachable,
+            t::RDMA_CM_EVENT_CONNECT_ERROR => CmEventKind::ConnectError,
+            t::RDMA_CM_EVENT_DISCONNECTED => CmEventKind::Disconnected,
+            t::RDMA_CM_EVENT_DEVICE_REMOVAL => CmEventKind::DeviceRemoval,
+            other => CmEventKind::Other(other),
+        }
+    }
+}
+
+impl std::fmt::Display for CmEventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CmEventKind::Other(n) => {
+                // SAFETY: rdma_event_str(3) returns a static string for any value.
+                let name = unsafe { CStr::from_ptr(rdma_event_str(*n)) };
+                f.write_str(&name.to_string_lossy())
+            }
+            known => write!(f, "{known:?}"),
+        }
+    }
+}
+
+/// One rdma_cm event, acknowledged, its data copied out.
+#[derive(Debug)]
+pub(crate) struct CmEvent {
+    /// What happened.
+    pub(crate) kind: CmEventKind,
+    /// The event's status (an errno, negative, or a fabric's reject reason).
+    pub(crate) status: i32,
+    /// The id it is about, by address ([`CmId::key`]); for a connect request, the
+    /// listener's.
+    pub(crate) id: usize,
+    /// For a connect request: the new connection's id, to accept or reject.
+    pub(crate) request: Option<CmId>,
+    /// The private data of a connect request, response or reject.
+    pub(crate) private_data: Vec<u8>,
+}
+
+/// What a connect or accept asks of the connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnParam<'a> {
+    /// Private data (at most [`MAX_PRIVATE_DATA`] bytes).
+    pub(crate) private_data: &'a [u8],
+    /// The local queue pair.
+    pub(crate) qp_num: u32,
+    /// RDMA READs the peer may have in flight against this side.
+    pub(crate) responder_resources: u8,
+    /// RDMA READs this side may have in flight.
+    pub(crate) initiator_depth: u8,
+    /// Transport retries (0..=7).
+    pub(crate) retry_count: u8,
+}
+
+/// An rdma_cm identifier (`rdma_cm_id`), the handle of one listener or connection.
+///
+/// Invariant: `ptr` is destroyed once, in `Drop`, before its channel (held by `Arc`);
+/// queue pairs created on its device are destroyed by their owners before it is (they
+/// hold an `Arc<Context>` of the device, which librdmacm keeps open for the process).
+#[derive(Debug)]
+pub(crate) struct CmId {
+    ptr: NonNull<rdma_cm_id>,
+    /// Held, never read: the channel must outlive its ids (rdma_destroy_event_channel(3)).
+    #[allow(dead_code, reason = "held for the destruction order, never read")]
+    channel: Arc<EventChannel>,
+}
+
+// SAFETY: librdmacm's calls on an id are thread-safe (its own mutexes guard the id's
+// state); the id is used by one owner at a time here.
+unsafe impl Send for CmId {}
+// SAFETY: see `Send`: `&self` methods only call librdmacm.
+unsafe impl Sync for CmId {}
+
+/// A socket address as the C `sockaddr_storage` rdma_cm takes.
+fn sockaddr(addr: SocketAddr) -> libc::sockaddr_storage {
+    // SAFETY: `sockaddr_storage` is plain C data: all-zero is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: `sockaddr_storage` is large and aligned enough for `sockaddr_in`.
+            let sin = unsafe { &mut *ptr::addr_of_mut!(ss).cast::<libc::sockaddr_in>() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: as above, for `sockaddr_in6`.
+            let sin6 = unsafe { &mut *ptr::addr_of_mut!(ss).cast::<libc::sockaddr_in6>() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_scope_id = a.scope_id();
+        }
+    }
+    ss
+}
+
+impl CmId {
+    /// A new id on `channel` for reliable connections (`RDMA_PS_TCP`).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if `rdma_create_id` fails.
+    pub(crate) fn new(channel: &Arc<EventChannel>) -> Result<Self> {
+        let mut id: *mut rdma_cm_id = ptr::null_mut();
+        // SAFETY: `channel` is live and `id` a valid out-parameter; rdma_create_id(3)
+        // returns non-zero with errno set on failure.
+        let ret = unsafe {
+            rdma_create_id(
+                channel.ptr.as_ptr(),
+                &mut id,
+                ptr::null_mut(),
+                rdma_port_space::RDMA_PS_TCP,
+            )
+        };
+        if ret != 0 {
+            return Err(Error::last_os("rdma_create_id"));
+        }
+        let ptr = NonNull::new(id).ok_or_else(|| Error::last_os("rdma_create_id"))?;
+        Ok(CmId {
+            ptr,
+            channel: channel.clone(),
+        })
+    }
+
+    /// The id's address, as events name it ([`CmEvent::id`]).
+    pub(crate) fn key(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Binds to `addr` (port 0: any free port) and listens.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if binding (e.g. no RDMA device has the address) or listening fails.
+    pub(crate) fn listen(&self, addr: SocketAddr, backlog: i32) -> Result<()> {
+        let mut ss = sockaddr(addr);
+        // SAFETY: `ptr` is a live id; `ss` is a valid socket address for the call.
+        let ret = unsafe { rdma_bind_addr(self.ptr.as_ptr(), ptr::addr_of_mut!(ss).cast()) };
+        if ret != 0 {
+            return Err(Error::last_os("rdma_bind_addr"));
+        }
+        // SAFETY: `ptr` is a live, bound id.
+        if unsafe { rdma_listen(self.ptr.as_ptr(), backlog) } != 0 {
+            return Err(Error::last_os("rdma_listen"));
+        }
+        Ok(())
+    }
+
+    /// The local port (after [`CmId::listen`], the one chosen for port 0).
+    pub(crate) fn local_port(&self) -> u16 {
+        // SAFETY: `ptr` is a live id; rdma_get_src_port(3) reads its bound address.
+        u16::from_be(unsafe { rdma_get_src_port(self.ptr.as_ptr()) })
+    }
+
+    /// Starts resolving `dst` from `src` (the local address, or any): an
+    /// `AddrResolved` or `AddrError` event follows within `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if the request cannot be made.
+    pub(crate) fn resolve_addr(
+        &self,
+        src: Option<IpAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<()> {
+        let mut src = src.map(|ip| sockaddr(SocketAddr::new(ip, 0)));
+        let src_ptr = src
+            .as_mut()
+            .map_or(ptr::null_mut(), |s| ptr::addr_of_mut!(*s).cast());
+        let mut dst = sockaddr(dst);
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `ptr` is a live id; both addresses are valid (or NULL for src) during
+        // the call, which copies them.
+        let ret = unsafe {
+            rdma_resolve_addr(
+                self.ptr.as_ptr(),
+                src_ptr,
+                ptr::addr_of_mut!(dst).cast(),
+                ms,
+            )
+        };
+        if ret != 0 {
+            return Err(Error::last_os("rdma_resolve_addr"));
+        }
+        Ok(())
+    }
+
+    /// Starts resolving the route to the resolved address: a `RouteResolved` or
+    /// `RouteError` event follows within `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if the request cannot be made.
+    pub(crate) fn resolve_route(&self, timeout: Duration) -> Result<()> {
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `ptr` is a live id whose address was resolved.
+        check_ret("rdma_resolve_route", unsafe {
+            rdma_resolve_route(self.ptr.as_ptr(), ms)
+        })
+    }
+
+    /// The device and port the id is bound to (after address resolution, or on a
+    /// connect request), and the GID its route starts from: a [`Context`] that does not
+    /// own the device (librdmacm keeps it open for the process).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] before the id has a device; [`Error::NoPath`] or
+    /// [`Error::Verb`] when its port cannot be read.
+    pub(crate) fn context(&self) -> Result<Context> {
+        // SAFETY: `ptr` is a live id; `verbs`, `port_num` and the route's source GID are
+        // set by librdmacm once the id is bound to a device and not changed while it is.
+        let (verbs, port, sgid) = unsafe {
+            let id = &*self.ptr.as_ptr();
+            (id.verbs, id.port_num, id.route.addr.addr.ibaddr.sgid.raw)
+        };
+        let verbs = NonNull::new(verbs).ok_or(Error::Unsupported {
+            what: "an rdma_cm id without a device",
+        })?;
+        Context::borrowed(verbs, port, sgid)
+    }
+
+    /// Sends a connect request (the client).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if `rdma_connect` fails.
+    pub(crate) fn connect(&self, param: &ConnParam<'_>) -> Result<()> {
+        let mut raw = conn_param(param);
+        // SAFETY: `ptr` is a live id with a resolved route; `raw` and the private data it
+        // points to are valid during the call, which copies them.
+        check_ret("rdma_connect", unsafe {
+            rdma_connect(self.ptr.as_ptr(), &mut raw)
+        })
+    }
+
+    /// Accepts a connect request (the server), whose queue pair is ready to receive.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if `rdma_accept` fails.
+    pub(crate) fn accept(&self, param: &ConnParam<'_>) -> Result<()> {
+        let mut raw = conn_param(param);
+        // SAFETY: as in `connect`, on a connect request's id.
+        check_ret("rdma_accept", unsafe {
+            rdma_accept(self.ptr.as_ptr(), &mut raw)
+        })
+    }
+
+    /// Rejects a connect request, with `data` (at most [`MAX_PRIVATE_DATA`] bytes) for
+    /// the client.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if `rdma_reject` fails.
+    pub(crate) fn reject(&self, data: &[u8]) -> Result<()> {
+        let len = data.len().min(MAX_PRIVATE_DATA) as u8;
+        // SAFETY: `ptr` is a connect request's id; `data` is valid for `len` bytes.
+        check_ret("rdma_reject", unsafe {
+            rdma_reject(self.ptr.as_ptr(), data.as_ptr().cast(), len)
+        })
+    }
+
+    /// Completes the client's side once its queue pair is in RTS (after a
+    /// `ConnectResponse`).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if `rdma_establish` fails.
+    pub(crate) fn establish(&self) -> Result<()> {
+        // SAFETY: `ptr` is a live, connecting id.
+        check_ret("rdma_establish", unsafe {
+            rdma_establish(self.ptr.as_ptr())
+        })
+    }
+
+    /// Closes the connection (the peer sees `Disconnected`); errors are only logged: the
+    /// id is dropped next anyway.
+    pub(crate) fn disconnect(&self) {
+        // SAFETY: `ptr` is a live id.
+        let ret = unsafe { rdma_disconnect(self.ptr.as_ptr()) };
+        if ret != 0 {
+            tracing::debug!(error = %io::Error::last_os_error(), "rdma_disconnect");
+        }
+    }
+
+    /// The QP attributes rdma_cm computes for moving a queue pair to `state`, and their
+    /// mask.
+    fn qp_attr(&self, state: ibv_qp_state::Type) -> Result<(ibv_qp_attr, i32)> {
+        // SAFETY: `ibv_qp_attr` is plain C data: all-zero is valid.
+        let mut attr: ibv_qp_attr = unsafe { mem::zeroed() };
+        attr.qp_state = state;
+        let mut mask = 0;
+        // SAFETY: `ptr` is a live id; both out-parameters are valid for writes.
+        let ret = unsafe { rdma_init_qp_attr(self.ptr.as_ptr(), &mut attr, &mut mask) };
+        if ret != 0 {
+            return Err(Error::last_os("rdma_init_qp_attr"));
+        }
+        Ok((attr, mask))
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from rdma_create_id (or a connect request) and is destroyed
+        // only here; its events were acknowledged when read (`EventChannel::next`).
+        if unsafe { rdma_destroy_id(self.ptr.as_ptr()) } != 0 {
+            tracing::debug!(error = %io::Error::last_os_error(), "rdma_destroy_id");
+        }
+    }
+}
+
+fn conn_param(p: &ConnParam<'_>) -> rdma_conn_param {
+    let len = p.private_data.len().min(MAX_PRIVATE_DATA) as u8;
+    rdma_conn_param {
+        private_data: if len == 0 {
+            ptr::null()
+        } else {
+            p.private_data.as_ptr().cast()
+        },
+        private_data_len: len,
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        flow_control: 0,
+        retry_count: p.retry_count.min(7),
+        // Credits guarantee a posted RECV for every SEND: an RNR NAK is a bug (qp.rs).
+        rnr_retry_count: RNR_RETRY,
+        srq: 0,
+        qp_num: p.qp_num,
+    }
+}
+
+impl QueuePair<Reset> {
+    /// `RESET -> INIT` with rdma_cm's attributes for `id` (its port and P_Key), allowing
+    /// the peer RDMA READ and nothing else (rdma_cm would also allow remote write).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
+    pub(crate) fn cm_init(self, id: &CmId) -> Result<QueuePair<Init>> {
+        let (mut attr, mask) = id.qp_attr(ibv_qp_state::IBV_QPS_INIT)?;
+        attr.qp_access_flags = ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+        self.modify_raw(&mut attr, mask, "ibv_modify_qp(INIT, rdma_cm)")?;
+        Ok(self.advance())
+    }
+}
+
+impl QueuePair<Init> {
+    /// `INIT -> RTR` with rdma_cm's attributes (the path, the peer's QP number and PSN,
+    /// the READs it may have in flight).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
+    pub(crate) fn cm_rtr(self, id: &CmId) -> Result<QueuePair<Rtr>> {
+        let (mut attr, mask) = id.qp_attr(ibv_qp_state::IBV_QPS_RTR)?;
+        self.modify_raw(&mut attr, mask, "ibv_modify_qp(RTR, rdma_cm)")?;
+        Ok(self.advance())
+    }
+}
+
+impl QueuePair<Rtr> {
+    /// `RTR -> RTS` with rdma_cm's attributes, and this QP's ACK timeout.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
+    pub(crate) fn cm_rts(self, id: &CmId) -> Result<QueuePair<Rts>> {
+        let (mut attr, mut mask) = id.qp_attr(ibv_qp_state::IBV_QPS_RTS)?;
+        attr.timeout = self.inner.timeout;
+        mask |= ibv_qp_attr_mask::IBV_QP_TIMEOUT.0 as i32;
+        self.modify_raw(&mut attr, mask, "ibv_modify_qp(RTS, rdma_cm)")?;
+        Ok(self.advance())
+    }
+}
+
+impl<S: QpStage> QueuePair<S> {
+    /// Takes a queue pair the kernel's iWARP connection manager moved to RTS itself.
+    pub(crate) fn moved_by_cm(self) -> QueuePair<Rts> {
+        self.advance()
+    }
+}
