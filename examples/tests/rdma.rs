@@ -1,5 +1,6 @@
 //! End to end on real verbs: Soft-RoCE inside `scripts/softroce-vm`, server on rxe1
-//! (10.77.0.2), client on rxe0 (10.77.0.1). Every test checks that the connection really
+//! (10.77.0.2), client on rxe0 (10.77.0.1); with `RDMA_TEST_IPV6` set, the same wire's
+//! IPv6 addresses (fd00::2, fd00::1), so RoCE v2 runs over IPv6. Every test checks that the connection really
 //! is RDMA, so nothing here can pass over TCP. On a host without an RDMA device each test
 //! says so and returns (run `scripts/test-rdma` for the real thing).
 //!
@@ -20,7 +21,30 @@ use rdmarpc_core::{Channel, ClientConfig, Code, Endpoint, Request, Server, Trans
 use rdmarpc_transport::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
 use suite::*;
 
-const SERVER_IP: &str = "10.77.0.2";
+/// The server's host in URLs and socket addresses: `10.77.0.2`, or `[fd00::2]` with
+/// `RDMA_TEST_IPV6` set.
+const SERVER_IP: ServerHost = ServerHost;
+
+/// See [`SERVER_IP`].
+struct ServerHost;
+
+impl std::fmt::Display for ServerHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match server_ip() {
+            std::net::IpAddr::V4(ip) => write!(f, "{ip}"),
+            std::net::IpAddr::V6(ip) => write!(f, "[{ip}]"),
+        }
+    }
+}
+
+/// The server's address (rxe1's): IPv4, or IPv6 with `RDMA_TEST_IPV6` set.
+fn server_ip() -> std::net::IpAddr {
+    if std::env::var_os("RDMA_TEST_IPV6").is_some() {
+        std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2).into()
+    } else {
+        std::net::Ipv4Addr::new(10, 77, 0, 2).into()
+    }
+}
 static NETWORK: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 fn skip() -> bool {
@@ -155,7 +179,7 @@ async fn rdma_with_the_side_channel_under_tls() {
     let ca = test_certs::Ca::new("ca").unwrap();
     let ca_file = ca.write(dir.path()).unwrap();
     let (cert, key) = ca
-        .issue("server", &[SERVER_IP])
+        .issue("server", &[&server_ip().to_string()])
         .unwrap()
         .write(dir.path())
         .unwrap();
@@ -577,18 +601,18 @@ async fn hello_with_a_forged_gid_is_refused() {
         .start(server_with(Probe::default(), big_config()))
         .await;
     // A HELLO (layout in rpc-transport-rdma/src/handshake.rs) whose GID names another
-    // host (10.77.0.99) than the one the connection comes from.
+    // host (10.77.0.99 or fd00::99) than the one the connection comes from.
     let mut hello = [0u8; 64];
     hello[..8].copy_from_slice(b"RDMAHELO");
     hello[8..12].copy_from_slice(&3u32.to_le_bytes()); // version
     hello[12] = 1; // rdma
     hello[16..20].copy_from_slice(&0x42u32.to_le_bytes());
     hello[20..24].copy_from_slice(&0x77u32.to_le_bytes());
-    hello[24..40].copy_from_slice(
-        &std::net::Ipv4Addr::new(10, 77, 0, 99)
-            .to_ipv6_mapped()
-            .octets(),
-    );
+    let other = match server_ip() {
+        std::net::IpAddr::V4(_) => std::net::Ipv4Addr::new(10, 77, 0, 99).to_ipv6_mapped(),
+        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x99),
+    };
+    hello[24..40].copy_from_slice(&other.octets());
     hello[44..48].copy_from_slice(&1024u32.to_le_bytes());
     hello[48..52].copy_from_slice(&64u32.to_le_bytes());
     hello[52..56].copy_from_slice(&8192u32.to_le_bytes());
@@ -735,6 +759,14 @@ fn sh(cmd: &str) {
     assert!(status.success(), "{cmd} failed");
 }
 
+/// Brings rxe1's link (veth1) back up with the IPv6 route scripts/softroce-vm gave it:
+/// IPv6, unlike IPv4, drops a device's routes when it goes down (its addresses stay:
+/// softroce-vm sets `keep_addr_on_down`).
+fn veth1_up() {
+    sh("ip link set veth1 up");
+    sh("ip -6 route replace fd00::1 dev veth1 src fd00::2 table 201");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn link_down_reports_the_dead_peer_within_the_ping_timeout() {
     if skip() {
@@ -776,7 +808,7 @@ async fn link_down_reports_the_dead_peer_within_the_ping_timeout() {
         outcomes.push(call.await.unwrap());
     }
     let took = cut.elapsed();
-    sh("ip link set veth1 up");
+    veth1_up();
     for outcome in outcomes {
         assert_eq!(outcome.unwrap_err().code(), Code::Unavailable);
     }
@@ -873,7 +905,7 @@ async fn port_down_event_fails_the_server_connections_at_once() {
         }
     }
     let took = cut.elapsed();
-    sh("ip link set veth1 up");
+    veth1_up();
     for call in calls {
         call.abort();
     }

@@ -70,8 +70,9 @@ pub struct RdmaConfig {
     /// Bytes a SEND may carry inline (copied into the work request at post time, so the
     /// NIC does not DMA-read the slot: one PCIe round trip less on hardware). Default 256,
     /// enough for a small call's frame (16-byte slot prefix, 40-byte header, metadata and
-    /// payload); at most 1024. The provider may grant more, never less (QP creation
-    /// fails otherwise).
+    /// payload); at most 1024. The provider may grant more; where it refuses the size
+    /// (Soft-iWARP takes at most 80), the queue pair is created with less, down to none,
+    /// and only what was granted goes inline.
     pub max_inline: u32,
     /// RC ACK timeout exponent (4.096 µs × 2^n). Default 14 (~67 ms): with 7 retries a
     /// dead link is reported within about half a second.

@@ -392,12 +392,17 @@ pub(crate) async fn server(
     let prepared = match prepared {
         Ok(p) => p,
         Err(reason) => {
-            handshake::refuse(
-                &mut stream,
-                &format!("the server has no usable RDMA device: {reason}"),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+            // The details (device names, addresses) stay in this server's log: the
+            // client, not yet authenticated, learns that RDMA is refused, not why.
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::debug!(%reason, "RDMA refused: no usable device");
+            } else {
+                tracing::warn!(%reason, "RDMA refused: no usable device (said once; then at debug)");
+            }
+            handshake::refuse(&mut stream, "the server has no usable RDMA device")
+                .await
+                .map_err(|e| e.to_string())?;
             return Ok(Err(stream));
         }
     };

@@ -1,8 +1,8 @@
 //! [`address`]: how a queue pair on the chosen port reaches its peer.
 //!
 //! InfiniBand routes by LID inside a subnet: the address vector carries the peer's LID
-//! and no global route header, unless the peer's GID has another subnet prefix (then
-//! routers need the GRH). RoCE has no LIDs: every packet carries a GRH whose
+//! and no global route header. A peer in another subnet (another GID prefix) is refused:
+//! its path through a router comes from the subnet manager, through rdma_cm. RoCE has no LIDs: every packet carries a GRH whose
 //! destination GID is the peer's IP address (RoCE v2 puts it in the IP header), from
 //! the local GID entry chosen by [`select`](super::select). The path MTU is the smaller
 //! of both ports' active MTUs.
@@ -67,6 +67,10 @@ pub(crate) enum PathError {
         "the peer offered LID {0} but this RoCE port routes by GID (is the peer on InfiniBand?)"
     )]
     UnexpectedLid(u16),
+    /// An InfiniBand peer in another subnet: its LID means nothing here; the path
+    /// through a router comes from the subnet manager (rdma_cm), not yet used.
+    #[error("the peer's GID {0} is in another InfiniBand subnet: routing through a router needs the subnet manager's path record")]
+    OtherSubnet(Ipv6Addr),
     /// A GID that addresses no single port.
     #[error("the peer's GID {0} is not a unicast address")]
     BadGid(Ipv6Addr),
@@ -99,12 +103,16 @@ pub(crate) fn address(local: &Choice, peer: &Peer) -> Result<AddressVector, Path
             if peer.lid == 0 || peer.lid > MAX_UNICAST_LID {
                 return Err(PathError::BadLid(peer.lid));
             }
-            let same_subnet = peer.gid.octets()[..8] == local.gid.gid.octets()[..8];
+            // Across subnets the DLID is the local router's, from a path record: the
+            // peer's own LID would name a port of this subnet.
+            if peer.gid.octets()[..8] != local.gid.gid.octets()[..8] {
+                return Err(PathError::OtherSubnet(peer.gid));
+            }
             Ok(AddressVector {
                 port: local.port,
                 dlid: peer.lid,
                 sl: 0,
-                grh: (!same_subnet).then_some(grh),
+                grh: None,
                 mtu,
             })
         }
@@ -154,7 +162,7 @@ mod tests {
     const ROCE: &str = include_str!("tables/roce_mlx5.txt");
 
     #[test]
-    fn infiniband_routes_by_lid_and_adds_a_grh_only_across_subnets() {
+    fn infiniband_routes_by_lid_within_its_subnet() {
         let local = choice(IB, "192.168.7.1");
         // The other HCA's GID: the same default subnet prefix, fe80::/64.
         let peer = Peer {
@@ -177,15 +185,22 @@ mod tests {
             gid: gid("fec0:0:0:1:88e9:a4ff:ff25:b001"),
             ..peer
         };
-        let av = address(&local, &routed).unwrap();
-        assert_eq!(av.dlid, 5);
         assert_eq!(
-            av.grh,
-            Some(Grh {
-                dgid: routed.gid,
-                sgid_index: 0,
-                hop_limit: HOP_LIMIT
-            })
+            address(&local, &routed),
+            Err(PathError::OtherSubnet(routed.gid))
+        );
+        // The highest unicast LID is one.
+        assert_eq!(
+            address(
+                &local,
+                &Peer {
+                    lid: 0xBFFF,
+                    ..peer
+                }
+            )
+            .unwrap()
+            .dlid,
+            0xBFFF
         );
         for lid in [0, 0xC000, 0xFFFF] {
             assert_eq!(

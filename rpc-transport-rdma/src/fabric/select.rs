@@ -54,6 +54,10 @@ pub(crate) enum Why {
     NoGidIndex(u8),
     /// No RoCE entry holds the address (or, without one, any IP address).
     NoGidFor(Option<IpAddr>),
+    /// The named GID index holds another address than the connection's.
+    GidIndexOtherAddress(u8, IpAddr),
+    /// The whole device (port 0) is not InfiniBand or RoCE.
+    Transport(Transport),
 }
 
 /// A port that was looked at and why it could not be used.
@@ -69,8 +73,12 @@ pub(crate) struct Unusable {
 
 impl fmt::Display for Unusable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Why::Transport(transport) = self.why {
+            return write!(f, "{} is {}", self.device, transport_text(transport));
+        }
         write!(f, "port {} of {}", self.port, self.device)?;
         match &self.why {
+            Why::Transport(_) => Ok(()),
             Why::NotActive(state) => write!(f, " is {state}"),
             Why::NoLid => {
                 f.write_str(" (InfiniBand) has no LID: no subnet manager has configured it")
@@ -78,6 +86,12 @@ impl fmt::Display for Unusable {
             Why::NoGidIndex(index) => write!(f, " has no GID at index {index}"),
             Why::NoGidFor(Some(addr)) => write!(f, " has no RoCE GID for {addr}"),
             Why::NoGidFor(None) => f.write_str(" has no RoCE GID with an IP address"),
+            Why::GidIndexOtherAddress(index, addr) => {
+                write!(
+                    f,
+                    ": GID index {index} does not hold the connection's address {addr}"
+                )
+            }
         }
     }
 }
@@ -106,21 +120,37 @@ pub(crate) enum NoPath {
         /// How many ports it has.
         ports: usize,
     },
-    /// The named device is iWARP, whose queue pairs only the kernel's connection manager
-    /// connects.
-    #[error("RDMA device {device} is iWARP: its queue pairs connect only through the kernel's connection manager (rdma_cm), which this transport does not use yet")]
-    Iwarp {
+    /// No InfiniBand or RoCE device has the named port.
+    #[error("no InfiniBand or RoCE device on this host has a port {port}")]
+    NoSuchPort {
+        /// The port asked for.
+        port: u8,
+    },
+    /// The named device is not an InfiniBand or RoCE device (iWARP, whose queue pairs
+    /// only the kernel's connection manager connects; or another transport).
+    #[error("RDMA device {device} is {}", transport_text(*.transport))]
+    Transport {
         /// The device.
         device: String,
+        /// Its transport.
+        transport: Transport,
     },
     /// Every port looked at is unusable, each for its reason.
     #[error("{}", unusable_text(.0))]
     Unusable(Vec<Unusable>),
 }
 
+fn transport_text(transport: Transport) -> &'static str {
+    match transport {
+        Transport::Iwarp => "iWARP: its queue pairs connect only through the kernel's connection manager (rdma_cm), which this transport does not use yet",
+        Transport::InfiniBand => "InfiniBand or RoCE",
+        Transport::Other => "neither InfiniBand, RoCE nor iWARP (no reliable connections here)",
+    }
+}
+
 fn unusable_text(ports: &[Unusable]) -> String {
     match ports {
-        [] => "no usable RDMA port (every device is iWARP)".into(),
+        [] => "no usable RDMA port".into(),
         [one] => one.to_string(),
         many => {
             let each: Vec<String> = many.iter().map(ToString::to_string).collect();
@@ -157,17 +187,29 @@ pub(crate) fn select(devices: &[DeviceTable], wanted: &Wanted<'_>) -> Result<Cho
     });
     let mut unusable = Vec::new();
     let mut infiniband = None;
+    let mut port_seen = false;
     for i in candidates {
         let device = &devices[i];
-        if device.transport == Transport::Iwarp {
+        if device.transport != Transport::InfiniBand {
             if wanted.device.is_some() {
-                return Err(NoPath::Iwarp {
+                return Err(NoPath::Transport {
                     device: device.name.clone(),
+                    transport: device.transport,
                 });
             }
+            unusable.push(Unusable {
+                device: device.name.clone(),
+                port: 0,
+                why: Why::Transport(device.transport),
+            });
             continue;
         }
-        for port in ports_of(device, wanted.port)? {
+        let ports = ports_of(device, wanted.port);
+        port_seen |= !ports.is_empty();
+        if ports.is_empty() && wanted.device.is_some() {
+            return Err(port_not_found(device, wanted.port));
+        }
+        for port in ports {
             match usable(port, wanted.gid_index, local) {
                 Ok((gid, by_address)) => {
                     let choice = Choice {
@@ -191,21 +233,30 @@ pub(crate) fn select(devices: &[DeviceTable], wanted: &Wanted<'_>) -> Result<Cho
             }
         }
     }
-    infiniband.ok_or(NoPath::Unusable(unusable))
+    if let Some(choice) = infiniband {
+        return Ok(choice);
+    }
+    match wanted.port {
+        // A port number no InfiniBand or RoCE device has.
+        Some(port) if !port_seen => Err(NoPath::NoSuchPort { port }),
+        _ => Err(NoPath::Unusable(unusable)),
+    }
 }
 
-/// The ports of `device` to look at: the one named, or all.
-fn ports_of(device: &DeviceTable, named: Option<u8>) -> Result<Vec<&Port>, NoPath> {
-    match named {
-        None => Ok(device.ports.iter().collect()),
-        Some(num) => match device.ports.iter().find(|p| p.num == num) {
-            Some(port) => Ok(vec![port]),
-            None => Err(NoPath::PortNotFound {
-                device: device.name.clone(),
-                port: num,
-                ports: device.ports.len(),
-            }),
-        },
+/// The ports of `device` to look at: the one named (none if it has no such port), or all.
+fn ports_of(device: &DeviceTable, named: Option<u8>) -> Vec<&Port> {
+    device
+        .ports
+        .iter()
+        .filter(|p| named.is_none_or(|n| p.num == n))
+        .collect()
+}
+
+fn port_not_found(device: &DeviceTable, port: Option<u8>) -> NoPath {
+    NoPath::PortNotFound {
+        device: device.name.clone(),
+        port: port.unwrap_or(0),
+        ports: device.ports.len(),
     }
 }
 
@@ -220,10 +271,15 @@ fn usable(port: &Port, gid_index: Option<u8>, local: Option<IpAddr>) -> Result<(
         return Err(Why::NoLid);
     }
     if let Some(index) = gid_index {
-        return port
-            .gid(index)
-            .map(|g| (*g, true))
-            .ok_or(Why::NoGidIndex(index));
+        let gid = port.gid(index).ok_or(Why::NoGidIndex(index))?;
+        // On RoCE the entry must hold the connection's address (a VLAN's entry holds the
+        // VLAN interface's); an InfiniBand GID holds none.
+        if let (Some(ip), Some(want)) = (gid.ip(), local) {
+            if ip != want {
+                return Err(Why::GidIndexOtherAddress(index, want));
+            }
+        }
+        return Ok((*gid, true));
     }
     match port.link_layer {
         LinkLayer::InfiniBand => port.gid(0).map(|g| (*g, false)).ok_or(Why::NoGidIndex(0)),
@@ -359,7 +415,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "RDMA device rocep0s6 has no port 2 (it has 1)"
+            "no InfiniBand or RoCE device on this host has a port 2"
         );
         let ib = table("ib");
         let err = select(
@@ -446,12 +502,88 @@ mod tests {
     }
 
     #[test]
+    fn a_named_port_or_gid_index_is_looked_for_where_it_can_be() {
+        // Port 2 without a device: the single-port HCAs are passed over, the dual-port
+        // ones' second ports are down; port 3 nobody has.
+        let mut hosts = table("ib");
+        hosts.extend(table("ib_dual"));
+        let err = select(
+            &hosts,
+            &Wanted {
+                port: Some(2),
+                ..at("192.168.7.1")
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no usable RDMA port: port 2 of mlx4_1 is down; port 2 of mlx4_0 is down"
+        );
+        let err = select(
+            &hosts,
+            &Wanted {
+                port: Some(3),
+                ..at("192.168.7.1")
+            },
+        )
+        .unwrap_err();
+        assert_eq!(err, NoPath::NoSuchPort { port: 3 });
+        let port1 = select(
+            &hosts,
+            &Wanted {
+                port: Some(1),
+                ..at("192.168.7.1")
+            },
+        )
+        .unwrap();
+        assert_eq!((port1.device, port1.port), (0, 1));
+        // Two RoCE NICs, a GID index named: the NIC whose entry holds the address.
+        let mut two = table("roce");
+        let mut second = two[0].clone();
+        second.name = "rocep0s7".into();
+        for gid in &mut second.ports[0].gids {
+            if let Some(IpAddr::V4(_)) = gid.ip() {
+                gid.gid = Ipv4Addr::new(10, 0, 4, 1).to_ipv6_mapped();
+            }
+        }
+        two.push(second);
+        let named = Wanted {
+            gid_index: Some(5),
+            ..at("10.0.4.1")
+        };
+        let choice = select(&two, &named).unwrap();
+        assert_eq!((choice.device, choice.gid.index), (1, 5));
+        let err = select(&two[..1], &named).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "port 1 of rocep0s6: GID index 5 does not hold the connection's address 10.0.4.1"
+        );
+        // A RoCE port that is down is passed over for the one that is up.
+        two[1].ports[0].state = PortState::Down;
+        let err = select(&two, &at("10.0.4.1")).unwrap_err();
+        assert!(
+            err.to_string().contains("port 1 of rocep0s7 is down"),
+            "{err}"
+        );
+        // A device of another transport is named as such.
+        let mut other = table("roce");
+        other[0].transport = Transport::Other;
+        let err = select(&other, &at("10.0.3.1")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("rocep0s6 is neither InfiniBand"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn iwarp_devices_are_passed_over_and_refused_by_name() {
         let iwarp = table("iwarp");
         let err = select(&iwarp, &at("10.0.0.1")).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "no usable RDMA port (every device is iWARP)"
+            "qedr0 is iWARP: its queue pairs connect only through the kernel's connection \
+             manager (rdma_cm), which this transport does not use yet"
         );
         let err = select(
             &iwarp,
@@ -462,7 +594,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            matches!(err, NoPath::Iwarp { ref device } if device == "qedr0"),
+            matches!(err, NoPath::Transport { ref device, transport: Transport::Iwarp } if device == "qedr0"),
             "{err}"
         );
     }

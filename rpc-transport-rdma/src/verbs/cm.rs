@@ -13,7 +13,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::mem;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use rdma_sys::{
 
 use super::context::Context;
 use super::error::{check_ret, Error, Result};
-use super::qp::{QueuePair, RNR_RETRY};
+use super::qp::{QueuePair, MAX_INITIATOR_DEPTH, RNR_RETRY};
 use super::qp_state::{Init, QpStage, Reset, Rtr, Rts};
 
 /// Private data of a connect request at most: what every fabric carries (InfiniBand's
@@ -276,16 +276,22 @@ pub(crate) struct CmId {
     channel: Arc<EventChannel>,
 }
 
-// SAFETY: librdmacm's calls on an id are thread-safe (its own mutexes guard the id's
-// state); the id is used by one owner at a time here.
+// SAFETY: an id has no thread affinity: librdmacm's calls may be made from any thread.
+// Not `Sync`: reading an event for an id (`rdma_get_cm_event`, wherever the channel is
+// read) writes its device, port and route fields, which `context` reads; see there.
 unsafe impl Send for CmId {}
-// SAFETY: see `Send`: `&self` methods only call librdmacm.
-unsafe impl Sync for CmId {}
 
-/// A socket address as the C `sockaddr_storage` rdma_cm takes.
+/// A socket address as the C `sockaddr_storage` rdma_cm takes; an IPv4-mapped IPv6
+/// address (what a dual-stack socket reports) as IPv4, which the kernel routes.
 fn sockaddr(addr: SocketAddr) -> libc::sockaddr_storage {
     // SAFETY: `sockaddr_storage` is plain C data: all-zero is valid.
     let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    let addr = match addr {
+        SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_some() => {
+            SocketAddr::new(a.ip().to_canonical(), a.port())
+        }
+        other => other,
+    };
     match addr {
         SocketAddr::V4(a) => {
             // SAFETY: `sockaddr_storage` is large and aligned enough for `sockaddr_in`.
@@ -362,18 +368,22 @@ impl CmId {
         u16::from_be(unsafe { rdma_get_src_port(self.ptr.as_ptr()) })
     }
 
-    /// Starts resolving `dst` from `src` (the local address, or any): an
+    /// Starts resolving `dst` from `src` (the local address, with its scope for a
+    /// link-local IPv6 one, as the side channel's socket reports it; or any): an
     /// `AddrResolved` or `AddrError` event follows within `timeout`.
     ///
     /// # Errors
     /// [`Error::Verb`] if the request cannot be made.
     pub(crate) fn resolve_addr(
         &self,
-        src: Option<IpAddr>,
+        src: Option<SocketAddr>,
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<()> {
-        let mut src = src.map(|ip| sockaddr(SocketAddr::new(ip, 0)));
+        let mut src = src.map(|mut a| {
+            a.set_port(0);
+            sockaddr(a)
+        });
         let src_ptr = src
             .as_mut()
             .map_or(ptr::null_mut(), |s| ptr::addr_of_mut!(*s).cast());
@@ -408,16 +418,19 @@ impl CmId {
         })
     }
 
-    /// The device and port the id is bound to (after address resolution, or on a
-    /// connect request), and the GID its route starts from: a [`Context`] that does not
-    /// own the device (librdmacm keeps it open for the process).
+    /// A context of its own (`Context::for_cm`) on the device and port the id is bound
+    /// to (after address resolution, or on a connect request), with the GID its route
+    /// starts from.
     ///
     /// # Errors
     /// [`Error::Unsupported`] before the id has a device; [`Error::NoPath`] or
-    /// [`Error::Verb`] when its port cannot be read.
+    /// [`Error::Verb`] when the device cannot be opened or its port read.
     pub(crate) fn context(&self) -> Result<Context> {
-        // SAFETY: `ptr` is a live id; `verbs`, `port_num` and the route's source GID are
-        // set by librdmacm once the id is bound to a device and not changed while it is.
+        // SAFETY: `ptr` is a live id. librdmacm writes `verbs`, `port_num` and the route
+        // while it reads the id's events; the owner calls this after it received the
+        // event that bound the id (address or route resolved, or the connect request
+        // itself) and before its next request on the id, so no event for it is being read
+        // meanwhile (the only caller sequence in this crate; `CmId` is not `Sync`).
         let (verbs, port, sgid) = unsafe {
             let id = &*self.ptr.as_ptr();
             (id.verbs, id.port_num, id.route.addr.addr.ibaddr.sgid.raw)
@@ -425,7 +438,7 @@ impl CmId {
         let verbs = NonNull::new(verbs).ok_or(Error::Unsupported {
             what: "an rdma_cm id without a device",
         })?;
-        Context::borrowed(verbs, port, sgid)
+        Context::for_cm(verbs, port, sgid)
     }
 
     /// Sends a connect request (the client).
@@ -433,7 +446,7 @@ impl CmId {
     /// # Errors
     /// [`Error::Verb`] if `rdma_connect` fails.
     pub(crate) fn connect(&self, param: &ConnParam<'_>) -> Result<()> {
-        let mut raw = conn_param(param);
+        let mut raw = conn_param(param)?;
         // SAFETY: `ptr` is a live id with a resolved route; `raw` and the private data it
         // points to are valid during the call, which copies them.
         check_ret("rdma_connect", unsafe {
@@ -446,7 +459,7 @@ impl CmId {
     /// # Errors
     /// [`Error::Verb`] if `rdma_accept` fails.
     pub(crate) fn accept(&self, param: &ConnParam<'_>) -> Result<()> {
-        let mut raw = conn_param(param);
+        let mut raw = conn_param(param)?;
         // SAFETY: as in `connect`, on a connect request's id.
         check_ret("rdma_accept", unsafe {
             rdma_accept(self.ptr.as_ptr(), &mut raw)
@@ -459,7 +472,7 @@ impl CmId {
     /// # Errors
     /// [`Error::Verb`] if `rdma_reject` fails.
     pub(crate) fn reject(&self, data: &[u8]) -> Result<()> {
-        let len = data.len().min(MAX_PRIVATE_DATA) as u8;
+        let len = private_len(data)?;
         // SAFETY: `ptr` is a connect request's id; `data` is valid for `len` bytes.
         check_ret("rdma_reject", unsafe {
             rdma_reject(self.ptr.as_ptr(), data.as_ptr().cast(), len)
@@ -514,9 +527,21 @@ impl Drop for CmId {
     }
 }
 
-fn conn_param(p: &ConnParam<'_>) -> rdma_conn_param {
-    let len = p.private_data.len().min(MAX_PRIVATE_DATA) as u8;
-    rdma_conn_param {
+/// The length of private data, at most [`MAX_PRIVATE_DATA`].
+fn private_len(data: &[u8]) -> Result<u8> {
+    if data.len() > MAX_PRIVATE_DATA {
+        return Err(Error::TooLarge {
+            what: "rdma_cm private data",
+            len: data.len(),
+            max: MAX_PRIVATE_DATA,
+        });
+    }
+    Ok(data.len() as u8)
+}
+
+fn conn_param(p: &ConnParam<'_>) -> Result<rdma_conn_param> {
+    let len = private_len(p.private_data)?;
+    Ok(rdma_conn_param {
         private_data: if len == 0 {
             ptr::null()
         } else {
@@ -531,7 +556,7 @@ fn conn_param(p: &ConnParam<'_>) -> rdma_conn_param {
         rnr_retry_count: RNR_RETRY,
         srq: 0,
         qp_num: p.qp_num,
-    }
+    })
 }
 
 impl QueuePair<Reset> {
@@ -555,21 +580,47 @@ impl QueuePair<Init> {
     /// # Errors
     /// [`Error::Verb`] if rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
     pub(crate) fn cm_rtr(self, id: &CmId) -> Result<QueuePair<Rtr>> {
-        let (mut attr, mask) = id.qp_attr(ibv_qp_state::IBV_QPS_RTR)?;
+        let (mut attr, mut mask) = id.qp_attr(ibv_qp_state::IBV_QPS_RTR)?;
+        if mask != 0 {
+            // On a server, rdma_cm takes the incoming READs from the client's request:
+            // at most what the device accepts, whatever the peer asked.
+            attr.max_dest_rd_atomic = attr
+                .max_dest_rd_atomic
+                .clamp(1, self.inner.pd.context().max_qp_rd_atom());
+            mask |= ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC.0 as i32;
+        }
+        // iWARP: a zero mask, the kernel's connection manager moves the QP itself.
         self.modify_raw(&mut attr, mask, "ibv_modify_qp(RTR, rdma_cm)")?;
         Ok(self.advance())
     }
 }
 
 impl QueuePair<Rtr> {
-    /// `RTR -> RTS` with rdma_cm's attributes, and this QP's ACK timeout.
+    /// `RTR -> RTS` with rdma_cm's path attributes and this side's own reliability
+    /// settings: its ACK timeout and retry count, `rnr_retry = 0`, and at most as many
+    /// READs in flight as the device issues (on a server, rdma_cm would take the retry
+    /// counts and the READ depth from the client's request: a peer must not choose them).
+    /// On iWARP rdma_cm gives no attributes and the QP is left to the kernel's connection
+    /// manager, which moves it to RTS when the connection is established.
     ///
     /// # Errors
     /// [`Error::Verb`] if rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
     pub(crate) fn cm_rts(self, id: &CmId) -> Result<QueuePair<Rts>> {
         let (mut attr, mut mask) = id.qp_attr(ibv_qp_state::IBV_QPS_RTS)?;
-        attr.timeout = self.inner.timeout;
-        mask |= ibv_qp_attr_mask::IBV_QP_TIMEOUT.0 as i32;
+        if mask != 0 {
+            let ctx = self.inner.pd.context();
+            attr.timeout = self.inner.timeout;
+            attr.retry_cnt = self.inner.retry_cnt;
+            attr.rnr_retry = RNR_RETRY;
+            attr.max_rd_atomic = attr
+                .max_rd_atomic
+                .clamp(1, ctx.max_qp_init_rd_atom().min(MAX_INITIATOR_DEPTH));
+            mask |= (ibv_qp_attr_mask::IBV_QP_TIMEOUT
+                | ibv_qp_attr_mask::IBV_QP_RETRY_CNT
+                | ibv_qp_attr_mask::IBV_QP_RNR_RETRY
+                | ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC)
+                .0 as i32;
+        }
         self.modify_raw(&mut attr, mask, "ibv_modify_qp(RTS, rdma_cm)")?;
         Ok(self.advance())
     }

@@ -41,9 +41,6 @@ const LINK_LAYER_ETHERNET: u8 = 2;
 #[derive(Debug)]
 pub(crate) struct Context {
     ptr: NonNull<ibv_context>,
-    /// Whether `Drop` closes it (`false` for librdmacm's contexts, which it keeps open
-    /// for the process).
-    owned: bool,
     name: String,
     /// The port and GID connections on this context use.
     choice: Choice,
@@ -110,12 +107,25 @@ impl Context {
     pub(crate) fn open(wanted: &Wanted<'_>) -> Result<Self> {
         let list = DeviceList::get()?;
         let mut opened = Vec::new();
+        let mut failed = None;
         for dev in list.iter() {
             let name = device_name_of(dev);
             if wanted.device.is_some_and(|n| n != name) {
                 continue;
             }
-            opened.push(Self::read(dev, name)?);
+            // A device this process cannot open (a container given only some of the
+            // host's /dev/infiniband/uverbs*) does not hide the others.
+            match Self::read(dev, name.clone()) {
+                Ok(device) => opened.push(device),
+                Err(error) if wanted.device.is_none() => {
+                    tracing::debug!(device = %name, %error, "RDMA device passed over");
+                    failed.get_or_insert(error);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        if let (true, Some(error)) = (opened.is_empty(), failed) {
+            return Err(error);
         }
         if opened.is_empty() {
             // The name was not found: let `select` say so, listing every device.
@@ -141,7 +151,6 @@ impl Context {
             .expect("opened devices hold their context");
         let mut ctx = Context {
             ptr,
-            owned: true,
             name: mem::take(&mut chosen.table.name),
             choice: Choice {
                 device: 0,
@@ -163,53 +172,51 @@ impl Context {
         Ok(ctx)
     }
 
-    /// The context librdmacm opened for an id bound to `port` of its device, whose route
-    /// starts from GID `sgid`: not closed by this value.
+    /// A context of its own on the device of `cm_verbs` (the context librdmacm opened
+    /// for an id), with `port` and the GID `sgid` the id's route starts from chosen.
+    /// librdmacm's context is not used beyond finding the device: it may close it when
+    /// the device goes away and its last id is destroyed, while this one lives as long as
+    /// the queue pairs and CQs made on it.
     ///
     /// # Errors
-    /// [`Error::Verb`] when the device cannot be queried; [`Error::NoPath`] when it has
-    /// no such port.
-    pub(super) fn borrowed(ptr: NonNull<ibv_context>, port: u8, sgid: [u8; 16]) -> Result<Self> {
-        // SAFETY: `ptr` is a context librdmacm keeps open; its `device` is set at open and
-        // never changes.
-        let dev = NonNull::new(unsafe { (*ptr.as_ptr()).device })
+    /// [`Error::Verb`] when the device cannot be opened or queried; [`Error::NoPath`] when
+    /// it has no such port.
+    pub(super) fn for_cm(cm_verbs: NonNull<ibv_context>, port: u8, sgid: [u8; 16]) -> Result<Self> {
+        // SAFETY: `cm_verbs` is the live context of an id the caller holds exclusively
+        // (`&mut CmId`); its `device` is set at open and never changes, and the device
+        // object lives in libibverbs' list for as long as any context of it is open.
+        let dev = NonNull::new(unsafe { (*cm_verbs.as_ptr()).device })
             .ok_or_else(|| Error::last_os("rdma_cm id without a device"))?;
-        let name = device_name_of(dev);
-        let mut ctx = Context {
-            ptr,
-            owned: false,
-            name: name.clone(),
-            choice: Choice {
-                device: 0,
+        let mut opened = Self::read(dev, device_name_of(dev))?;
+        let iwarp = opened.table.transport == Transport::Iwarp;
+        let Some(table) = opened.table.ports.iter_mut().find(|p| p.num == port) else {
+            return Err(fabric::NoPath::PortNotFound {
+                device: opened.table.name.clone(),
                 port,
-                link_layer: LinkLayer::Ethernet,
-                lid: 0,
-                mtu: Mtu::Mtu1024,
-                gid: Gid {
-                    index: 0,
-                    gid: Ipv6Addr::from(sgid),
-                    kind: GidKind::RoceV2,
-                },
-            },
-            attrs: query_attrs(ptr)?,
+                ports: opened.table.ports.len(),
+            }
+            .into());
         };
-        let mut table = read_port(ptr, &name, port)?;
-        // SAFETY: `dev` is the context's device, alive as long as the context.
-        if unsafe { (*dev.as_ptr()).transport_type } == ibv_transport_type::IBV_TRANSPORT_IWARP {
+        if iwarp {
             for gid in &mut table.gids {
                 gid.kind = GidKind::Iwarp;
             }
         }
         let sgid = Ipv6Addr::from(sgid);
         // The route's source GID on that port; iWARP's GID (a MAC) may not be listed.
+        let fallback = Gid {
+            index: 0,
+            gid: sgid,
+            kind: GidKind::Iwarp,
+        };
         let gid = table
             .gids
             .iter()
             .find(|g| g.gid == sgid)
             .or(table.gids.first())
             .copied()
-            .unwrap_or(ctx.choice.gid);
-        ctx.choice = Choice {
+            .unwrap_or(fallback);
+        let choice = Choice {
             device: 0,
             port,
             link_layer: table.link_layer,
@@ -217,6 +224,22 @@ impl Context {
             mtu: table.active_mtu,
             gid,
         };
+        let ptr = opened
+            .ptr
+            .take()
+            .expect("opened devices hold their context");
+        let mut ctx = Context {
+            ptr,
+            name: mem::take(&mut opened.table.name),
+            choice,
+            attrs: DeviceAttrs {
+                max_qp_rd_atom: 1,
+                max_qp_init_rd_atom: 1,
+                max_cqe: 1,
+                comp_vectors: 1,
+            },
+        };
+        ctx.attrs = query_attrs(ptr)?;
         Ok(ctx)
     }
 
@@ -396,9 +419,6 @@ fn query_attrs(ptr: NonNull<ibv_context>) -> Result<DeviceAttrs> {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        if !self.owned {
-            return; // librdmacm's, open for the process
-        }
         // SAFETY: `ptr` came from ibv_open_device and is closed only here; every child
         // object holds an `Arc<Context>`, so none is left when this runs (ibv_close_device(3)
         // requires all resources of the context to be released first).

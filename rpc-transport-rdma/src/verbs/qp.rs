@@ -97,7 +97,7 @@ pub(super) struct QpInner {
     /// Inline bytes granted by the provider.
     pub(super) max_inline: u32,
     pub(super) timeout: u8,
-    retry_cnt: u8,
+    pub(super) retry_cnt: u8,
     pub(super) pd: Arc<ProtectionDomain>,
     /// Held, never read: the QP's CQs must outlive it (libibverbs' destruction order).
     #[allow(dead_code, reason = "held for the destruction order, never read")]
@@ -165,12 +165,41 @@ impl QueuePair<Reset> {
         attr.cap.max_recv_wr = config.max_recv_wr;
         attr.cap.max_send_sge = 1;
         attr.cap.max_recv_sge = 1;
-        attr.cap.max_inline_data = config.max_inline;
-        // SAFETY: `pd` and both CQs are live objects of the same device, kept alive by the
-        // `Arc`s stored below; `attr` is a valid in/out parameter. ibv_create_qp(3) returns
-        // NULL + errno on failure and writes the granted capacities back into `attr.cap`.
-        let ptr = unsafe { ibv_create_qp(pd.as_ptr(), &mut attr) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| Error::last_os("ibv_create_qp"))?;
+        // Inline data is a capability of the provider: one refuses what another grants
+        // (siw refuses 256 bytes with EINVAL and grants 80 for 64; probes/rdma-cm). Ask
+        // for the setting, then for less, down to none: sends inline what was granted.
+        let mut ask = config.max_inline;
+        let ptr = loop {
+            attr.cap.max_inline_data = ask;
+            // SAFETY: `pd` and both CQs are live objects of the same device, kept alive by
+            // the `Arc`s stored below; `attr` is a valid in/out parameter. ibv_create_qp(3)
+            // returns NULL + errno on failure and writes the granted capacities back into
+            // `attr.cap`.
+            let ptr = unsafe { ibv_create_qp(pd.as_ptr(), &mut attr) };
+            match NonNull::new(ptr) {
+                Some(ptr) => break ptr,
+                None => {
+                    let err = Error::last_os("ibv_create_qp");
+                    let invalid = matches!(&err, Error::Verb { source, .. } if source.raw_os_error() == Some(libc::EINVAL));
+                    if !invalid || ask == 0 {
+                        return Err(err);
+                    }
+                    ask = if ask > 64 { ask / 2 } else { 0 };
+                    // The other capacities may have been overwritten by the failed call.
+                    attr.cap.max_send_wr = config.max_send_wr;
+                    attr.cap.max_recv_wr = config.max_recv_wr;
+                    attr.cap.max_send_sge = 1;
+                    attr.cap.max_recv_sge = 1;
+                }
+            }
+        };
+        if ask < config.max_inline {
+            tracing::debug!(
+                asked = config.max_inline,
+                granted = attr.cap.max_inline_data,
+                "the RDMA provider refused the inline size asked for; using less"
+            );
+        }
         // SAFETY: `ptr` is a live QP; `qp_num` is set at creation and never changes.
         let qp_num = unsafe { (*ptr.as_ptr()).qp_num };
         let psn = (RandomState::new().hash_one(qp_num) & 0x00ff_ffff) as u32;

@@ -30,13 +30,28 @@ fn is_news(endpoint: &str, choice: &str) -> bool {
     true
 }
 
-/// Logs `auto: {choice}` for a connection to `endpoint`.
-pub(super) fn log(endpoint: &Endpoint, choice: &str) {
-    if is_news(&endpoint.to_string(), choice) {
-        tracing::info!(%endpoint, "auto: {choice}");
+/// Longest text logged for a choice: a server's refusal reason is the peer's text.
+const MAX_TEXT: usize = 300;
+
+/// Logs `auto: {text}` for a connection to `endpoint`, at INFO when its `kind` (a few
+/// words of this side's own: `rdma` and the route, `tcp: refused by the server`...)
+/// differs from the endpoint's last one. The text is cut to [`MAX_TEXT`] characters and
+/// its control characters replaced, so a server's reason cannot forge log lines.
+pub(super) fn log(endpoint: &Endpoint, kind: &str, text: &str) {
+    let text = clean(text);
+    if is_news(&endpoint.to_string(), kind) {
+        tracing::info!(%endpoint, "auto: {text}");
     } else {
-        tracing::debug!(%endpoint, "auto: {choice}");
+        tracing::debug!(%endpoint, "auto: {text}");
     }
+}
+
+/// `text` cut to [`MAX_TEXT`] characters, its control characters replaced by `?`.
+fn clean(text: &str) -> String {
+    text.chars()
+        .take(MAX_TEXT)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 #[cfg(test)]
@@ -56,5 +71,12 @@ mod tests {
             is_news(&format!("auto://10.1.0.{i}:1"), "x");
         }
         assert!(seen().lock().len() <= MAX_ENDPOINTS);
+    }
+
+    #[test]
+    fn a_servers_reason_cannot_forge_log_lines_or_flood() {
+        let forged = "no\n2026-12-03T00:00:00Z  INFO fake line\r";
+        assert_eq!(clean(forged), "no?2026-12-03T00:00:00Z  INFO fake line?");
+        assert_eq!(clean(&"x".repeat(5000)).len(), MAX_TEXT);
     }
 }

@@ -68,7 +68,8 @@ pub async fn connect(
             )?))
         }
         TransportKind::Auto if !rdma_available() => {
-            super::choice::log(endpoint, "no local RDMA device, using TCP");
+            let text = "no local RDMA device, using TCP";
+            super::choice::log(endpoint, text, text);
             return Ok(AnyConnection::Tcp(TcpConnection::from_stream(
                 socket,
                 &settings.tcp,

@@ -16,12 +16,14 @@ pub(super) async fn connect(
     match handshake_client(socket, &settings.rdma, fallback).await? {
         Negotiated::Rdma(conn) => {
             if fallback {
-                super::choice::log(endpoint, &format!("using RDMA on {}", conn.route()));
+                let text = format!("using RDMA on {}", conn.route());
+                super::choice::log(endpoint, &text, &text);
             }
             Ok(AnyConnection::Rdma(conn))
         }
         Negotiated::Tcp(socket, reason) => {
-            super::choice::log(endpoint, &format!("using TCP ({reason})"));
+            // The server's reason is its text: the kind is this side's own words.
+            super::choice::log(endpoint, "tcp", &format!("using TCP ({reason})"));
             Ok(AnyConnection::Tcp(TcpConnection::from_stream(
                 socket,
                 &settings.tcp,
