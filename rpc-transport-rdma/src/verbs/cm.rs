@@ -5,7 +5,7 @@
 //! IPoIB and the subnet manager's path records on InfiniBand), listens, connects,
 //! accepts or rejects, carrying private data in the connect request. The queue pairs
 //! themselves are created by hand on the id's device ([`CmId::context`]) and moved through
-//! their states with the attributes `rdma_init_qp_attr` computes ([`QueuePair::cm_init`],
+//! their states with the attributes `rdma_init_qp_attr` computes (`cm_qp.rs`: `QueuePair::cm_init`,
 //! ...); on iWARP the kernel's connection manager moves the client's queue pair itself
 //! (MPA), and the client sees `Established` where InfiniBand and RoCE show
 //! `ConnectResponse` (measured: probes/rdma-cm/README.md).
@@ -20,18 +20,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdma_sys::{
-    ibv_access_flags, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state, rdma_accept, rdma_ack_cm_event,
-    rdma_bind_addr, rdma_cm_event, rdma_cm_event_type, rdma_cm_id, rdma_conn_param, rdma_connect,
-    rdma_create_event_channel, rdma_create_id, rdma_destroy_event_channel, rdma_destroy_id,
-    rdma_disconnect, rdma_establish, rdma_event_channel, rdma_event_str, rdma_get_cm_event,
-    rdma_get_src_port, rdma_init_qp_attr, rdma_listen, rdma_port_space, rdma_reject,
-    rdma_resolve_addr, rdma_resolve_route,
+    ibv_qp_attr, ibv_qp_state, rdma_accept, rdma_ack_cm_event, rdma_bind_addr, rdma_cm_event,
+    rdma_cm_event_type, rdma_cm_id, rdma_conn_param, rdma_connect, rdma_create_event_channel,
+    rdma_create_id, rdma_destroy_event_channel, rdma_destroy_id, rdma_disconnect, rdma_establish,
+    rdma_event_channel, rdma_event_str, rdma_get_cm_event, rdma_get_src_port, rdma_init_qp_attr,
+    rdma_listen, rdma_port_space, rdma_reject, rdma_resolve_addr, rdma_resolve_route,
 };
 
 use super::context::Context;
 use super::error::{check_ret, Error, Result};
-use super::qp::{QueuePair, MAX_INITIATOR_DEPTH, RNR_RETRY};
-use super::qp_state::{Init, QpStage, Reset, Rtr, Rts};
+use super::qp::RNR_RETRY;
 
 /// Private data of a connect request at most: what every fabric carries (InfiniBand's
 /// REQ holds 92 bytes, iWARP's MPA request 512 less rdma_cm's own header; RoCE pads to
@@ -502,8 +500,8 @@ impl CmId {
     }
 
     /// The QP attributes rdma_cm computes for moving a queue pair to `state`, and their
-    /// mask.
-    fn qp_attr(&self, state: ibv_qp_state::Type) -> Result<(ibv_qp_attr, i32)> {
+    /// mask (`cm_qp.rs`).
+    pub(super) fn qp_attr(&self, state: ibv_qp_state::Type) -> Result<(ibv_qp_attr, i32)> {
         // SAFETY: `ibv_qp_attr` is plain C data: all-zero is valid.
         let mut attr: ibv_qp_attr = unsafe { mem::zeroed() };
         attr.qp_state = state;
@@ -557,78 +555,4 @@ fn conn_param(p: &ConnParam<'_>) -> Result<rdma_conn_param> {
         srq: 0,
         qp_num: p.qp_num,
     })
-}
-
-impl QueuePair<Reset> {
-    /// `RESET -> INIT` with rdma_cm's attributes for `id` (its port and P_Key), allowing
-    /// the peer RDMA READ and nothing else (rdma_cm would also allow remote write).
-    ///
-    /// # Errors
-    /// [`Error::Verb`] if rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
-    pub(crate) fn cm_init(self, id: &CmId) -> Result<QueuePair<Init>> {
-        let (mut attr, mask) = id.qp_attr(ibv_qp_state::IBV_QPS_INIT)?;
-        attr.qp_access_flags = ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
-        self.modify_raw(&mut attr, mask, "ibv_modify_qp(INIT, rdma_cm)")?;
-        Ok(self.advance())
-    }
-}
-
-impl QueuePair<Init> {
-    /// `INIT -> RTR` with rdma_cm's attributes (the path, the peer's QP number and PSN,
-    /// the READs it may have in flight).
-    ///
-    /// # Errors
-    /// [`Error::Verb`] if rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
-    pub(crate) fn cm_rtr(self, id: &CmId) -> Result<QueuePair<Rtr>> {
-        let (mut attr, mut mask) = id.qp_attr(ibv_qp_state::IBV_QPS_RTR)?;
-        if mask != 0 {
-            // On a server, rdma_cm takes the incoming READs from the client's request:
-            // at most what the device accepts, whatever the peer asked.
-            attr.max_dest_rd_atomic = attr
-                .max_dest_rd_atomic
-                .clamp(1, self.inner.pd.context().max_qp_rd_atom());
-            mask |= ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC.0 as i32;
-        }
-        // iWARP: a zero mask, the kernel's connection manager moves the QP itself.
-        self.modify_raw(&mut attr, mask, "ibv_modify_qp(RTR, rdma_cm)")?;
-        Ok(self.advance())
-    }
-}
-
-impl QueuePair<Rtr> {
-    /// `RTR -> RTS` with rdma_cm's path attributes and this side's own reliability
-    /// settings: its ACK timeout and retry count, `rnr_retry = 0`, and at most as many
-    /// READs in flight as the device issues (on a server, rdma_cm would take the retry
-    /// counts and the READ depth from the client's request: a peer must not choose them).
-    /// On iWARP rdma_cm gives no attributes and the QP is left to the kernel's connection
-    /// manager, which moves it to RTS when the connection is established.
-    ///
-    /// # Errors
-    /// [`Error::Verb`] if rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
-    pub(crate) fn cm_rts(self, id: &CmId) -> Result<QueuePair<Rts>> {
-        let (mut attr, mut mask) = id.qp_attr(ibv_qp_state::IBV_QPS_RTS)?;
-        if mask != 0 {
-            let ctx = self.inner.pd.context();
-            attr.timeout = self.inner.timeout;
-            attr.retry_cnt = self.inner.retry_cnt;
-            attr.rnr_retry = RNR_RETRY;
-            attr.max_rd_atomic = attr
-                .max_rd_atomic
-                .clamp(1, ctx.max_qp_init_rd_atom().min(MAX_INITIATOR_DEPTH));
-            mask |= (ibv_qp_attr_mask::IBV_QP_TIMEOUT
-                | ibv_qp_attr_mask::IBV_QP_RETRY_CNT
-                | ibv_qp_attr_mask::IBV_QP_RNR_RETRY
-                | ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC)
-                .0 as i32;
-        }
-        self.modify_raw(&mut attr, mask, "ibv_modify_qp(RTS, rdma_cm)")?;
-        Ok(self.advance())
-    }
-}
-
-impl<S: QpStage> QueuePair<S> {
-    /// Takes a queue pair the kernel's iWARP connection manager moved to RTS itself.
-    pub(crate) fn moved_by_cm(self) -> QueuePair<Rts> {
-        self.advance()
-    }
 }

@@ -6,7 +6,8 @@
 //! | file          | concept                                                        |
 //! |---------------|----------------------------------------------------------------|
 //! | `context.rs`  | [`Context`]: device discovery, GID selection, port attributes  |
-//! | `cm.rs`       | [`CmId`], [`EventChannel`]: rdma_cm, QP states it computes     |
+//! | `cm.rs`       | [`CmId`], [`EventChannel`]: rdma_cm's ids and events           |
+//! | `cm_qp.rs`    | QP states through rdma_cm, with this side's own limits         |
 //! | `pd.rs`       | [`ProtectionDomain`]                                           |
 //! | `cq.rs`       | [`CompChannel`], [`CompletionQueue`] set-up and events         |
 //! | `mr.rs`       | [`MemoryRegion`]: an owned, page-aligned, registered buffer    |
@@ -58,6 +59,8 @@ mod async_event;
 // (docs/fabrics.md, "Next").
 #[cfg_attr(not(test), allow(dead_code))]
 mod cm;
+#[cfg_attr(not(test), allow(dead_code))]
+mod cm_qp;
 mod context;
 mod cq;
 mod datapath;
