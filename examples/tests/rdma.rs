@@ -19,6 +19,7 @@ use examples::kv::kv_client::KvClient;
 use examples::kv::{GetRequest, PutRequest};
 use rdmarpc_core::{Channel, ClientConfig, Code, Endpoint, Request, Server, TransportKind};
 use rdmarpc_transport::{connect, rdma_available, AnyConnection, AnyListener, TransportSettings};
+use rdmarpc_transport_rdma::test_peer::{HelloLimits, RawPeer};
 use suite::*;
 
 /// The server's host in URLs and socket addresses: `10.77.0.2`, or `[fd00::2]` with
@@ -592,7 +593,7 @@ async fn stopped_server_is_declared_dead_within_the_ping_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hello_with_a_forged_gid_is_refused() {
+async fn connect_requests_without_the_connections_token_are_rejected() {
     if skip() {
         return;
     }
@@ -600,40 +601,29 @@ async fn hello_with_a_forged_gid_is_refused() {
     let addr = Rdma
         .start(server_with(Probe::default(), big_config()))
         .await;
-    // A HELLO (layout in rpc-transport-rdma/src/handshake.rs) whose GID names another
-    // host (10.77.0.99 or fd00::99) than the one the connection comes from.
-    let mut hello = [0u8; 64];
-    hello[..8].copy_from_slice(b"RDMAHELO");
-    hello[8..12].copy_from_slice(&3u32.to_le_bytes()); // version
-    hello[12] = 1; // rdma
-    hello[16..20].copy_from_slice(&0x42u32.to_le_bytes());
-    hello[20..24].copy_from_slice(&0x77u32.to_le_bytes());
-    let other = match server_ip() {
-        std::net::IpAddr::V4(_) => std::net::Ipv4Addr::new(10, 77, 0, 99).to_ipv6_mapped(),
-        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x99),
-    };
-    hello[24..40].copy_from_slice(&other.octets());
-    hello[44..48].copy_from_slice(&1024u32.to_le_bytes());
-    hello[48..52].copy_from_slice(&64u32.to_le_bytes());
-    hello[52..56].copy_from_slice(&8192u32.to_le_bytes());
-    hello[56..60].copy_from_slice(&16384u32.to_le_bytes()); // KiB it accepts to be lent
-    hello[60..62].copy_from_slice(&128u16.to_le_bytes()); // loans it accepts
-    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    tokio::io::AsyncWriteExt::write_all(&mut stream, &hello)
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut answer),
-    )
+    let target: std::net::SocketAddr = addr.parse().unwrap();
+    // The server's OKAY gives a token; an rdma_cm connect request carrying another one
+    // (one bit off, or another connection's) is rejected before anything is made for it.
+    let forged = tokio::task::spawn_blocking(move || {
+        let mut rejected = 0;
+        for bit in 0..8u8 {
+            let peer = RawPeer::connect_with(target, HelloLimits::default(), |t| {
+                t[usize::from(bit)] ^= 1 << bit;
+            });
+            match peer {
+                Err(e) if e.contains("rejected") => rejected += 1,
+                Err(e) => panic!("forged token {bit}: {e}"),
+                Ok(_) => panic!("forged token {bit} accepted"),
+            }
+        }
+        rejected
+    })
     .await
-    .expect("the server answers and closes")
     .unwrap();
-    assert_eq!(&answer[..8], b"RDMANONE", "refused");
-    let reason = String::from_utf8_lossy(&answer[64..]);
-    assert!(reason.contains("GID"), "{reason}");
-    // Others are served.
+    assert_eq!(forged, 8);
+    // The right token still connects a raw peer, and others are served meanwhile.
+    let honest =
+        tokio::task::spawn_blocking(move || RawPeer::connect(target, HelloLimits::default()));
     let client = EchoClient::new(Rdma.connect(&addr, BIG).await);
     let reply = client
         .echo(EchoRequest {
@@ -643,6 +633,10 @@ async fn hello_with_a_forged_gid_is_refused() {
         .await
         .unwrap();
     assert_eq!(reply.into_inner().payload, &b"after"[..]);
+    honest
+        .await
+        .unwrap()
+        .expect("the token the server gave connects");
 }
 
 /// A server process of the example binaries, killed on drop.

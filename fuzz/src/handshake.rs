@@ -3,8 +3,8 @@
 //! OKAY, and the recognition of NONE).
 //!
 //! ```text
-//!  0       8         12    13    16       20    24         40    42    44    48          52          56             60          62      64
-//!  | magic | version |mode | pad | qp_num | psn | gid (16) | lid | pad | mtu |recv_slots |slot_size  |rdv_budget_kib| max_loans | flags |
+//!  0       8         12    13    16         24          40        42    48          52          56             60          62      64
+//!  | magic | version |mode | pad | reserved | token (16)| cm_port | pad |recv_slots |slot_size  |rdv_budget_kib| max_loans | flags |
 //! ```
 //! NONE carries `reason_len: u32` at offset 8 and the reason after the 64 bytes.
 
@@ -17,22 +17,19 @@ const OKAY: &[u8; 8] = b"RDMAOKAY";
 const NONE: &[u8; 8] = b"RDMANONE";
 const READY: &[u8; 8] = b"RDMAREDY";
 /// The byte ranges of the block that the decoder ignores (padding).
-const PADDING: [std::ops::Range<usize>; 2] = [13..16, 42..44];
-/// The MTUs a port can have.
-const MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
+const PADDING: [std::ops::Range<usize>; 3] = [13..16, 16..24, 42..48];
 
 /// Decodes `data` as a peer's handshake block and checks the accepted offer.
 ///
 /// # Panics
 /// On any broken invariant: an offer that does not re-encode to its input (padding
 /// aside), a magic other than HELLO or OKAY accepted as an offer, or accepted fields
-/// outside what the decoder promises to check (mode, MTU, ring geometry).
+/// outside what the decoder promises to check (mode, ring geometry, rendezvous limits).
 pub fn handshake(data: &[u8]) {
     match decode_hello(data) {
         Ok(Hello::Offer {
             okay,
             mode,
-            mtu,
             recv_slots,
             slot_size,
             rdv_budget,
@@ -48,7 +45,6 @@ pub fn handshake(data: &[u8]) {
             }
             assert_eq!(reencoded[..], expected[..], "offer does not re-encode");
             assert!(mode == 1 || mode == 2, "mode {mode}");
-            assert!(MTUS.contains(&mtu), "MTU {mtu}");
             assert!((4..=4096).contains(&recv_slots), "recv_slots {recv_slots}");
             assert!(
                 (256..=1 << 20).contains(&slot_size),
@@ -74,7 +70,7 @@ pub fn handshake(data: &[u8]) {
     }
 }
 
-/// The magic, version, mode, QP endpoint, MTU and ring geometry of a block, or a NONE's
+/// The magic, version, mode, rdma_cm port and ring geometry of a block, or a NONE's
 /// reason length, with the values at the edges of the decoder's checks.
 pub fn fields(data: &[u8]) -> Vec<Field> {
     if data.len() < HELLO_LEN {
@@ -88,14 +84,9 @@ pub fn fields(data: &[u8]) -> Vec<Field> {
         Field::new(0, 8, magics()),
         reason_len,
         Field::new(12, 1, vec![0, 1, 2, 3, 0xff]),
-        Field::new(16, 4, id.clone()),
-        Field::new(20, 4, id),
+        Field::new(8, 4, vec![3, 4, 5]),
+        Field::new(24, 4, id),
         Field::new(40, 2, vec![0, 1, 0xffff]),
-        Field::new(
-            44,
-            4,
-            vec![0, 128, 255, 256, 257, 1000, 1024, 4095, 4096, 4097, 8192],
-        ),
         Field::new(
             48,
             4,
@@ -129,18 +120,18 @@ fn magics() -> Vec<u64> {
         .collect()
 }
 
-/// HELLO and OKAY blocks of both modes, every MTU and the edges of the ring geometry,
+/// HELLO and OKAY blocks of both modes, rdma_cm ports and the edges of the ring geometry,
 /// NONE with its reason, and blocks just past the decoder's checks.
 pub fn seeds() -> Vec<(String, Vec<u8>)> {
-    let offer = |magic: &[u8; 8], mode: u8, mtu: u32, slots: u32, size: u32| {
+    let offer = |magic: &[u8; 8], mode: u8, port: u16, slots: u32, size: u32| {
         let mut b = vec![0u8; HELLO_LEN];
         b[..8].copy_from_slice(magic);
-        b[8..12].copy_from_slice(&3u32.to_le_bytes());
+        b[8..12].copy_from_slice(&4u32.to_le_bytes());
         b[12] = mode;
-        b[16..20].copy_from_slice(&0x00_0123u32.to_le_bytes());
-        b[20..24].copy_from_slice(&0x00ab_cdefu32.to_le_bytes());
-        b[24..40].copy_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1]);
-        b[44..48].copy_from_slice(&mtu.to_le_bytes());
+        if magic == OKAY {
+            b[24..40].copy_from_slice(b"0123456789abcdef");
+            b[40..42].copy_from_slice(&port.to_le_bytes());
+        }
         b[48..52].copy_from_slice(&slots.to_le_bytes());
         b[52..56].copy_from_slice(&size.to_le_bytes());
         b[56..60].copy_from_slice(&16384u32.to_le_bytes());
@@ -148,19 +139,21 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         b
     };
     let mut seeds = vec![
-        ("seed-hello-rdma", offer(HELLO, 1, 1024, 64, 8192)),
-        ("seed-hello-auto", offer(HELLO, 2, 4096, 4, 256)),
-        ("seed-okay", offer(OKAY, 2, 256, 4096, 1 << 20)),
-        ("seed-okay-mtu-512", offer(OKAY, 1, 512, 128, 4096)),
-        ("seed-hello-mtu-2048", offer(HELLO, 1, 2048, 16, 65536)),
-        ("seed-bad-geometry", offer(HELLO, 1, 1024, 3, 8192)),
-        ("seed-bad-mtu", offer(OKAY, 1, 1000, 64, 8192)),
+        ("seed-hello-rdma", offer(HELLO, 1, 0, 64, 8192)),
+        ("seed-hello-auto", offer(HELLO, 2, 0, 4, 256)),
+        ("seed-okay", offer(OKAY, 2, 40000, 4096, 1 << 20)),
+        ("seed-okay-port-1", offer(OKAY, 1, 1, 128, 4096)),
+        ("seed-hello-big-slots", offer(HELLO, 1, 0, 16, 65536)),
+        ("seed-bad-geometry", offer(HELLO, 1, 0, 3, 8192)),
     ];
-    let mut v1 = offer(HELLO, 1, 1024, 64, 8192);
+    let mut v3 = offer(HELLO, 1, 0, 64, 8192);
+    v3[8] = 3;
+    seeds.push(("seed-version-3", v3));
+    let mut v1 = offer(HELLO, 1, 0, 64, 8192);
     v1[8] = 1;
     v1[56..64].fill(0);
     seeds.push(("seed-version-1", v1));
-    let mut no_loans = offer(OKAY, 1, 1024, 64, 8192);
+    let mut no_loans = offer(OKAY, 1, 7471, 64, 8192);
     no_loans[60..62].fill(0);
     seeds.push(("seed-no-loans", no_loans));
     let reason = "this server serves TCP only";
@@ -169,9 +162,9 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     none[8..12].copy_from_slice(&(reason.len() as u32).to_le_bytes());
     none.extend_from_slice(reason.as_bytes());
     seeds.push(("seed-none", none));
-    let mut ready = offer(HELLO, 1, 1024, 64, 8192);
+    let mut ready = offer(HELLO, 1, 0, 64, 8192);
     ready[..8].copy_from_slice(READY);
     seeds.push(("seed-ready", ready));
-    seeds.push(("seed-short", offer(HELLO, 1, 1024, 64, 8192)[..63].to_vec()));
+    seeds.push(("seed-short", offer(HELLO, 1, 0, 64, 8192)[..63].to_vec()));
     seeds.into_iter().map(|(n, b)| (n.to_string(), b)).collect()
 }

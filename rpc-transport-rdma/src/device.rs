@@ -3,13 +3,11 @@
 //! Each connection allocates its own protection domain on it (`setup.rs`).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use crate::fabric::Wanted;
-use crate::verbs::{Context, Result};
+use crate::verbs::{CmId, Context, Result};
 
 /// An opened device.
 #[derive(Debug)]
@@ -19,32 +17,27 @@ pub(crate) struct Device {
     pub(crate) cqs: Mutex<Vec<crate::completion::PoolEntry>>,
 }
 
-/// The device, port and GID index named, and the local address.
-type Key = (Option<String>, Option<u8>, Option<u8>, Option<IpAddr>);
+/// The device, port and source GID of an rdma_cm id.
+type CmKey = (String, u8, [u8; 16]);
 
-fn cache() -> &'static Mutex<HashMap<Key, Arc<Device>>> {
-    static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Device>>>> = OnceLock::new();
+fn cm_cache() -> &'static Mutex<HashMap<CmKey, Arc<Device>>> {
+    static CACHE: OnceLock<Mutex<HashMap<CmKey, Arc<Device>>>> = OnceLock::new();
     CACHE.get_or_init(Mutex::default)
 }
 
 impl Device {
-    /// The device, port and GID for `wanted` (see `Context::open`); opened once per
-    /// process and then shared.
+    /// The device, port and GID an rdma_cm id is bound to (after address resolution, or
+    /// on a connect request): a context of this process's own on it (`Context::for_cm`),
+    /// opened once per device, port and GID and then shared.
     ///
     /// # Errors
-    /// No RDMA on this host, no usable device, port or GID (naming which), or a verbs
-    /// failure.
-    pub(crate) fn get(wanted: &Wanted<'_>) -> Result<Arc<Device>> {
-        let key = (
-            wanted.device.map(str::to_owned),
-            wanted.port,
-            wanted.gid_index,
-            wanted.local,
-        );
-        if let Some(device) = cache().lock().get(&key) {
+    /// The id has no device yet, or opening or querying it fails.
+    pub(crate) fn for_cm(id: &CmId) -> Result<Arc<Device>> {
+        let key = id.binding()?;
+        if let Some(device) = cm_cache().lock().get(&key) {
             return Ok(device.clone());
         }
-        let context = Arc::new(Context::open(wanted)?);
+        let context = Arc::new(id.context()?);
         let choice = context.choice();
         tracing::info!(
             device = context.name(),
@@ -52,12 +45,11 @@ impl Device {
             link_layer = %choice.link_layer,
             gid_index = choice.gid.index,
             gid = %choice.gid.gid,
-            local = ?wanted.local,
-            "opened RDMA device"
+            "opened RDMA device for rdma_cm"
         );
-        let mut cache = cache().lock();
+        let mut cache = cm_cache().lock();
         if let Some(device) = cache.get(&key) {
-            return Ok(device.clone()); // opened meanwhile by another thread
+            return Ok(device.clone());
         }
         crate::events::watch(context.clone());
         let device = Arc::new(Device {

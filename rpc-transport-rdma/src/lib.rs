@@ -43,6 +43,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 
+mod cm_service;
 mod completion;
 mod config;
 mod connection;
@@ -52,6 +53,10 @@ mod device;
 mod driver;
 mod events;
 // Wrappers of the private decoders for the fuzz targets in `fuzz/` only.
+// Device, port and address selection, and addressing queue pairs by hand on
+// InfiniBand and RoCE: the verbs tests connect their queue pairs this way; the transport
+// connects through rdma_cm (`cm_service.rs`, `setup/`).
+#[cfg_attr(not(test), allow(dead_code))]
 mod fabric;
 #[cfg(feature = "unstable-fuzzing")]
 #[doc(hidden)]

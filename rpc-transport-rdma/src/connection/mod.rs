@@ -90,6 +90,10 @@ pub(crate) struct Inner {
     pub(crate) eager_limit: usize,
     /// What the frames lent to the peer hold on a server's account.
     pub(crate) loan_charges: crate::sending::LoanCharges,
+    /// The connection's rdma_cm id, destroyed after the queue pair (fields drop in
+    /// order); on iWARP it holds the connection itself.
+    #[allow(dead_code, reason = "held for its lifetime, never read")]
+    pub(crate) cm: Mutex<crate::cm_service::Routed>,
 }
 
 /// Mutable state, under one short lock: the protocol session (a sans-IO core, its

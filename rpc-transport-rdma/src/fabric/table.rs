@@ -24,18 +24,6 @@ impl Mtu {
         128 << self.code()
     }
 
-    /// The MTU for a byte count, if it is one of the five valid ones.
-    pub(crate) fn from_bytes(bytes: u32) -> Option<Self> {
-        match bytes {
-            256 => Some(Mtu::Mtu256),
-            512 => Some(Mtu::Mtu512),
-            1024 => Some(Mtu::Mtu1024),
-            2048 => Some(Mtu::Mtu2048),
-            4096 => Some(Mtu::Mtu4096),
-            _ => None,
-        }
-    }
-
     /// The InfiniBand code (`ibv_mtu`, 1..=5).
     pub(crate) fn code(self) -> u32 {
         match self {

@@ -131,7 +131,7 @@ pub fn decode_control(data: &[u8]) -> Result<ControlMessage, String> {
     })
 }
 
-/// A handshake block decoded the way `setup.rs` decodes it, for the fuzz targets only.
+/// A handshake block decoded the way `setup/` decodes it, for the fuzz targets only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Hello {
@@ -141,16 +141,10 @@ pub enum Hello {
         okay: bool,
         /// The requested mode (1 = RDMA, 2 = auto).
         mode: u8,
-        /// The peer's QP number.
-        qp_num: u32,
-        /// The peer's first packet sequence number.
-        psn: u32,
-        /// The peer's GID.
-        gid: [u8; 16],
-        /// The peer's LID.
-        lid: u16,
-        /// The peer's MTU in bytes.
-        mtu: u32,
+        /// OKAY: the server's rdma_cm port.
+        cm_port: u16,
+        /// OKAY: the token the client's rdma_cm connect request carries.
+        token: [u8; 16],
         /// The peer's receive slots.
         recv_slots: u32,
         /// The peer's slot size.
@@ -196,11 +190,8 @@ pub fn decode_hello(data: &[u8]) -> Result<Hello, String> {
     Ok(Hello::Offer {
         okay: magic == OKAY,
         mode: offer.mode as u8,
-        qp_num: offer.endpoint.qp_num,
-        psn: offer.endpoint.psn,
-        gid: offer.endpoint.gid,
-        lid: offer.endpoint.lid,
-        mtu: offer.endpoint.mtu.bytes(),
+        cm_port: offer.cm_port,
+        token: offer.token,
         recv_slots: offer.recv_slots,
         slot_size: offer.slot_size,
         rdv_budget: offer.rdv_budget,

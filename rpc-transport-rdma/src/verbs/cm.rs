@@ -347,17 +347,50 @@ impl CmId {
     /// # Errors
     /// [`Error::Verb`] if binding (e.g. no RDMA device has the address) or listening fails.
     pub(crate) fn listen(&self, addr: SocketAddr, backlog: i32) -> Result<()> {
+        self.bind(addr)?;
+        // SAFETY: `ptr` is a live, bound id.
+        if unsafe { rdma_listen(self.ptr.as_ptr(), backlog) } != 0 {
+            return Err(Error::last_os("rdma_listen"));
+        }
+        Ok(())
+    }
+
+    /// Binds to `addr` (port 0: any free port): fails when no RDMA device holds the
+    /// address (`ENODEV`, `EADDRNOTAVAIL`), which tells a client before it offers RDMA.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] if `rdma_bind_addr` fails.
+    pub(crate) fn bind(&self, addr: SocketAddr) -> Result<()> {
         let mut ss = sockaddr(addr);
         // SAFETY: `ptr` is a live id; `ss` is a valid socket address for the call.
         let ret = unsafe { rdma_bind_addr(self.ptr.as_ptr(), ptr::addr_of_mut!(ss).cast()) };
         if ret != 0 {
             return Err(Error::last_os("rdma_bind_addr"));
         }
-        // SAFETY: `ptr` is a live, bound id.
-        if unsafe { rdma_listen(self.ptr.as_ptr(), backlog) } != 0 {
-            return Err(Error::last_os("rdma_listen"));
-        }
         Ok(())
+    }
+
+    /// The device name, port and source GID the id is bound to (after binding, address
+    /// resolution or on a connect request): what names its [`CmId::context`] in a cache.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] before the id has a device.
+    pub(crate) fn binding(&self) -> Result<(String, u8, [u8; 16])> {
+        // SAFETY: as in `context`: the fields are read between the event that set them and
+        // the owner's next request on the id.
+        let (verbs, port, sgid) = unsafe {
+            let id = &*self.ptr.as_ptr();
+            (id.verbs, id.port_num, id.route.addr.addr.ibaddr.sgid.raw)
+        };
+        let verbs = NonNull::new(verbs).ok_or(Error::Unsupported {
+            what: "an rdma_cm id without a device",
+        })?;
+        // SAFETY: a live id's context has its `device` set at open, never changed; the
+        // device lives in libibverbs' list while any context of it is open.
+        let dev = NonNull::new(unsafe { (*verbs.as_ptr()).device }).ok_or(Error::Unsupported {
+            what: "an rdma_cm id without a device",
+        })?;
+        Ok((super::context::device_name_of(dev), port, sgid))
     }
 
     /// The local port (after [`CmId::listen`], the one chosen for port 0).

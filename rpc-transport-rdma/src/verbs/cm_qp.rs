@@ -25,11 +25,13 @@ impl QueuePair<Reset> {
 
 impl QueuePair<Init> {
     /// `INIT -> RTR` with rdma_cm's attributes (the path, the peer's QP number and PSN,
-    /// the READs it may have in flight).
+    /// the READs it may have in flight); `sgid_index`, when named, replaces the source
+    /// GID entry rdma_cm chose (on RoCE: another entry of the same address, e.g. RoCE v1
+    /// where rdma_cm prefers v2).
     ///
     /// # Errors
     /// [`Error::Verb`] if rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
-    pub(crate) fn cm_rtr(self, id: &CmId) -> Result<QueuePair<Rtr>> {
+    pub(crate) fn cm_rtr(self, id: &CmId, sgid_index: Option<u8>) -> Result<QueuePair<Rtr>> {
         let (mut attr, mut mask) = id.qp_attr(ibv_qp_state::IBV_QPS_RTR)?;
         if mask != 0 {
             // On a server, rdma_cm takes the incoming READs from the client's request:
@@ -38,6 +40,9 @@ impl QueuePair<Init> {
                 .max_dest_rd_atomic
                 .clamp(1, self.inner.pd.context().max_qp_rd_atom());
             mask |= ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC.0 as i32;
+            if let (Some(index), 1) = (sgid_index, attr.ah_attr.is_global) {
+                attr.ah_attr.grh.sgid_index = index;
+            }
         }
         // iWARP: a zero mask, the kernel's connection manager moves the QP itself.
         self.modify_raw(&mut attr, mask, "ibv_modify_qp(RTR, rdma_cm)")?;

@@ -95,6 +95,7 @@ impl Drop for Opened {
 }
 
 impl Context {
+    #[cfg_attr(not(test), allow(dead_code))] // hand-connected queue pairs: the verbs tests
     /// Opens the device, port and GID [`fabric::select`] chooses for `wanted`: by the
     /// local address (the RoCE GID that holds it, as rdma_cm would pick; an InfiniBand
     /// port when no RoCE entry does), within the device, port and GID index named.
@@ -430,7 +431,7 @@ impl Drop for Context {
 }
 
 /// The name of a device of a live device list.
-fn device_name_of(dev: NonNull<ibv_device>) -> String {
+pub(super) fn device_name_of(dev: NonNull<ibv_device>) -> String {
     // SAFETY: `dev` is an entry of a live list; ibv_get_device_name(3) returns a pointer to
     // a NUL-terminated name owned by the device, valid while the list is, and copied here.
     let name = unsafe { ibv_get_device_name(dev.as_ptr()) };
@@ -474,6 +475,7 @@ impl DeviceList {
         Ok(list)
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // hand-connected queue pairs: the verbs tests
     fn iter(&self) -> impl Iterator<Item = NonNull<ibv_device>> + '_ {
         (0..self.len).filter_map(|i| {
             // SAFETY: the array holds `len` device pointers (followed by a NULL), per

@@ -81,7 +81,6 @@ mod wc;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use crate::fabric::Mtu;
 pub(crate) use async_event::AsyncEvent;
 #[cfg_attr(not(test), allow(unused_imports))]
 pub(crate) use cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
@@ -94,7 +93,7 @@ pub(crate) use mr::{Access, MemoryRegion};
 #[cfg(test)]
 pub(crate) use mw::MemoryWindow;
 pub(crate) use pd::ProtectionDomain;
-pub(crate) use qp::{QpConfig, QpEndpoint, QueuePair};
+pub(crate) use qp::{QpConfig, QueuePair, MAX_INITIATOR_DEPTH};
 #[cfg(test)]
 pub(crate) use qp_state::QpState;
 pub(crate) use qp_state::{Init, RecvReady, Rts};

@@ -31,6 +31,7 @@ pub(crate) const DEFAULT_RETRY_CNT: u8 = 7;
 /// RNR retries: always 0. Credits guarantee a posted RECV for every SEND, so an RNR NAK is
 /// a bug, and it must surface as an error rather than as a silent 655 ms stall.
 pub(crate) const RNR_RETRY: u8 = 0;
+#[cfg_attr(not(test), allow(dead_code))] // hand-connected queue pairs: the verbs tests
 /// The RNR timer this QP advertises in the NAKs it sends (12 = 0.64 ms); unused by design.
 const MIN_RNR_TIMER: u8 = 12;
 
@@ -73,6 +74,7 @@ impl Default for QpConfig {
     }
 }
 
+#[cfg_attr(not(test), allow(dead_code))] // hand-connected queue pairs: the verbs tests
 /// What a peer needs to connect its QP to ours; exchanged over the side channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct QpEndpoint {
@@ -219,6 +221,7 @@ impl QueuePair<Reset> {
         })
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // hand-connected queue pairs: the verbs tests
     /// `RESET -> INIT` on the context's chosen port, allowing the peer RDMA READ (never WRITE) of
     /// memory regions registered with remote read access.
     ///
@@ -242,6 +245,7 @@ impl QueuePair<Reset> {
 }
 
 impl QueuePair<Init> {
+    #[cfg_attr(not(test), allow(dead_code))] // hand-connected queue pairs: the verbs tests
     /// `INIT -> RTR`: connects to `remote` with the address vector [`fabric::address`]
     /// gives from the chosen port (by LID on InfiniBand, by GID on RoCE), path MTU =
     /// min(ours, theirs), and as many incoming READs as the device allows.
@@ -297,6 +301,7 @@ impl QueuePair<Init> {
 }
 
 impl QueuePair<Rtr> {
+    #[cfg_attr(not(test), allow(dead_code))] // hand-connected queue pairs: the verbs tests
     /// `RTR -> RTS` with the configured timeout and retry count, `rnr_retry = 0`, and as
     /// many outstanding READs as the device allows.
     ///
@@ -331,6 +336,7 @@ impl QueuePair<Rtr> {
 }
 
 impl<S: QpStage> QueuePair<S> {
+    #[cfg_attr(not(test), allow(dead_code))] // hand-connected queue pairs: the verbs tests
     /// What the peer needs to connect to this QP.
     pub(crate) fn endpoint(&self) -> QpEndpoint {
         let ctx = self.inner.pd.context();

@@ -1,6 +1,6 @@
 //! [`RawPeer`]: a hostile RDMA peer for the tests of this project only (`#[doc(hidden)]`).
 //!
-//! It speaks the side-channel handshake and the slot protocol by hand, on the crate's
+//! It speaks the side-channel handshake, rdma_cm and the slot protocol by hand, on the crate's
 //! verbs layer, so that a test can do what no well-behaved connection does: lie in its
 //! hello, send any descriptor or read-done, withhold credits, never read what it was
 //! lent, and READ the other side's memory with any key and offset. Each call is
@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use rdmarpc_core::wire::HEADER_LEN;
 
 use super::{
-    wc_buffer, Access, Completion, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
-    QpConfig, QueuePair, RecvReady, RemoteBuf, Rts, SendOptions, WrId,
+    wc_buffer, Access, CmEventKind, CmId, Completion, CompletionQueue, ConnParam, EventChannel,
+    MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvReady, RemoteBuf, Rts, SendOptions,
+    WrId, MAX_INITIATOR_DEPTH,
 };
 use crate::handshake::{Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
 use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN, RENDEZVOUS_LEN};
@@ -90,6 +91,9 @@ pub enum Message {
 pub struct RawPeer {
     /// Dropped first: destroying the QP retires every posted work request.
     qp: QueuePair<Rts>,
+    /// The connection's rdma_cm id, after the QP.
+    #[allow(dead_code, reason = "held: dropping it ends the connection")]
+    cm: CmId,
     cq: Arc<CompletionQueue>,
     send_ring: MemoryRegion,
     recv_ring: MemoryRegion,
@@ -120,37 +124,69 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// The next event of `id` on `channel`, which must be one of `kinds`, within 20 s.
+fn cm_event(
+    channel: &Arc<EventChannel>,
+    id: &CmId,
+    kinds: &[CmEventKind],
+) -> Result<CmEventKind, String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("no rdma_cm event {kinds:?} in time"));
+        }
+        let Some(event) = channel.next(left).map_err(err)? else {
+            continue;
+        };
+        if event.id != id.key() {
+            continue;
+        }
+        if event.kind == CmEventKind::Rejected {
+            return Err(format!(
+                "the server rejected the rdma_cm request (private data {:?})",
+                String::from_utf8_lossy(&event.private_data)
+            ));
+        }
+        if !kinds.contains(&event.kind) {
+            return Err(format!(
+                "rdma_cm: {} where {kinds:?} was expected",
+                event.kind
+            ));
+        }
+        return Ok(event.kind);
+    }
+}
+
 impl RawPeer {
     /// Connects to an RDMA server at `addr`, announcing `limits`.
     ///
     /// # Errors
     /// The server's refusal or any verbs or socket failure, as text.
     pub fn connect(addr: SocketAddr, limits: HelloLimits) -> Result<RawPeer, String> {
+        Self::connect_with(addr, limits, |_| {})
+    }
+
+    /// [`RawPeer::connect`], changing the token the server gave before it goes in the
+    /// rdma_cm connect request (`forge`): a server must reject a request whose token it
+    /// did not give to this connection.
+    ///
+    /// # Errors
+    /// As [`RawPeer::connect`]; `rejected` in the text when the server rejected the
+    /// rdma_cm request.
+    pub fn connect_with(
+        addr: SocketAddr,
+        limits: HelloLimits,
+        forge: impl FnOnce(&mut [u8; 16]),
+    ) -> Result<RawPeer, String> {
         let mut side = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(err)?;
         side.set_read_timeout(Some(Duration::from_secs(20)))
             .map_err(err)?;
-        let wanted = crate::fabric::Wanted {
-            local: Some(side.local_addr().map_err(err)?.ip().to_canonical()),
-            ..Default::default()
-        };
-        let ctx = Arc::new(Context::open(&wanted).map_err(err)?);
-        let pd = Arc::new(ProtectionDomain::new(&ctx).map_err(err)?);
-        let cq = Arc::new(CompletionQueue::new(&ctx, 1024, None, 0).map_err(err)?);
-        let qp = QueuePair::new(&pd, &cq, &cq, &QpConfig::default())
-            .map_err(err)?
-            .into_init()
-            .map_err(err)?;
-        let send_ring = MemoryRegion::new(&pd, SLOT as usize, Access::Local).map_err(err)?;
-        let recv_ring =
-            MemoryRegion::new(&pd, (SLOT * RECV_SLOTS) as usize, Access::Local).map_err(err)?;
-        let target = MemoryRegion::new(&pd, TARGET, Access::Local).map_err(err)?;
-        let recvs: Vec<_> = (0..RECV_SLOTS as usize)
-            .map(|i| (WrId(TAG_RECV | i as u64), i * SLOT as usize, SLOT as usize))
-            .collect();
-        post_recvs(&qp, &recv_ring, &recvs)?;
+        let local = side.local_addr().map_err(err)?;
         let offer = Offer {
             mode: Mode::Rdma,
-            endpoint: qp.endpoint(),
+            cm_port: 0,
+            token: [0; 16],
             recv_slots: RECV_SLOTS,
             slot_size: SLOT,
             rdv_budget: limits.rdv_budget,
@@ -166,14 +202,61 @@ impl RawPeer {
             return Err("not an RDMA server".into());
         }
         let remote = Offer::decode(&block).map_err(|e| e.to_string())?;
-        let qp = qp
-            .into_rtr(&remote.endpoint)
-            .map_err(err)?
-            .into_rts()
+        let channel = EventChannel::new().map_err(err)?;
+        let id = CmId::new(&channel).map_err(err)?;
+        let mut server = addr;
+        server.set_port(remote.cm_port);
+        id.resolve_addr(Some(local), server, Duration::from_secs(10))
             .map_err(err)?;
+        cm_event(&channel, &id, &[CmEventKind::AddrResolved])?;
+        id.resolve_route(Duration::from_secs(10)).map_err(err)?;
+        cm_event(&channel, &id, &[CmEventKind::RouteResolved])?;
+        let ctx = Arc::new(id.context().map_err(err)?);
+        let pd = Arc::new(ProtectionDomain::new(&ctx).map_err(err)?);
+        let cq = Arc::new(CompletionQueue::new(&ctx, 1024, None, 0).map_err(err)?);
+        let qp = QueuePair::new(&pd, &cq, &cq, &QpConfig::default())
+            .map_err(err)?
+            .cm_init(&id)
+            .map_err(err)?;
+        let send_ring = MemoryRegion::new(&pd, SLOT as usize, Access::Local).map_err(err)?;
+        let recv_ring =
+            MemoryRegion::new(&pd, (SLOT * RECV_SLOTS) as usize, Access::Local).map_err(err)?;
+        let target = MemoryRegion::new(&pd, TARGET, Access::Local).map_err(err)?;
+        let recvs: Vec<_> = (0..RECV_SLOTS as usize)
+            .map(|i| (WrId(TAG_RECV | i as u64), i * SLOT as usize, SLOT as usize))
+            .collect();
+        post_recvs(&qp, &recv_ring, &recvs)?;
+        let mut token = remote.token;
+        forge(&mut token);
+        let request = crate::handshake::cm_request(&token);
+        id.connect(&ConnParam {
+            private_data: &request,
+            qp_num: qp.qp_num(),
+            responder_resources: ctx.max_qp_rd_atom(),
+            initiator_depth: ctx.max_qp_init_rd_atom().min(MAX_INITIATOR_DEPTH),
+            retry_count: 7,
+        })
+        .map_err(err)?;
+        let answer = cm_event(
+            &channel,
+            &id,
+            &[CmEventKind::ConnectResponse, CmEventKind::Established],
+        )?;
+        let qp = if answer == CmEventKind::ConnectResponse {
+            let qp = qp
+                .cm_rtr(&id, None)
+                .map_err(err)?
+                .cm_rts(&id)
+                .map_err(err)?;
+            id.establish().map_err(err)?;
+            qp
+        } else {
+            qp.moved_by_cm()
+        };
         side.write_all(READY).map_err(err)?;
         Ok(RawPeer {
             qp,
+            cm: id,
             cq,
             send_ring,
             recv_ring,

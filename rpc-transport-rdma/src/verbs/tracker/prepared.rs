@@ -1,4 +1,4 @@
-//! [`PreparedRings`]: a queue pair and its rings before the peer's endpoint is known.
+//! [`PreparedRings`]: a queue pair and its rings before it is connected.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,44 +11,54 @@ use super::slots::SendSlot;
 use super::NEXT_RINGS_ID;
 use super::{post_segment, Rings};
 use crate::verbs::{
-    CompletionQueue, Init, ProtectionDomain, QpConfig, QpEndpoint, QueuePair, Result,
+    CmId, CompletionQueue, Init, ProtectionDomain, QpConfig, QueuePair, Result, Rts,
 };
 
 /// A connection's QP in INIT with its rings registered and every receive slot posted:
 /// what exists before the peer's endpoint is known.
 #[derive(Debug)]
 pub(crate) struct PreparedRings {
-    pub(super) qp: QueuePair<Init>,
-    pub(super) send: Ring,
-    pub(super) recv: Ring,
-    pub(super) pd: Arc<ProtectionDomain>,
-    pub(super) geometry: RingGeometry,
-    pub(super) id: u64,
+    qp: QueuePair<Init>,
+    rest: RingsRest,
+}
+
+/// Everything but the queue pair.
+#[derive(Debug)]
+struct RingsRest {
+    send: Ring,
+    recv: Ring,
+    pd: Arc<ProtectionDomain>,
+    geometry: RingGeometry,
+    id: u64,
 }
 
 impl PreparedRings {
-    /// Creates the QP on `cq`, registers both rings in `pd` (no remote access) and posts
-    /// every receive slot.
+    /// Creates the QP on `cq` and moves it to INIT with the attributes rdma_cm computes
+    /// for `id` (on the id's device), registers both rings in `pd` (no remote access) and
+    /// posts every receive slot.
     ///
     /// # Errors
     /// Any verbs failure (QP creation, registration, e.g. over the memlock limit, posting).
-    pub(crate) fn new(
+    pub(crate) fn for_cm(
         pd: &Arc<ProtectionDomain>,
         cq: &Arc<CompletionQueue>,
         qp_config: &QpConfig,
         geometry: RingGeometry,
+        id: &CmId,
     ) -> Result<PreparedRings> {
         let send = Ring::new(pd, geometry.send_slots, geometry.slot_size)?;
         let recv = Ring::new(pd, geometry.recv_slots, geometry.slot_size)?;
-        let qp = QueuePair::new(pd, cq, cq, qp_config)?.into_init()?;
+        let qp = QueuePair::new(pd, cq, cq, qp_config)?.cm_init(id)?;
         post_segment(&qp, &recv, 0..geometry.recv_slots)?;
         Ok(PreparedRings {
             qp,
-            send,
-            recv,
-            pd: pd.clone(),
-            geometry,
-            id: NEXT_RINGS_ID.fetch_add(1, Ordering::Relaxed),
+            rest: RingsRest {
+                send,
+                recv,
+                pd: pd.clone(),
+                geometry,
+                id: NEXT_RINGS_ID.fetch_add(1, Ordering::Relaxed),
+            },
         })
     }
 
@@ -57,17 +67,30 @@ impl PreparedRings {
         self.qp.qp_num()
     }
 
-    /// What the peer needs to connect to this QP.
-    pub(crate) fn endpoint(&self) -> QpEndpoint {
-        self.qp.endpoint()
-    }
-
-    /// Connects to the peer (INIT -> RTR -> RTS) and hands out every send slot.
+    /// Connects through rdma_cm's `id` (INIT -> RTR -> RTS with its attributes and
+    /// `sgid_index` if named; on iWARP the kernel moves the queue pair itself, see
+    /// `cm_qp.rs`) and hands out every send slot.
     ///
     /// # Errors
     /// A failed state transition.
-    pub(crate) fn connect(self, remote: &QpEndpoint) -> Result<(Rings, Vec<SendSlot>)> {
-        let qp = self.qp.into_rtr(remote)?.into_rts()?;
+    pub(crate) fn cm_connect(
+        self,
+        id: &CmId,
+        sgid_index: Option<u8>,
+    ) -> Result<(Rings, Vec<SendSlot>)> {
+        let qp = self.qp.cm_rtr(id, sgid_index)?.cm_rts(id)?;
+        Ok(self.rest.into_rings(qp))
+    }
+
+    /// Takes the queue pair the kernel's iWARP connection manager moved to RTS.
+    pub(crate) fn moved_by_cm(self) -> (Rings, Vec<SendSlot>) {
+        let qp = self.qp.moved_by_cm();
+        self.rest.into_rings(qp)
+    }
+}
+
+impl RingsRest {
+    fn into_rings(self, qp: QueuePair<Rts>) -> (Rings, Vec<SendSlot>) {
         let slots = (0..self.geometry.send_slots)
             .map(|index| SendSlot {
                 rings: self.id,
@@ -85,6 +108,6 @@ impl PreparedRings {
             geometry: self.geometry,
             id: self.id,
         };
-        Ok((rings, slots))
+        (rings, slots)
     }
 }

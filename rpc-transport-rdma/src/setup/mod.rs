@@ -1,6 +1,7 @@
-//! Building an [`RdmaConnection`] on either side of the handshake.
+//! Building an [`RdmaConnection`] on either side of the handshake (`client.rs`,
+//! `server.rs`): the side channel's offers, then the queue pair through rdma_cm.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,25 +9,29 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use rdmarpc_core::TransportError;
 use rdmarpc_transport_tcp::Socket;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{watch, Notify};
 
+use crate::cm_service::Routed;
 use crate::completion::Membership;
 use crate::connection::{max_frame, Inner, KeptBytes, RdmaConnection, Sends, State};
 use crate::counters::Counters;
 use crate::device::Device;
 use crate::driver::{self, READ_WR_BUDGET};
-use crate::fabric::Wanted;
-use crate::handshake::{self, Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
+use crate::handshake::{Mode, Offer, Token};
 use crate::pool::LargePool;
 use crate::protocol::session::{Session, SessionConfig};
 use crate::protocol::{LoanLimit, PREFIX_LEN};
 use crate::verbs::{
-    Access, PreparedRings, ProtectionDomain, QpConfig, RingGeometry, Rings, SendSlot,
+    Access, CmId, ConnParam, PreparedRings, ProtectionDomain, QpConfig, RingGeometry, Rings,
+    SendSlot, MAX_INITIATOR_DEPTH,
 };
 use crate::RdmaConfig;
 
-/// Verbs resources of a connection before the peer's endpoint is known.
+mod client;
+mod server;
+
+/// Verbs resources of a connection whose rdma_cm id knows its device, before the queue
+/// pair is connected.
 #[derive(Debug)]
 pub(crate) struct Prepared {
     device: Arc<Device>,
@@ -35,28 +40,55 @@ pub(crate) struct Prepared {
     pd: Arc<ProtectionDomain>,
 }
 
-/// The socket's local address (an IPv4-mapped IPv6 address as IPv4).
-fn local_ip(stream: &Socket) -> Option<IpAddr> {
-    Some(stream.local_addr().ok()?.ip().to_canonical())
+/// The socket's local address (an IPv4-mapped IPv6 address as IPv4), with its scope.
+fn local_addr(stream: &Socket) -> Result<SocketAddr, String> {
+    let addr = stream.local_addr().map_err(|e| e.to_string())?;
+    Ok(match addr {
+        SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_some() => {
+            SocketAddr::new(a.ip().to_canonical(), 0)
+        }
+        mut other => {
+            other.set_port(0);
+            other
+        }
+    })
 }
 
-/// Opens the device that owns the socket's local address (or the configured one) and
-/// prepares a QP with its rings.
-pub(crate) fn prepare(config: &RdmaConfig, stream: &Socket) -> Result<Prepared, String> {
-    prepare_at(config, local_ip(stream))
+/// Where rdma_cm cannot go: a loopback address binds to whichever device comes first,
+/// which holds no such address.
+fn usable_address(ip: IpAddr) -> Result<(), String> {
+    if ip.to_canonical().is_loopback() {
+        return Err(format!("the loopback address {ip} has no RDMA device"));
+    }
+    Ok(())
 }
 
-/// [`prepare`] for a socket whose local address is `local`: blocking verbs calls and
-/// registrations, for `spawn_blocking`.
-fn prepare_at(config: &RdmaConfig, local: Option<IpAddr>) -> Result<Prepared, String> {
+/// The device and port an rdma_cm id is bound to must be the ones `config` names.
+fn check_named(config: &RdmaConfig, id: &CmId) -> Result<(), String> {
+    let (device, port, _) = id.binding().map_err(|e| e.to_string())?;
+    if let Some(named) = config.device.as_deref() {
+        if named != device {
+            return Err(format!(
+                "the address is on RDMA device {device}, not on the configured device {named}"
+            ));
+        }
+    }
+    if let Some(named) = config.port {
+        if named != port {
+            return Err(format!(
+                "the address is on port {port} of RDMA device {device}, not on the configured port {named}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Opens (or shares) the device rdma_cm bound `id` to and prepares a queue pair with its
+/// rings there: blocking verbs calls and registrations, for `spawn_blocking`.
+pub(crate) fn prepare(config: &RdmaConfig, id: &CmId) -> Result<Prepared, String> {
     config.validate()?;
-    let wanted = Wanted {
-        device: config.device.as_deref(),
-        port: config.port,
-        gid_index: config.gid_index,
-        local,
-    };
-    let device = Device::get(&wanted).map_err(|e| e.to_string())?;
+    check_named(config, id)?;
+    let device = Device::for_cm(id).map_err(|e| e.to_string())?;
     // Sends and control messages (one per slot) and READs. Lent buffers are registered
     // in the connection's own PD and lent by their own key (`Access::Lendable`): no
     // work request per loan. (Lending through memory windows would need a bind and an
@@ -81,7 +113,7 @@ fn prepare_at(config: &RdmaConfig, local: Option<IpAddr>) -> Result<Prepared, St
     // A protection domain of its own: the keys of what this connection lends are
     // useless to every other QP (see docs/limits.md, "Memory isolation").
     let pd = Arc::new(ProtectionDomain::new(&device.context).map_err(|e| e.to_string())?);
-    let rings = PreparedRings::new(&pd, completion.cq(), &qp_config, geometry)
+    let rings = PreparedRings::for_cm(&pd, completion.cq(), &qp_config, geometry, id)
         .map_err(|e| e.to_string())?;
     completion.admit(rings.qp_num());
     Ok(Prepared {
@@ -92,24 +124,63 @@ fn prepare_at(config: &RdmaConfig, local: Option<IpAddr>) -> Result<Prepared, St
     })
 }
 
+/// [`prepare`] on a blocking thread (registration pins pages and can take a while); the
+/// id comes back with the result.
+async fn prepare_off_thread(
+    config: &RdmaConfig,
+    id: Routed,
+) -> Result<(Routed, Result<Prepared, String>), String> {
+    let owned = config.clone();
+    tokio::task::spawn_blocking(move || {
+        let prepared = prepare(&owned, id.id());
+        (id, prepared)
+    })
+    .await
+    .map_err(|e| format!("RDMA set-up task: {e}"))
+}
+
+/// This side's offer: its limits, and on a server the rdma_cm port and token.
+fn offer(mode: Mode, config: &RdmaConfig, cm_port: u16, token: Token) -> Offer {
+    Offer {
+        mode,
+        cm_port,
+        token,
+        recv_slots: config.initial_slots(),
+        slot_size: config.slot_size,
+        rdv_budget: config.lend_budget(),
+        max_loans: config.max_loans,
+    }
+}
+
 impl Prepared {
-    fn offer(&self, mode: Mode, config: &RdmaConfig) -> Offer {
-        Offer {
-            mode,
-            endpoint: self.rings.endpoint(),
-            recv_slots: config.initial_slots(),
-            slot_size: config.slot_size,
-            rdv_budget: config.lend_budget(),
-            max_loans: config.max_loans,
+    /// What rdma_cm's connect or accept carries besides the private data.
+    fn conn_param<'a>(&self, private_data: &'a [u8]) -> ConnParam<'a> {
+        let ctx = &self.device.context;
+        ConnParam {
+            private_data,
+            qp_num: self.rings.qp_num(),
+            responder_resources: ctx.max_qp_rd_atom(),
+            initiator_depth: ctx.max_qp_init_rd_atom().min(MAX_INITIATOR_DEPTH),
+            retry_count: 7,
         }
     }
 
-    /// Moves the QP to RTS towards `remote`.
-    fn connect(self, remote: &Offer) -> Result<Connected, String> {
-        let (rings, slots) = self
-            .rings
-            .connect(&remote.endpoint)
-            .map_err(|e| e.to_string())?;
+    /// Moves the QP to RTS through rdma_cm (`moved`: the kernel's iWARP connection
+    /// manager did it).
+    fn connect(
+        self,
+        id: Routed,
+        moved: bool,
+        config: &RdmaConfig,
+        remote: &Offer,
+    ) -> Result<Connected, String> {
+        let (rings, slots) = if moved {
+            self.rings.moved_by_cm()
+        } else {
+            self.rings
+                .cm_connect(id.id(), config.gid_index)
+                .map_err(|e| e.to_string())?
+        };
         Ok(Connected {
             device: self.device,
             pd: self.pd,
@@ -117,6 +188,7 @@ impl Prepared {
             rings,
             slots,
             remote: *remote,
+            cm: id,
         })
     }
 }
@@ -130,6 +202,8 @@ struct Connected {
     completion: Membership,
     slots: Vec<SendSlot>,
     remote: Offer,
+    /// Kept as long as the connection: on iWARP it is the connection.
+    cm: Routed,
 }
 
 impl Connected {
@@ -182,6 +256,7 @@ impl Connected {
             max_frame,
             eager_limit,
             loan_charges: Default::default(),
+            cm: Mutex::new(self.cm),
         });
         crate::events::register(self.device.context.name(), qp_num, &inner);
         // Completions reaped before now are handled first.
@@ -257,7 +332,7 @@ pub async fn handshake_client(
     fallback: bool,
 ) -> Result<Negotiated, TransportError> {
     let mode = if fallback { Mode::Auto } else { Mode::Rdma };
-    client(socket, config, mode).await
+    client::client(socket, config, mode).await
 }
 
 /// The server side of the RDMA handshake, on a socket whose first 8 bytes were
@@ -273,150 +348,5 @@ pub async fn handshake_server(
     socket: Socket,
     config: Option<&RdmaConfig>,
 ) -> Result<Result<RdmaConnection, Socket>, String> {
-    server(socket, config).await
-}
-
-/// Client side: offers RDMA on `stream`.
-///
-/// # Errors
-/// Local set-up failure, a handshake error, or (in [`Mode::Rdma`]) the server's refusal.
-pub(crate) async fn client(
-    mut stream: Socket,
-    config: &RdmaConfig,
-    mode: Mode,
-) -> Result<Negotiated, TransportError> {
-    let prepared = match (prepare(config, &stream), mode) {
-        (Ok(prepared), _) => prepared,
-        // Nothing was sent yet: the socket carries TCP from its first byte.
-        (Err(e), Mode::Auto) => {
-            return Ok(Negotiated::Tcp(
-                stream,
-                format!("no usable local RDMA device: {e}"),
-            ));
-        }
-        (Err(e), Mode::Rdma) => return Err(TransportError::Other(format!("RDMA set-up: {e}"))),
-    };
-    let work = async {
-        stream
-            .write_all(&prepared.offer(mode, config).encode(HELLO))
-            .await?;
-        // Under TLS a write may sit in the session until flushed.
-        stream.flush().await?;
-        let mut block = [0u8; BLOCK];
-        stream.read_exact(&mut block).await?;
-        Ok::<_, std::io::Error>(block)
-    };
-    let block = tokio::time::timeout(config.handshake_timeout, work)
-        .await
-        .map_err(|_| TransportError::Other("RDMA handshake timed out".into()))??;
-    match &block[..8] {
-        m if m == OKAY => {
-            let remote = Offer::decode(&block)
-                .map_err(|e| TransportError::Other(format!("RDMA handshake: {e}")))?;
-            // Our QP must reach RTS before READY lets the server send.
-            let connected = prepared.connect(&remote).map_err(TransportError::Other)?;
-            stream.write_all(READY).await?;
-            stream.flush().await?;
-            Ok(Negotiated::Rdma(connected.start(stream, config)))
-        }
-        m if m == NONE => {
-            // A refusal's reason is read under the same bound: a server that announces a
-            // reason and stalls must not hang the dial.
-            let reason = tokio::time::timeout(
-                config.handshake_timeout,
-                handshake::read_refusal(&mut stream, &block),
-            )
-            .await
-            .map_err(|_| TransportError::Other("RDMA handshake timed out (refusal)".into()))??;
-            match mode {
-                Mode::Rdma => Err(TransportError::Other(format!(
-                    "the server does not serve RDMA: {reason}"
-                ))),
-                Mode::Auto => Ok(Negotiated::Tcp(stream, reason)),
-            }
-        }
-        _ => Err(TransportError::Other(
-            "the server does not speak the RDMA handshake".into(),
-        )),
-    }
-}
-
-/// Server side, after the first 8 bytes were HELLO: reads the offer and answers it.
-///
-/// # Returns
-/// `Ok(Ok(conn))` over RDMA; `Ok(Err(stream))` when RDMA was refused and the socket
-/// carries TCP from here.
-///
-/// # Errors
-/// Why the handshake failed (the connection is then dropped).
-pub(crate) async fn server(
-    mut stream: Socket,
-    config: Option<&RdmaConfig>,
-) -> Result<Result<RdmaConnection, Socket>, String> {
-    let mut block = [0u8; BLOCK];
-    block[..8].copy_from_slice(HELLO);
-    stream
-        .read_exact(&mut block[8..])
-        .await
-        .map_err(|e| e.to_string())?;
-    let offer = Offer::decode(&block).map_err(|e| e.to_string())?;
-    let Some(config) = config else {
-        handshake::refuse(&mut stream, "this server serves TCP only")
-            .await
-            .map_err(|e| e.to_string())?;
-        return Ok(Err(stream));
-    };
-    // On RoCE (LID 0) a GID is an IP address: it must be the address this connection
-    // comes from, or a client could point our queue pair at a third host.
-    if let (0, Ok(peer)) = (offer.endpoint.lid, stream.peer_addr()) {
-        let expected = match peer.ip() {
-            IpAddr::V4(ip) => ip.to_ipv6_mapped().octets(),
-            IpAddr::V6(ip) => ip.octets(),
-        };
-        if offer.endpoint.gid != expected {
-            let reason = format!(
-                "the offered GID {} is not the connection's address {}",
-                std::net::Ipv6Addr::from(offer.endpoint.gid),
-                peer.ip()
-            );
-            let _ = handshake::refuse(&mut stream, &reason).await;
-            return Err(reason);
-        }
-    }
-    // Queue pair, completion queue and ring registrations only now that the offer is
-    // valid, on a blocking thread (registration pins pages and can take a while).
-    let (owned, local) = (config.clone(), local_ip(&stream));
-    let prepared = tokio::task::spawn_blocking(move || prepare_at(&owned, local))
-        .await
-        .map_err(|e| format!("RDMA set-up task: {e}"))?;
-    let prepared = match prepared {
-        Ok(p) => p,
-        Err(reason) => {
-            // The details (device names, addresses) stay in this server's log: the
-            // client, not yet authenticated, learns that RDMA is refused, not why.
-            static SAID: AtomicBool = AtomicBool::new(false);
-            if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                tracing::debug!(%reason, "RDMA refused: no usable device");
-            } else {
-                tracing::warn!(%reason, "RDMA refused: no usable device (said once; then at debug)");
-            }
-            handshake::refuse(&mut stream, "the server has no usable RDMA device")
-                .await
-                .map_err(|e| e.to_string())?;
-            return Ok(Err(stream));
-        }
-    };
-    let reply = prepared.offer(offer.mode, config).encode(OKAY);
-    let connected = prepared.connect(&offer)?;
-    stream.write_all(&reply).await.map_err(|e| e.to_string())?;
-    stream.flush().await.map_err(|e| e.to_string())?;
-    let mut ready = [0u8; 8];
-    tokio::time::timeout(config.handshake_timeout, stream.read_exact(&mut ready))
-        .await
-        .map_err(|_| "timed out waiting for READY".to_string())?
-        .map_err(|e| e.to_string())?;
-    if &ready != READY {
-        return Err("bad READY".into());
-    }
-    Ok(Ok(connected.start(stream, config)))
+    server::server(socket, config).await
 }

@@ -1,0 +1,136 @@
+//! The client's side of the set-up: HELLO on the side channel, then the queue pair
+//! through rdma_cm to the port and with the token the server's OKAY gave.
+
+use rdmarpc_core::TransportError;
+use rdmarpc_transport_tcp::Socket;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{check_named, local_addr, offer, prepare_off_thread, usable_address, Negotiated};
+use crate::cm_service::{service, Routed};
+use crate::handshake::{self, Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
+use crate::verbs::CmEventKind;
+use crate::RdmaConfig;
+
+/// An rdma_cm id bound to the side channel's local address: fails, before anything is
+/// offered, where no RDMA device holds that address (or not the one `config` names).
+fn local_id(config: &RdmaConfig, stream: &Socket) -> Result<Routed, String> {
+    config.validate()?;
+    let local = local_addr(stream)?;
+    usable_address(local.ip())?;
+    let id = service()
+        .map_err(|e| e.to_string())?
+        .new_id()
+        .map_err(|e| e.to_string())?;
+    id.id()
+        .bind(local)
+        .map_err(|e| format!("no RDMA device holds {}: {e}", local.ip()))?;
+    check_named(config, id.id())?;
+    Ok(id)
+}
+
+/// Client side: offers RDMA on `stream`.
+///
+/// # Errors
+/// Local set-up failure, a handshake error, or (in [`Mode::Rdma`]) the server's refusal.
+pub(crate) async fn client(
+    mut stream: Socket,
+    config: &RdmaConfig,
+    mode: Mode,
+) -> Result<Negotiated, TransportError> {
+    let id = match (local_id(config, &stream), mode) {
+        (Ok(id), _) => id,
+        // Nothing was sent yet: the socket carries TCP from its first byte.
+        (Err(e), Mode::Auto) => {
+            return Ok(Negotiated::Tcp(
+                stream,
+                format!("no usable local RDMA device: {e}"),
+            ));
+        }
+        (Err(e), Mode::Rdma) => return Err(TransportError::Other(format!("RDMA set-up: {e}"))),
+    };
+    let work = async {
+        let hello = offer(mode, config, 0, [0; 16]).encode(HELLO);
+        stream.write_all(&hello).await?;
+        // Under TLS a write may sit in the session until flushed.
+        stream.flush().await?;
+        let mut block = [0u8; BLOCK];
+        stream.read_exact(&mut block).await?;
+        Ok::<_, std::io::Error>(block)
+    };
+    let block = tokio::time::timeout(config.handshake_timeout, work)
+        .await
+        .map_err(|_| TransportError::Other("RDMA handshake timed out".into()))??;
+    match &block[..8] {
+        m if m == OKAY => {
+            let remote = Offer::decode(&block)
+                .map_err(|e| TransportError::Other(format!("RDMA handshake: {e}")))?;
+            tokio::time::timeout(
+                config.handshake_timeout,
+                connect(stream, id, config, &remote),
+            )
+            .await
+            .map_err(|_| TransportError::Other("RDMA connection set-up timed out".into()))?
+            .map_err(|e| TransportError::Other(format!("RDMA set-up: {e}")))
+        }
+        m if m == NONE => {
+            // A refusal's reason is read under the same bound: a server that announces a
+            // reason and stalls must not hang the dial.
+            let reason = tokio::time::timeout(
+                config.handshake_timeout,
+                handshake::read_refusal(&mut stream, &block),
+            )
+            .await
+            .map_err(|_| TransportError::Other("RDMA handshake timed out (refusal)".into()))??;
+            match mode {
+                Mode::Rdma => Err(TransportError::Other(format!(
+                    "the server does not serve RDMA: {reason}"
+                ))),
+                Mode::Auto => Ok(Negotiated::Tcp(stream, reason)),
+            }
+        }
+        _ => Err(TransportError::Other(
+            "the server does not speak the RDMA handshake".into(),
+        )),
+    }
+}
+
+/// After OKAY: resolves the server's rdma_cm port from the side channel's local address
+/// (the side channel's TCP connection already resolved the neighbour), prepares the
+/// queue pair on the device the route leaves from, connects with the token and, once
+/// the queue pair is in RTS, sends READY.
+async fn connect(
+    mut stream: Socket,
+    mut id: Routed,
+    config: &RdmaConfig,
+    remote: &Offer,
+) -> Result<Negotiated, String> {
+    let mut server = stream.peer_addr().map_err(|e| e.to_string())?;
+    server.set_port(remote.cm_port);
+    id.id()
+        .resolve_addr(None, server, config.handshake_timeout)
+        .map_err(|e| e.to_string())?;
+    id.expect(&[CmEventKind::AddrResolved]).await?;
+    id.id()
+        .resolve_route(config.handshake_timeout)
+        .map_err(|e| e.to_string())?;
+    id.expect(&[CmEventKind::RouteResolved]).await?;
+    let (mut id, prepared) = prepare_off_thread(config, id).await?;
+    let prepared = prepared?;
+    let request = handshake::cm_request(&remote.token);
+    id.id()
+        .connect(&prepared.conn_param(&request))
+        .map_err(|e| e.to_string())?;
+    let answer = id
+        .expect(&[CmEventKind::ConnectResponse, CmEventKind::Established])
+        .await
+        .map_err(|e| format!("{e} (the server did not accept the connect request)"))?;
+    let moved = answer.kind == CmEventKind::Established;
+    let connected = prepared.connect(id, moved, config, remote)?;
+    if !moved {
+        // InfiniBand and RoCE: the QP is in RTS, the server learns it from this.
+        connected.cm.id().establish().map_err(|e| e.to_string())?;
+    }
+    stream.write_all(READY).await.map_err(|e| e.to_string())?;
+    stream.flush().await.map_err(|e| e.to_string())?;
+    Ok(Negotiated::Rdma(connected.start(stream, config)))
+}

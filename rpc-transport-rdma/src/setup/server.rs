@@ -1,0 +1,124 @@
+//! The server's side of the set-up: the client's HELLO answered with OKAY (the rdma_cm
+//! port and a token) or NONE, then the connect request that carries the token accepted.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rdmarpc_transport_tcp::Socket;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{local_addr, offer, prepare_off_thread, usable_address};
+use crate::cm_service::{service, Expected};
+use crate::connection::RdmaConnection;
+use crate::handshake::{self, Offer, BLOCK, CM_REJECT, HELLO, OKAY, READY};
+use crate::verbs::CmEventKind;
+use crate::RdmaConfig;
+
+/// The port of this process's rdma_cm listener on the address the client reached, and a
+/// token to wait for.
+fn listen(stream: &Socket) -> Result<(u16, Expected), String> {
+    let local = local_addr(stream)?;
+    usable_address(local.ip())?;
+    let service = service().map_err(|e| e.to_string())?;
+    let port = service
+        .listener(local.ip())
+        .map_err(|e| format!("no RDMA device holds {}: {e}", local.ip()))?;
+    Ok((port, service.expect()?))
+}
+
+/// Logs why RDMA is refused: at WARN the first time, then at DEBUG.
+fn log_refusal(reason: &str) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Ordering::Relaxed) {
+        tracing::debug!(%reason, "RDMA refused: no usable device");
+    } else {
+        tracing::warn!(%reason, "RDMA refused: no usable device (said once; then at debug)");
+    }
+}
+
+/// Server side, after the first 8 bytes were HELLO: reads the offer and answers it.
+///
+/// # Returns
+/// `Ok(Ok(conn))` over RDMA; `Ok(Err(stream))` when RDMA was refused and the socket
+/// carries TCP from here.
+///
+/// # Errors
+/// Why the handshake failed (the connection is then dropped).
+pub(crate) async fn server(
+    mut stream: Socket,
+    config: Option<&RdmaConfig>,
+) -> Result<Result<RdmaConnection, Socket>, String> {
+    let mut block = [0u8; BLOCK];
+    block[..8].copy_from_slice(HELLO);
+    stream
+        .read_exact(&mut block[8..])
+        .await
+        .map_err(|e| e.to_string())?;
+    let hello = Offer::decode(&block).map_err(|e| e.to_string())?;
+    let Some(config) = config else {
+        handshake::refuse(&mut stream, "this server serves TCP only")
+            .await
+            .map_err(|e| e.to_string())?;
+        return Ok(Err(stream));
+    };
+    let (port, expected) = match listen(&stream) {
+        Ok(listening) => listening,
+        Err(reason) => {
+            // The details (device names, addresses) stay in this server's log: the
+            // client, not yet authenticated, learns that RDMA is refused, not why.
+            log_refusal(&reason);
+            handshake::refuse(&mut stream, "the server has no usable RDMA device")
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(Err(stream));
+        }
+    };
+    let reply = offer(hello.mode, config, port, expected.token).encode(OKAY);
+    stream.write_all(&reply).await.map_err(|e| e.to_string())?;
+    stream.flush().await.map_err(|e| e.to_string())?;
+    tokio::time::timeout(
+        config.handshake_timeout,
+        accept(stream, expected, config, &hello),
+    )
+    .await
+    .map_err(|_| "RDMA connection set-up timed out".to_string())?
+    .map(Ok)
+}
+
+/// After OKAY: takes the connect request with the token, prepares the queue pair on the
+/// request's device, accepts, and starts once rdma_cm says `Established` and the client
+/// sent READY.
+async fn accept(
+    mut stream: Socket,
+    mut expected: Expected,
+    config: &RdmaConfig,
+    hello: &Offer,
+) -> Result<RdmaConnection, String> {
+    let id = expected.request().await?;
+    drop(expected);
+    let (id, prepared) = prepare_off_thread(config, id).await?;
+    let prepared = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            let _ = id.id().reject(CM_REJECT);
+            return Err(e);
+        }
+    };
+    let param = prepared.conn_param(&[]);
+    // The QP reaches RTS before the accept (on iWARP the kernel moves it on accepting).
+    let mut connected = prepared.connect(id, false, config, hello)?;
+    connected
+        .cm
+        .id()
+        .accept(&param)
+        .map_err(|e| e.to_string())?;
+    connected.cm.expect(&[CmEventKind::Established]).await?;
+    let mut ready = [0u8; 8];
+    stream
+        .read_exact(&mut ready)
+        .await
+        .map_err(|e| e.to_string())?;
+    if &ready != READY {
+        return Err("bad READY".into());
+    }
+    Ok(connected.start(stream, config))
+}
