@@ -318,8 +318,9 @@ pub enum Negotiated {
 }
 
 /// The client side of the RDMA handshake on `socket`, a TCP connection (plain or TLS) to
-/// a server's port: offers RDMA and, once the server accepts, connects the queue pairs;
-/// the socket stays open as the side channel. A server that refuses (no device, or
+/// a server's port: offers RDMA and, once the server accepts, connects the queue pairs
+/// through rdma_cm (to the port and with the token the server gave on this socket); the
+/// socket stays open as the side channel. A server that refuses (no device, or
 /// TCP only) ends in [`Negotiated::Tcp`] with its reason when `fallback` is set (as
 /// `auto://` asks), else in an error.
 ///
@@ -337,13 +338,13 @@ pub async fn handshake_client(
 
 /// The server side of the RDMA handshake, on a socket whose first 8 bytes were
 /// [`HELLO`](rdmarpc_transport_tcp::rdma_hello::HELLO) (already read): reads the client's
-/// offer and connects the queue pairs, or, with `config` `None` (a server that does not
-/// serve RDMA) or no usable device, refuses; the socket then carries TCP
-/// (`Ok(Err(socket))`).
+/// offer and accepts the rdma_cm connect request that carries the token it gave on this
+/// socket, or, with `config` `None` (a server that does not serve RDMA) or no usable
+/// device, refuses; the socket then carries TCP (`Ok(Err(socket))`).
 ///
 /// # Errors
-/// Why the handshake failed (a bad offer, a GID that is not the connection's address, a
-/// timeout); the connection is then to be dropped.
+/// Why the handshake failed (a bad offer, no connect request with the token in time, a
+/// queue-pair failure); the connection is then to be dropped.
 pub async fn handshake_server(
     socket: Socket,
     config: Option<&RdmaConfig>,

@@ -313,6 +313,12 @@ impl Context {
         &self.choice
     }
 
+    /// Whether the device is iWARP (its queue pairs connect through rdma_cm only, and an
+    /// RDMA READ's sink must be remote-writable).
+    pub(crate) fn is_iwarp(&self) -> bool {
+        self.choice.gid.kind == GidKind::Iwarp
+    }
+
     /// Outstanding RDMA READs the device accepts per QP as responder (clamped to 1..=16).
     pub(crate) fn max_qp_rd_atom(&self) -> u8 {
         self.attrs.max_qp_rd_atom

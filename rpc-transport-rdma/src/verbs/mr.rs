@@ -31,7 +31,8 @@ pub(crate) enum Access {
     /// Readable by the peer with RDMA READ given the rkey, addressed from 0 (registered
     /// with IOVA 0: a peer is told offsets, never heap addresses). Rendezvous source
     /// buffers, registered in their connection's own protection domain, so only that
-    /// connection's QP can use the key.
+    /// connection's QP can use the key; also READ sinks, and on iWARP remote-writable as
+    /// iWARP's READ responses need (the QP lets no peer WRITE in).
     Lendable,
     /// No remote access of its own (its rkey is useless to a peer), but memory windows
     /// may be bound over it (`IBV_ACCESS_MW_BIND`); addressed from 0 like
@@ -126,9 +127,18 @@ impl MemoryRegion {
             }
             Access::Lendable => {
                 flags |= ibv_access_flags::IBV_ACCESS_REMOTE_READ;
+                let iova = if pd.context().is_iwarp() {
+                    // iWARP delivers a READ's response as a tagged write into the sink
+                    // (RFC 5040): the sink must be remote-writable. The queue pairs allow
+                    // the peer READs only, so no peer WRITE reaches it.
+                    flags |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
+                    buf.as_ptr() as u64 // see `nic_addr`
+                } else {
+                    0
+                };
                 // SAFETY: as above; ibv_reg_mr_iova2(3) registers the same memory with the
-                // NIC-visible base address 0 (every SGE and window then uses offsets).
-                unsafe { ibv_reg_mr_iova2(pd.as_ptr(), buf.as_ptr().cast(), len, 0, flags.0) }
+                // NIC-visible base address `iova` (every SGE and loan then uses it).
+                unsafe { ibv_reg_mr_iova2(pd.as_ptr(), buf.as_ptr().cast(), len, iova, flags.0) }
             }
             #[cfg(test)]
             Access::Windowed => {
@@ -159,11 +169,16 @@ impl MemoryRegion {
         self.buf.as_ptr() as u64
     }
 
-    /// The address of byte 0 as the NIC knows it: what SGEs and window binds use. The
-    /// CPU address ([`MemoryRegion::addr`]), except for [`Access::Lendable`] and
-    /// [`Access::Windowed`] regions, registered with IOVA 0.
+    /// The address of byte 0 as the NIC knows it: what SGEs, window binds and loans use.
+    /// The CPU address ([`MemoryRegion::addr`]), except for [`Access::Lendable`] and
+    /// [`Access::Windowed`] regions, registered with IOVA 0 so that a peer is told
+    /// offsets, never heap addresses. Not on iWARP: Soft-iWARP (Linux 6.1,
+    /// `siw_reg_user_mr`) ignores the IOVA and bases a region's key at its CPU address,
+    /// and no verbs attribute says which iWARP devices honour it; there lendable regions
+    /// keep their CPU address, which the peer then learns.
     pub(crate) fn nic_addr(&self) -> u64 {
         match self.access {
+            Access::Lendable if self.pd.context().is_iwarp() => self.addr(),
             Access::Lendable => 0,
             #[cfg(test)]
             Access::Windowed => 0,

@@ -63,7 +63,7 @@ impl Rings {
                 },
             ));
         }
-        let rkey = buf.region().rkey();
+        let (rkey, base) = (buf.region().rkey(), buf.region().nic_addr());
         let loan = Loan {
             buf: LoanBuf::Pool(buf),
             charge,
@@ -71,7 +71,7 @@ impl Rings {
         let key = self.loans.lock().insert(loan) as u32;
         Ok(Lent {
             key,
-            remote: RemoteBuf { addr: 0, rkey },
+            remote: RemoteBuf { addr: base, rkey },
         })
     }
 
@@ -96,7 +96,7 @@ impl Rings {
                 what: "lending a buffer not registered as lendable",
             });
         }
-        let rkey = buf.region().rkey();
+        let (rkey, base) = (buf.region().rkey(), buf.region().nic_addr());
         let loan = Loan {
             buf: LoanBuf::Shared(buf, hold),
             charge,
@@ -105,7 +105,7 @@ impl Rings {
         Ok(Lent {
             key,
             remote: RemoteBuf {
-                addr: offset as u64,
+                addr: base + offset as u64,
                 rkey,
             },
         })
