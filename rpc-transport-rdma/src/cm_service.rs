@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::handshake::{self, Token};
-use crate::verbs::{self, CmEvent, CmEventKind, CmId, EventChannel};
+use crate::verbs::{self, Binding, CmEvent, CmEventKind, CmId, EventChannel};
 
 /// Connect requests a listener queues before the service thread takes them.
 const BACKLOG: i32 = 1024;
@@ -83,21 +83,22 @@ impl Service {
         Ok(self.route(CmId::new(&self.channel)?))
     }
 
-    /// The rdma_cm port of this process's listener on `ip` (created on first use).
+    /// The rdma_cm port of this process's listener on `ip` (created on first use), and
+    /// the device, port and GID it is bound to ([`CmId::binding`]).
     ///
     /// # Errors
     /// When rdma_cm cannot listen there: no RDMA device holds the address.
-    pub(crate) fn listener(&self, ip: IpAddr) -> verbs::Result<u16> {
+    pub(crate) fn listener(&self, ip: IpAddr) -> verbs::Result<(u16, Binding)> {
         let mut listeners = self.listeners.lock();
         if let Some(id) = listeners.get(&ip) {
-            return Ok(id.local_port());
+            return Ok((id.local_port(), id.binding()?));
         }
         let id = CmId::new(&self.channel)?;
         id.listen(SocketAddr::new(ip, 0), BACKLOG)?;
-        let port = id.local_port();
-        tracing::debug!(%ip, port, "rdma_cm listening");
+        let (port, binding) = (id.local_port(), id.binding()?);
+        tracing::debug!(%ip, port, device = %binding.0, "rdma_cm listening");
         listeners.insert(ip, id);
-        Ok(port)
+        Ok((port, binding))
     }
 
     /// Waits for the connect request carrying a new random token (returned with the

@@ -18,7 +18,7 @@ pub(crate) struct Device {
 }
 
 /// The device, port and source GID of an rdma_cm id.
-type CmKey = (String, u8, [u8; 16]);
+type CmKey = crate::verbs::Binding;
 
 fn cm_cache() -> &'static Mutex<HashMap<CmKey, Arc<Device>>> {
     static CACHE: OnceLock<Mutex<HashMap<CmKey, Arc<Device>>>> = OnceLock::new();

@@ -24,7 +24,8 @@ fn local_id(config: &RdmaConfig, stream: &Socket) -> Result<Routed, String> {
     id.id()
         .bind(local)
         .map_err(|e| format!("no RDMA device holds {}: {e}", local.ip()))?;
-    check_named(config, id.id())?;
+    let binding = id.id().binding().map_err(|e| e.to_string())?;
+    check_named(config, local.ip(), &binding)?;
     Ok(id)
 }
 

@@ -22,8 +22,8 @@ use crate::pool::LargePool;
 use crate::protocol::session::{Session, SessionConfig};
 use crate::protocol::{LoanLimit, PREFIX_LEN};
 use crate::verbs::{
-    Access, CmId, ConnParam, PreparedRings, ProtectionDomain, QpConfig, RingGeometry, Rings,
-    SendSlot, MAX_INITIATOR_DEPTH,
+    Access, Binding, CmId, ConnParam, PreparedRings, ProtectionDomain, QpConfig, RingGeometry,
+    Rings, SendSlot, MAX_INITIATOR_DEPTH,
 };
 use crate::RdmaConfig;
 
@@ -63,20 +63,32 @@ fn usable_address(ip: IpAddr) -> Result<(), String> {
     Ok(())
 }
 
-/// The device and port an rdma_cm id is bound to must be the ones `config` names.
-fn check_named(config: &RdmaConfig, id: &CmId) -> Result<(), String> {
-    let (device, port, _) = id.binding().map_err(|e| e.to_string())?;
+/// The device and port an rdma_cm id is bound to (`binding`: [`CmId::binding`]) for the
+/// local address `ip` must be the ones `config` names.
+pub(super) fn check_named(
+    config: &RdmaConfig,
+    ip: IpAddr,
+    binding: &Binding,
+) -> Result<(), String> {
+    let (device, port, _) = binding;
     if let Some(named) = config.device.as_deref() {
+        let names = crate::verbs::device_names();
+        if !names.iter().any(|n| n == named) {
+            return Err(format!(
+                "RDMA device \"{named}\" not found (this host has {})",
+                names.join(", ")
+            ));
+        }
         if named != device {
             return Err(format!(
-                "the address is on RDMA device {device}, not on the configured device {named}"
+                "{ip} is on RDMA device {device}, not on the configured device {named}"
             ));
         }
     }
     if let Some(named) = config.port {
-        if named != port {
+        if named != *port {
             return Err(format!(
-                "the address is on port {port} of RDMA device {device}, not on the configured port {named}"
+                "{ip} is on port {port} of RDMA device {device}, not on the configured port {named}"
             ));
         }
     }
@@ -87,7 +99,6 @@ fn check_named(config: &RdmaConfig, id: &CmId) -> Result<(), String> {
 /// rings there: blocking verbs calls and registrations, for `spawn_blocking`.
 pub(crate) fn prepare(config: &RdmaConfig, id: &CmId) -> Result<Prepared, String> {
     config.validate()?;
-    check_named(config, id)?;
     let device = Device::for_cm(id).map_err(|e| e.to_string())?;
     // Sends and control messages (one per slot) and READs. Lent buffers are registered
     // in the connection's own PD and lent by their own key (`Access::Lendable`): no

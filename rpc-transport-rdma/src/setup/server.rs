@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rdmarpc_transport_tcp::Socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{local_addr, offer, prepare_off_thread, usable_address};
+use super::{check_named, local_addr, offer, prepare_off_thread, usable_address};
 use crate::cm_service::{service, Expected};
 use crate::connection::RdmaConnection;
 use crate::handshake::{self, Offer, BLOCK, CM_REJECT, HELLO, OKAY, READY};
@@ -15,13 +15,15 @@ use crate::RdmaConfig;
 
 /// The port of this process's rdma_cm listener on the address the client reached, and a
 /// token to wait for.
-fn listen(stream: &Socket) -> Result<(u16, Expected), String> {
+fn listen(stream: &Socket, config: &RdmaConfig) -> Result<(u16, Expected), String> {
+    config.validate()?;
     let local = local_addr(stream)?;
     usable_address(local.ip())?;
     let service = service().map_err(|e| e.to_string())?;
-    let port = service
+    let (port, binding) = service
         .listener(local.ip())
         .map_err(|e| format!("no RDMA device holds {}: {e}", local.ip()))?;
+    check_named(config, local.ip(), &binding)?;
     Ok((port, service.expect()?))
 }
 
@@ -60,7 +62,7 @@ pub(crate) async fn server(
             .map_err(|e| e.to_string())?;
         return Ok(Err(stream));
     };
-    let (port, expected) = match listen(&stream) {
+    let (port, expected) = match listen(&stream, config) {
         Ok(listening) => listening,
         Err(reason) => {
             // The details (device names, addresses) stay in this server's log: the

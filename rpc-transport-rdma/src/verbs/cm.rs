@@ -36,6 +36,9 @@ use super::qp::RNR_RETRY;
 /// 56). rdma_cm's own limit on InfiniBand and RoCE is 56.
 pub(crate) const MAX_PRIVATE_DATA: usize = 56;
 
+/// The device name, port and source GID an id is bound to ([`CmId::binding`]).
+pub(crate) type Binding = (String, u8, [u8; 16]);
+
 /// An rdma_cm event channel: the events of its ids, read by one thread at a time.
 ///
 /// Invariant: `ptr` came from `rdma_create_event_channel` and is destroyed once, in
@@ -375,7 +378,7 @@ impl CmId {
     ///
     /// # Errors
     /// [`Error::Unsupported`] before the id has a device.
-    pub(crate) fn binding(&self) -> Result<(String, u8, [u8; 16])> {
+    pub(crate) fn binding(&self) -> Result<Binding> {
         // SAFETY: as in `context`: the fields are read between the event that set them and
         // the owner's next request on the id.
         let (verbs, port, sgid) = unsafe {

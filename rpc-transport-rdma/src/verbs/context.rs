@@ -437,6 +437,12 @@ impl Drop for Context {
 }
 
 /// The name of a device of a live device list.
+/// The names of this host's RDMA devices (none without an RDMA stack), for errors that
+/// name what there is.
+pub(crate) fn device_names() -> Vec<String> {
+    DeviceList::get().map_or_else(|_| Vec::new(), |l| l.iter().map(device_name_of).collect())
+}
+
 pub(super) fn device_name_of(dev: NonNull<ibv_device>) -> String {
     // SAFETY: `dev` is an entry of a live list; ibv_get_device_name(3) returns a pointer to
     // a NUL-terminated name owned by the device, valid while the list is, and copied here.
@@ -481,7 +487,6 @@ impl DeviceList {
         Ok(list)
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // hand-connected queue pairs: the verbs tests
     fn iter(&self) -> impl Iterator<Item = NonNull<ibv_device>> + '_ {
         (0..self.len).filter_map(|i| {
             // SAFETY: the array holds `len` device pointers (followed by a NULL), per

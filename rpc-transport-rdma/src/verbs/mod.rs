@@ -83,9 +83,9 @@ mod tests;
 
 pub(crate) use async_event::AsyncEvent;
 #[cfg_attr(not(test), allow(unused_imports))]
-pub(crate) use cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
+pub(crate) use cm::{Binding, CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
 pub use context::rdma_available;
-pub(crate) use context::Context;
+pub(crate) use context::{device_names, Context};
 pub(crate) use cq::{register_channel, CompChannel, CompletionQueue};
 pub(crate) use datapath::{wc_buffer, RemoteBuf, SendOptions, MAX_RECV_BATCH};
 pub(crate) use error::{Error, Result};
