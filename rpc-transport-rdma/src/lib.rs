@@ -8,9 +8,11 @@
 //! their queues' depths need), each driven by one task that busy-polls while completions
 //! come, then sleeps on its completion channel through tokio.
 //!
-//! Connections are set up over a TCP side channel on the server's port; a server also
-//! accepts plain TCP clients on the same port, and a client asking for `auto://` falls
-//! back to TCP over the same socket where either end has no RDMA device.
+//! Connections are negotiated over a TCP side channel on the server's port, and their
+//! queue pairs connected through rdma_cm (InfiniBand, RoCE over IPv4 and IPv6, iWARP),
+//! bound to the side channel by a token; a server also accepts plain TCP clients on the
+//! same port, and a client asking for `auto://` falls back to TCP over the same socket
+//! where either end has no RDMA device.
 //!
 //! # Layout
 //! - Choosing the transport from a URL (`AnyConnection`, `AnyListener`, `connect`) and
@@ -20,8 +22,8 @@
 //!   completions (`driver.rs`): it pumps the protocol session and, once the runtime asked
 //!   for it (`Connection::push_to`), hands each received frame straight to the runtime (a
 //!   client's call completes on the completion path); the shared completion queues and
-//!   their driver tasks (`completion/`); set-up and handshake (`setup.rs`,
-//!   `handshake.rs`).
+//!   their driver tasks (`completion/`); set-up and handshake (`setup/`,
+//!   `handshake.rs`) and the process's rdma_cm service (`cm_service.rs`).
 //! - `protocol/`: sans-IO. `session.rs` is the protocol state of one connection (credits,
 //!   loans lent and borrowed, READ scheduling, arrival order, pings, liveness, the loan
 //!   timeout; close reasons as an enum), tested as a pair over a simulated wire; slot
