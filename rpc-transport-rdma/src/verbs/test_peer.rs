@@ -124,6 +124,59 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// The queue pair in RTS after rdma_cm's `answer` to the connect request: moved by
+/// this side and established (InfiniBand, RoCE), or by the kernel (iWARP).
+fn established(
+    qp: QueuePair<super::Init>,
+    id: &CmId,
+    answer: CmEventKind,
+) -> Result<QueuePair<Rts>, String> {
+    if answer != CmEventKind::ConnectResponse {
+        return Ok(qp.moved_by_cm());
+    }
+    let qp = qp.cm_rtr(id, None).map_err(err)?.cm_rts(id).map_err(err)?;
+    id.establish().map_err(err)?;
+    Ok(qp)
+}
+
+/// HELLO with `limits` on the side channel; the server's OKAY.
+fn hello(side: &mut TcpStream, limits: HelloLimits) -> Result<Offer, String> {
+    let offer = Offer {
+        mode: Mode::Rdma,
+        cm_port: 0,
+        token: [0; 16],
+        recv_slots: RECV_SLOTS,
+        slot_size: SLOT,
+        rdv_budget: limits.rdv_budget,
+        max_loans: limits.max_loans,
+    };
+    side.write_all(&offer.encode(HELLO)).map_err(err)?;
+    let mut block = [0u8; BLOCK];
+    side.read_exact(&mut block).map_err(err)?;
+    if &block[..8] == NONE {
+        return Err("the server refused RDMA".into());
+    }
+    if &block[..8] != OKAY {
+        return Err("not an RDMA server".into());
+    }
+    Offer::decode(&block).map_err(|e| e.to_string())
+}
+
+/// A new id on `channel`, its address and route resolved from `local` to `server`.
+fn resolved(
+    channel: &Arc<EventChannel>,
+    local: SocketAddr,
+    server: SocketAddr,
+) -> Result<CmId, String> {
+    let id = CmId::new(channel).map_err(err)?;
+    id.resolve_addr(Some(local), server, Duration::from_secs(10))
+        .map_err(err)?;
+    cm_event(channel, &id, &[CmEventKind::AddrResolved])?;
+    id.resolve_route(Duration::from_secs(10)).map_err(err)?;
+    cm_event(channel, &id, &[CmEventKind::RouteResolved])?;
+    Ok(id)
+}
+
 /// The next event of `id` on `channel`, which must be one of `kinds`, within 20 s.
 fn cm_event(
     channel: &Arc<EventChannel>,
@@ -183,34 +236,11 @@ impl RawPeer {
         side.set_read_timeout(Some(Duration::from_secs(20)))
             .map_err(err)?;
         let local = side.local_addr().map_err(err)?;
-        let offer = Offer {
-            mode: Mode::Rdma,
-            cm_port: 0,
-            token: [0; 16],
-            recv_slots: RECV_SLOTS,
-            slot_size: SLOT,
-            rdv_budget: limits.rdv_budget,
-            max_loans: limits.max_loans,
-        };
-        side.write_all(&offer.encode(HELLO)).map_err(err)?;
-        let mut block = [0u8; BLOCK];
-        side.read_exact(&mut block).map_err(err)?;
-        if &block[..8] == NONE {
-            return Err("the server refused RDMA".into());
-        }
-        if &block[..8] != OKAY {
-            return Err("not an RDMA server".into());
-        }
-        let remote = Offer::decode(&block).map_err(|e| e.to_string())?;
+        let remote = hello(&mut side, limits)?;
         let channel = EventChannel::new().map_err(err)?;
-        let id = CmId::new(&channel).map_err(err)?;
         let mut server = addr;
         server.set_port(remote.cm_port);
-        id.resolve_addr(Some(local), server, Duration::from_secs(10))
-            .map_err(err)?;
-        cm_event(&channel, &id, &[CmEventKind::AddrResolved])?;
-        id.resolve_route(Duration::from_secs(10)).map_err(err)?;
-        cm_event(&channel, &id, &[CmEventKind::RouteResolved])?;
+        let id = resolved(&channel, local, server)?;
         let ctx = Arc::new(id.context().map_err(err)?);
         let pd = Arc::new(ProtectionDomain::new(&ctx).map_err(err)?);
         let cq = Arc::new(CompletionQueue::new(&ctx, 1024, None, 0).map_err(err)?);
@@ -242,17 +272,7 @@ impl RawPeer {
             &id,
             &[CmEventKind::ConnectResponse, CmEventKind::Established],
         )?;
-        let qp = if answer == CmEventKind::ConnectResponse {
-            let qp = qp
-                .cm_rtr(&id, None)
-                .map_err(err)?
-                .cm_rts(&id)
-                .map_err(err)?;
-            id.establish().map_err(err)?;
-            qp
-        } else {
-            qp.moved_by_cm()
-        };
+        let qp = established(qp, &id, answer)?;
         side.write_all(READY).map_err(err)?;
         Ok(RawPeer {
             qp,
