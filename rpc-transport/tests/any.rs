@@ -93,17 +93,14 @@ async fn an_rdma_hello_is_refused_and_the_socket_goes_on_as_tcp() {
     round_trip(&conn, 7, 1000).await;
 }
 
-/// A well-formed client offer (version 3, auto mode, a RoCE endpoint at 127.0.0.1), as
+/// A well-formed client offer (version 4, auto mode; the rdma_cm port and token are the
+/// server's to give), as
 /// `rdmarpc-transport-rdma`'s handshake writes it.
 fn hello_block() -> [u8; 64] {
     let mut b = [0u8; 64];
     b[..8].copy_from_slice(b"RDMAHELO");
-    b[8..12].copy_from_slice(&3u32.to_le_bytes()); // version
+    b[8..12].copy_from_slice(&4u32.to_le_bytes()); // version
     b[12] = 2; // auto
-    b[16..20].copy_from_slice(&0x11u32.to_le_bytes()); // qp_num
-    b[20..24].copy_from_slice(&0x22u32.to_le_bytes()); // psn
-    b[24..40].copy_from_slice(&std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets());
-    b[44..48].copy_from_slice(&1024u32.to_le_bytes()); // mtu
     b[48..52].copy_from_slice(&64u32.to_le_bytes()); // recv_slots
     b[52..56].copy_from_slice(&8192u32.to_le_bytes()); // slot_size
     b[56..60].copy_from_slice(&(16u32 << 10).to_le_bytes()); // rdv_budget_kib
