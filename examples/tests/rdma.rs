@@ -607,7 +607,7 @@ async fn connect_requests_without_the_connections_token_are_rejected() {
     let forged = tokio::task::spawn_blocking(move || {
         let mut rejected = 0;
         for bit in 0..8u8 {
-            let peer = RawPeer::connect_with(target, HelloLimits::default(), |t| {
+            let peer = RawPeer::connect_with(target, HelloLimits::default(), |t, _| {
                 t[usize::from(bit)] ^= 1 << bit;
             });
             match peer {
@@ -637,6 +637,44 @@ async fn connect_requests_without_the_connections_token_are_rejected() {
         .await
         .unwrap()
         .expect("the token the server gave connects");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_used_from_another_address_is_rejected() {
+    if skip() {
+        return;
+    }
+    let _net = NETWORK.read().await;
+    // One port for IPv4 and IPv6: the handshake over one family, the rdma_cm request
+    // over the other (the guest's two addresses of each family are on the same wire).
+    let endpoint: Endpoint = "rdma://[::]:0".parse().unwrap();
+    let listener = AnyListener::bind(&endpoint, &settings(BIG)).await.unwrap();
+    let port = listener.port();
+    tokio::spawn(async move {
+        server_with(Probe::default(), big_config())
+            .serve(listener)
+            .await
+    });
+    let v4: std::net::SocketAddr = format!("10.77.0.2:{port}").parse().unwrap();
+    let v6: std::net::SocketAddr = format!("[fd00::2]:{port}").parse().unwrap();
+    let outcome = tokio::task::spawn_blocking(move || {
+        // An honest IPv4 peer: the server listens for rdma_cm on 10.77.0.2 from here on.
+        let mut cm_v4 = None;
+        let honest = RawPeer::connect_with(v4, HelloLimits::default(), |_, cm| cm_v4 = Some(*cm))
+            .expect("an honest IPv4 raw peer connects");
+        let cm_v4 = cm_v4.unwrap();
+        // The handshake from fd00::1, the request, with its token, from 10.77.0.1.
+        let thief = RawPeer::connect_with(v6, HelloLimits::default(), |_, cm| *cm = cm_v4);
+        // The same split, each half from the right address, connects.
+        let again = RawPeer::connect(v6, HelloLimits::default());
+        (thief.err(), again.is_ok(), honest)
+    })
+    .await
+    .unwrap();
+    let (thief, again, _honest) = outcome;
+    let thief = thief.expect("a request from another address than the handshake connected");
+    assert!(thief.contains("rejected"), "{thief}");
+    assert!(again, "an IPv6 raw peer connects");
 }
 
 /// A server process of the example binaries, killed on drop.
@@ -670,7 +708,8 @@ impl Drop for ServerProcess {
 }
 
 async fn wait_for_port(addr: &str) {
-    for _ in 0..200 {
+    // Up to 30 s: a server process starts slowly in an emulated guest under load.
+    for _ in 0..600 {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
             return;
         }

@@ -30,6 +30,11 @@ const BACKLOG: i32 = 1024;
 pub(crate) const MAX_PENDING: usize = 4096;
 /// Events queued for one id; more are dropped (logged).
 const EVENTS_PER_ID: usize = 8;
+/// Ports tried, each a fresh rdma_cm id, where the port rdma_cm gave out is a TCP port
+/// a host socket holds (iWARP: [`verbs::Error::address_in_use`]). rdma_cm picks ports
+/// at random, so a run of collisions this long means the host's ports are nearly all
+/// taken.
+pub(crate) const PORT_ATTEMPTS: usize = 16;
 
 /// See the module docs.
 pub(crate) struct Service {
@@ -93,8 +98,7 @@ impl Service {
         if let Some(id) = listeners.get(&ip) {
             return Ok((id.local_port(), id.binding()?));
         }
-        let id = CmId::new(&self.channel)?;
-        id.listen(SocketAddr::new(ip, 0), BACKLOG)?;
+        let id = listen(&self.channel, ip)?;
         let (port, binding) = (id.local_port(), id.binding()?);
         tracing::debug!(%ip, port, device = %binding.0, "rdma_cm listening");
         listeners.insert(ip, id);
@@ -184,6 +188,23 @@ impl Service {
     }
 }
 
+/// A listening id on `ip`, on a port no host TCP socket holds (iWARP listens on a TCP
+/// port of the host).
+fn listen(channel: &Arc<EventChannel>, ip: IpAddr) -> verbs::Result<CmId> {
+    let mut attempt = 1;
+    loop {
+        let id = CmId::new(channel)?;
+        match id.listen(SocketAddr::new(ip, 0), BACKLOG) {
+            Ok(()) => return Ok(id),
+            Err(e) if e.address_in_use() && attempt < PORT_ATTEMPTS => {
+                tracing::debug!(%ip, port = id.local_port(), "rdma_cm port held by a TCP socket");
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// An rdma_cm id and the queue of its events. Dropping it destroys the id (librdmacm
 /// then sends a disconnect if it was connected).
 #[derive(Debug)]
@@ -208,6 +229,12 @@ impl Routed {
             .recv()
             .await
             .ok_or_else(|| "the rdma_cm service stopped".to_owned())
+    }
+
+    /// The id's events from here on, for a connection that watches for its end (the
+    /// id keeps an empty queue).
+    pub(crate) fn take_events(&mut self) -> mpsc::Receiver<CmEvent> {
+        std::mem::replace(&mut self.events, mpsc::channel(1).1)
     }
 
     /// The id's next event, which must be one of `kinds`.

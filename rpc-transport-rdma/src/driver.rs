@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 use parking_lot::MutexGuard;
 use rdmarpc_transport_tcp::Socket;
 use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
 
 use crate::completion::Member;
 use crate::connection::{Inner, Received, RecvBuf, SlotHold, State};
 use crate::counters::Counters;
 use crate::protocol::session::{refused, Close};
 use crate::protocol::{split_batch, Kind, Lie, Prefix, Rendezvous, PREFIX_LEN};
-use crate::verbs::{Event, RecvSlot, Rings, WcStatus};
+use crate::verbs::{CmEvent, CmEventKind, Event, RecvSlot, Rings, WcStatus};
 
 /// READ work requests in flight per connection at most (the send queue is sized for it).
 pub(crate) const READ_WR_BUDGET: usize = 32;
@@ -35,6 +36,7 @@ pub(crate) fn progress(inner: &Inner) -> Result<usize, Close> {
 pub(crate) async fn run(inner: Arc<Inner>, mut side: Socket) {
     let mut closed = inner.closed.subscribe();
     let mut side_buf = [0u8; 64];
+    let mut cm_events = inner.cm.lock().take_events();
     if closed.borrow().is_none() {
         tokio::select! {
             read = side.read(&mut side_buf) => {
@@ -44,6 +46,7 @@ pub(crate) async fn run(inner: Arc<Inner>, mut side: Socket) {
                     Err(e) => Close::Failed(format!("side channel: {e}")),
                 });
             }
+            why = ended(&mut cm_events) => inner.fail(why),
             _ = closed.changed() => {}
         }
     }
@@ -64,6 +67,22 @@ pub(crate) async fn run(inner: Arc<Inner>, mut side: Socket) {
         sink.closed(inner.end_result());
     }
     inner.receiving.wake();
+}
+
+/// Waits for rdma_cm to say the connection ended: on iWARP a peer's provider may drop
+/// the connection (its TCP stream) without the queue pair here failing, and a peer that
+/// disconnects is known at once on every fabric.
+async fn ended(events: &mut mpsc::Receiver<CmEvent>) -> Close {
+    while let Some(event) = events.recv().await {
+        match event.kind {
+            CmEventKind::Disconnected => return Close::PeerClosed,
+            CmEventKind::DeviceRemoval | CmEventKind::ConnectError => {
+                return Close::Failed(format!("rdma_cm: {}", event.kind));
+            }
+            _ => {}
+        }
+    }
+    std::future::pending().await
 }
 
 impl Member for Inner {

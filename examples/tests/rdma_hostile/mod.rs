@@ -128,6 +128,28 @@ fn connect(addr: SocketAddr) -> RawPeer {
     RawPeer::connect(addr, HelloLimits::default()).expect("raw peer connects")
 }
 
+/// Leaves the server without credit on `peer`'s connection: the peer stops advertising
+/// the receive slots it re-posts, then makes calls until their answers stop coming (the
+/// server used every slot the peer granted, bar the one it keeps for a control message).
+fn exhaust_credit(peer: &mut RawPeer) {
+    peer.withhold_credits = true;
+    for call in 1..=80 {
+        peer.send_frame(&request(call)).expect("a call");
+        let answered = loop {
+            match peer.recv(Duration::from_secs(2)) {
+                Ok(Message::Data(_)) => break true,
+                Ok(_) => continue,
+                Err(_) => break false,
+            }
+        };
+        if !answered {
+            assert!(peer.received() >= 63, "{} messages only", peer.received());
+            return;
+        }
+    }
+    panic!("the server kept answering past the 64 slots it was granted");
+}
+
 /// Receives until a rendezvous descriptor arrives (read-done tokens are collected).
 fn next_descriptor(peer: &mut RawPeer, tokens: &mut Vec<u64>) -> Descriptor {
     loop {
@@ -250,9 +272,7 @@ async fn rings_grow_with_use() {
 
 async fn forged_descriptors() {
     // Sixteen receive slots from the start: the forger of too many loans has the credit
-    // to send all sixteen back to back. (With the default four it waited for credit that
-    // came only with the server's read-dones, so in a slow guest no more than the agreed
-    // eight were ever outstanding at once.)
+    // to send all sixteen while the server, out of credit, cannot return any.
     let mut server = Server::start(
         47101,
         &[
@@ -341,6 +361,7 @@ async fn forged_descriptors() {
                 peer.peer_limits.max_loans, 8,
                 "the server announced its limit"
             );
+            exhaust_credit(peer);
             let big = echo_frame(
                 1,
                 &EchoRequest {
@@ -348,8 +369,9 @@ async fn forged_descriptors() {
                     ..Default::default()
                 },
             );
-            // Registered first, then sent back to back on sixteen credits: the server is
-            // still reading the first ones (1 MiB each) when the ninth arrives.
+            // The server can no longer send a read-done (at most one, on the credit it
+            // keeps for a control message), so loans it has read still count: the ninth
+            // or tenth descriptor is over the limit whatever the speed of its READs.
             let loans: Vec<_> = (1..=16u64)
                 .map(|token| {
                     let mut frame = big.clone();

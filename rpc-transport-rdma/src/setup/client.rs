@@ -1,12 +1,16 @@
 //! The client's side of the set-up: HELLO on the side channel, then the queue pair
 //! through rdma_cm to the port and with the token the server's OKAY gave.
 
+use std::net::SocketAddr;
+
 use rdmarpc_core::TransportError;
 use rdmarpc_transport_tcp::Socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{check_named, local_addr, offer, prepare_off_thread, usable_address, Negotiated};
-use crate::cm_service::{service, Routed};
+use super::{
+    check_named, local_addr, offer, prepare_off_thread, usable_address, Negotiated, Prepared,
+};
+use crate::cm_service::{service, Routed, PORT_ATTEMPTS};
 use crate::handshake::{self, Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
 use crate::verbs::CmEventKind;
 use crate::RdmaConfig;
@@ -95,6 +99,19 @@ pub(crate) async fn client(
     }
 }
 
+/// Resolves `server`'s address and a route to it on `id`.
+async fn resolve(id: &mut Routed, server: SocketAddr, config: &RdmaConfig) -> Result<(), String> {
+    id.id()
+        .resolve_addr(None, server, config.handshake_timeout)
+        .map_err(|e| e.to_string())?;
+    id.expect(&[CmEventKind::AddrResolved]).await?;
+    id.id()
+        .resolve_route(config.handshake_timeout)
+        .map_err(|e| e.to_string())?;
+    id.expect(&[CmEventKind::RouteResolved]).await?;
+    Ok(())
+}
+
 /// After OKAY: resolves the server's rdma_cm port from the side channel's local address
 /// (the side channel's TCP connection already resolved the neighbour), prepares the
 /// queue pair on the device the route leaves from, connects with the token and, once
@@ -107,25 +124,11 @@ async fn connect(
 ) -> Result<Negotiated, String> {
     let mut server = stream.peer_addr().map_err(|e| e.to_string())?;
     server.set_port(remote.cm_port);
-    id.id()
-        .resolve_addr(None, server, config.handshake_timeout)
-        .map_err(|e| e.to_string())?;
-    id.expect(&[CmEventKind::AddrResolved]).await?;
-    id.id()
-        .resolve_route(config.handshake_timeout)
-        .map_err(|e| e.to_string())?;
-    id.expect(&[CmEventKind::RouteResolved]).await?;
-    let (mut id, prepared) = prepare_off_thread(config, id).await?;
+    resolve(&mut id, server, config).await?;
+    let (id, prepared) = prepare_off_thread(config, id).await?;
     let prepared = prepared?;
-    let request = handshake::cm_request(&remote.token);
-    id.id()
-        .connect(&prepared.conn_param(&request))
-        .map_err(|e| e.to_string())?;
-    let answer = id
-        .expect(&[CmEventKind::ConnectResponse, CmEventKind::Established])
-        .await
-        .map_err(|e| format!("{e} (the server did not accept the connect request)"))?;
-    let moved = answer.kind == CmEventKind::Established;
+    let (id, answer) = request(id, &stream, server, config, &prepared, remote).await?;
+    let moved = answer == CmEventKind::Established;
     let connected = prepared.connect(id, moved, config, remote)?;
     if !moved {
         // InfiniBand and RoCE: the QP is in RTS, the server learns it from this.
@@ -134,4 +137,52 @@ async fn connect(
     stream.write_all(READY).await.map_err(|e| e.to_string())?;
     stream.flush().await.map_err(|e| e.to_string())?;
     Ok(Negotiated::Rdma(connected.start(stream, config)))
+}
+
+/// Sends the connect request with the token and returns the server's answer. On iWARP an
+/// rdma_cm port is a TCP port of the host, which rdma_cm may give out while a host socket
+/// holds it (`EADDRINUSE` at once) or a recent connection's endpoint still answers for it
+/// (the TCP connection reset: a reject with `ECONNRESET`, before the server saw the
+/// request): each time, a fresh id on the same address (so the same device, with another
+/// port) carries the same request. The queue pair is not tied to an id.
+async fn request(
+    mut id: Routed,
+    stream: &Socket,
+    server: SocketAddr,
+    config: &RdmaConfig,
+    prepared: &Prepared,
+    remote: &Offer,
+) -> Result<(Routed, CmEventKind), String> {
+    let request = handshake::cm_request(&remote.token);
+    let mut attempt = 1;
+    loop {
+        let collision = match id.id().connect(&prepared.conn_param(&request)) {
+            Err(e) if e.address_in_use() => e.to_string(),
+            Err(e) => return Err(e.to_string()),
+            Ok(()) => {
+                let event = id.next().await?;
+                match event.kind {
+                    CmEventKind::ConnectResponse | CmEventKind::Established => {
+                        return Ok((id, event.kind));
+                    }
+                    CmEventKind::Rejected if event.status == -libc::ECONNRESET => {
+                        "the connect request's TCP connection was reset".to_owned()
+                    }
+                    kind => {
+                        return Err(format!(
+                            "rdma_cm: {kind} (status {}): the server did not accept the connect request",
+                            event.status
+                        ));
+                    }
+                }
+            }
+        };
+        if attempt == PORT_ATTEMPTS {
+            return Err(format!("{collision} ({attempt} ports tried)"));
+        }
+        tracing::debug!(attempt, "{collision}: another rdma_cm port");
+        attempt += 1;
+        id = local_id(config, stream)?;
+        resolve(&mut id, server, config).await?;
+    }
 }

@@ -13,27 +13,35 @@ use crate::handshake::{self, Offer, BLOCK, CM_REJECT, HELLO, OKAY, READY};
 use crate::verbs::CmEventKind;
 use crate::RdmaConfig;
 
+/// Why RDMA is refused: what the client is told, and the details for this server's log.
+type Refusal = (&'static str, String);
+
 /// The port of this process's rdma_cm listener on the address the client reached, and a
 /// token to wait for.
-fn listen(stream: &Socket, config: &RdmaConfig) -> Result<(u16, Expected), String> {
-    config.validate()?;
-    let local = local_addr(stream)?;
-    usable_address(local.ip())?;
-    let service = service().map_err(|e| e.to_string())?;
+fn listen(stream: &Socket, config: &RdmaConfig) -> Result<(u16, Expected), Refusal> {
+    const NO_DEVICE: &str = "the server has no usable RDMA device";
+    let no_device = |e: String| (NO_DEVICE, e);
+    config.validate().map_err(no_device)?;
+    let local = local_addr(stream).map_err(no_device)?;
+    usable_address(local.ip()).map_err(no_device)?;
+    let service = service().map_err(|e| no_device(e.to_string()))?;
     let (port, binding) = service
         .listener(local.ip())
-        .map_err(|e| format!("no RDMA device holds {}: {e}", local.ip()))?;
-    check_named(config, local.ip(), &binding)?;
-    Ok((port, service.expect()?))
+        .map_err(|e| no_device(format!("no RDMA device holds {}: {e}", local.ip())))?;
+    check_named(config, local.ip(), &binding).map_err(no_device)?;
+    let expected = service
+        .expect()
+        .map_err(|e| ("the server is setting up too many RDMA connections", e))?;
+    Ok((port, expected))
 }
 
 /// Logs why RDMA is refused: at WARN the first time, then at DEBUG.
 fn log_refusal(reason: &str) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if SAID.swap(true, Ordering::Relaxed) {
-        tracing::debug!(%reason, "RDMA refused: no usable device");
+        tracing::debug!(%reason, "RDMA refused");
     } else {
-        tracing::warn!(%reason, "RDMA refused: no usable device (said once; then at debug)");
+        tracing::warn!(%reason, "RDMA refused (said once; then at debug)");
     }
 }
 
@@ -64,11 +72,11 @@ pub(crate) async fn server(
     };
     let (port, expected) = match listen(&stream, config) {
         Ok(listening) => listening,
-        Err(reason) => {
+        Err((told, reason)) => {
             // The details (device names, addresses) stay in this server's log: the
             // client, not yet authenticated, learns that RDMA is refused, not why.
             log_refusal(&reason);
-            handshake::refuse(&mut stream, "the server has no usable RDMA device")
+            handshake::refuse(&mut stream, told)
                 .await
                 .map_err(|e| e.to_string())?;
             return Ok(Err(stream));
@@ -97,6 +105,21 @@ async fn accept(
 ) -> Result<RdmaConnection, String> {
     let id = expected.request().await?;
     drop(expected);
+    // The token says which handshake the request belongs to; the request must also come
+    // from the address that made the handshake.
+    let side = stream
+        .peer_addr()
+        .map_err(|e| e.to_string())?
+        .ip()
+        .to_canonical();
+    let from = id.id().peer_ip();
+    if from != Some(side) {
+        let _ = id.id().reject(CM_REJECT);
+        return Err(format!(
+            "the rdma_cm connect request came from {}, the handshake from {side}",
+            from.map_or_else(|| "an unknown address".to_owned(), |ip| ip.to_string())
+        ));
+    }
     let (id, prepared) = prepare_off_thread(config, id).await?;
     let prepared = match prepared {
         Ok(prepared) => prepared,

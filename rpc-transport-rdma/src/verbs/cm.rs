@@ -13,18 +13,19 @@
 use std::ffi::CStr;
 use std::io;
 use std::mem;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rdma_sys::{
-    ibv_qp_attr, ibv_qp_state, rdma_accept, rdma_ack_cm_event, rdma_bind_addr, rdma_cm_event,
-    rdma_cm_event_type, rdma_cm_id, rdma_conn_param, rdma_connect, rdma_create_event_channel,
-    rdma_create_id, rdma_destroy_event_channel, rdma_destroy_id, rdma_disconnect, rdma_establish,
-    rdma_event_channel, rdma_event_str, rdma_get_cm_event, rdma_get_src_port, rdma_init_qp_attr,
-    rdma_listen, rdma_port_space, rdma_reject, rdma_resolve_addr, rdma_resolve_route,
+    ibv_context, ibv_qp_attr, ibv_qp_state, rdma_accept, rdma_ack_cm_event, rdma_bind_addr,
+    rdma_cm_event, rdma_cm_event_type, rdma_cm_id, rdma_conn_param, rdma_connect,
+    rdma_create_event_channel, rdma_create_id, rdma_destroy_event_channel, rdma_destroy_id,
+    rdma_disconnect, rdma_establish, rdma_event_channel, rdma_event_str, rdma_get_cm_event,
+    rdma_get_peer_addr, rdma_get_src_port, rdma_init_qp_attr, rdma_listen, rdma_port_space,
+    rdma_reject, rdma_resolve_addr, rdma_resolve_route,
 };
 
 use super::context::Context;
@@ -379,8 +380,23 @@ impl CmId {
     /// # Errors
     /// [`Error::Unsupported`] before the id has a device.
     pub(crate) fn binding(&self) -> Result<Binding> {
-        // SAFETY: as in `context`: the fields are read between the event that set them and
-        // the owner's next request on the id.
+        let (verbs, port, sgid) = self.bound()?;
+        // SAFETY: a live id's context has its `device` set at open, never changed; the
+        // device lives in libibverbs' list while any context of it is open.
+        let dev = NonNull::new(unsafe { (*verbs.as_ptr()).device }).ok_or(Error::Unsupported {
+            what: "an rdma_cm id without a device",
+        })?;
+        Ok((super::context::device_name_of(dev), port, sgid))
+    }
+
+    /// The device context, port and source GID rdma_cm bound the id to.
+    fn bound(&self) -> Result<(NonNull<ibv_context>, u8, [u8; 16])> {
+        // SAFETY: `ptr` is a live id. librdmacm writes `verbs`, `port_num` and the route
+        // only while reading an event that answers a request on the id (address or route
+        // resolved, a connect request or response); the owner reads them after it got
+        // the event that set them and before its next request, so no such write runs
+        // meanwhile (the events that come unasked, a disconnect or a device's removal,
+        // write none of these fields; `CmId` is not `Sync`).
         let (verbs, port, sgid) = unsafe {
             let id = &*self.ptr.as_ptr();
             (id.verbs, id.port_num, id.route.addr.addr.ibaddr.sgid.raw)
@@ -388,12 +404,31 @@ impl CmId {
         let verbs = NonNull::new(verbs).ok_or(Error::Unsupported {
             what: "an rdma_cm id without a device",
         })?;
-        // SAFETY: a live id's context has its `device` set at open, never changed; the
-        // device lives in libibverbs' list while any context of it is open.
-        let dev = NonNull::new(unsafe { (*verbs.as_ptr()).device }).ok_or(Error::Unsupported {
-            what: "an rdma_cm id without a device",
-        })?;
-        Ok((super::context::device_name_of(dev), port, sgid))
+        Ok((verbs, port, sgid))
+    }
+
+    /// The other side's IP address (on a connect request: where it came from), as
+    /// rdma_cm's route holds it; `None` before the id has one.
+    pub(crate) fn peer_ip(&self) -> Option<IpAddr> {
+        // SAFETY: as in `bound`: the route is read between the event that set it and the
+        // owner's next request; `rdma_get_peer_addr` only takes the address of its
+        // destination field, a `sockaddr_storage`-sized union.
+        let sa: *const libc::sockaddr = unsafe { rdma_get_peer_addr(&*self.ptr.as_ptr()) };
+        // SAFETY: `sa` points to that union, whose family field says which address it
+        // holds; each arm reads no more than that address's type.
+        unsafe {
+            match i32::from((*sa).sa_family) {
+                libc::AF_INET => {
+                    let sin = &*sa.cast::<libc::sockaddr_in>();
+                    Some(IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*sa.cast::<libc::sockaddr_in6>();
+                    Some(IpAddr::from(sin6.sin6_addr.s6_addr).to_canonical())
+                }
+                _ => None,
+            }
+        }
     }
 
     /// The local port (after [`CmId::listen`], the one chosen for port 0).
@@ -460,18 +495,7 @@ impl CmId {
     /// [`Error::Unsupported`] before the id has a device; [`Error::NoPath`] or
     /// [`Error::Verb`] when the device cannot be opened or its port read.
     pub(crate) fn context(&self) -> Result<Context> {
-        // SAFETY: `ptr` is a live id. librdmacm writes `verbs`, `port_num` and the route
-        // while it reads the id's events; the owner calls this after it received the
-        // event that bound the id (address or route resolved, or the connect request
-        // itself) and before its next request on the id, so no event for it is being read
-        // meanwhile (the only caller sequence in this crate; `CmId` is not `Sync`).
-        let (verbs, port, sgid) = unsafe {
-            let id = &*self.ptr.as_ptr();
-            (id.verbs, id.port_num, id.route.addr.addr.ibaddr.sgid.raw)
-        };
-        let verbs = NonNull::new(verbs).ok_or(Error::Unsupported {
-            what: "an rdma_cm id without a device",
-        })?;
+        let (verbs, port, sgid) = self.bound()?;
         Context::for_cm(verbs, port, sgid)
     }
 

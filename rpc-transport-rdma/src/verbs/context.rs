@@ -183,8 +183,9 @@ impl Context {
     /// [`Error::Verb`] when the device cannot be opened or queried; [`Error::NoPath`] when
     /// it has no such port.
     pub(super) fn for_cm(cm_verbs: NonNull<ibv_context>, port: u8, sgid: [u8; 16]) -> Result<Self> {
-        // SAFETY: `cm_verbs` is the live context of an id the caller holds exclusively
-        // (`&mut CmId`); its `device` is set at open and never changes, and the device
+        // SAFETY: `cm_verbs` is the live context of an id the caller holds (`CmId::bound`
+        // read it from the id; librdmacm keeps a device's context open while any id is
+        // bound to it); its `device` is set at open and never changes, and the device
         // object lives in libibverbs' list for as long as any context of it is open.
         let dev = NonNull::new(unsafe { (*cm_verbs.as_ptr()).device })
             .ok_or_else(|| Error::last_os("rdma_cm id without a device"))?;

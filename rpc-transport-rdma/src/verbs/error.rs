@@ -89,6 +89,13 @@ impl Error {
         Error::Verb { verb, source }
     }
 
+    /// Whether the verb failed with `EADDRINUSE`: on iWARP, an rdma_cm port is also a
+    /// TCP port of the host, which a host socket may hold although rdma_cm gave it out
+    /// (rdma_cm allocates ports in a space of its own).
+    pub(crate) fn address_in_use(&self) -> bool {
+        matches!(self, Error::Verb { source, .. } if source.kind() == io::ErrorKind::AddrInUse)
+    }
+
     /// Wraps `errno` after a verb that returned NULL or -1.
     pub(crate) fn last_os(verb: &'static str) -> Self {
         Error::Verb {

@@ -162,14 +162,15 @@ fn hello(side: &mut TcpStream, limits: HelloLimits) -> Result<Offer, String> {
     Offer::decode(&block).map_err(|e| e.to_string())
 }
 
-/// A new id on `channel`, its address and route resolved from `local` to `server`.
+/// A new id on `channel`, its address and route resolved from `local` (or the route's
+/// source) to `server`.
 fn resolved(
     channel: &Arc<EventChannel>,
-    local: SocketAddr,
+    local: Option<SocketAddr>,
     server: SocketAddr,
 ) -> Result<CmId, String> {
     let id = CmId::new(channel).map_err(err)?;
-    id.resolve_addr(Some(local), server, Duration::from_secs(10))
+    id.resolve_addr(local, server, Duration::from_secs(10))
         .map_err(err)?;
     cm_event(channel, &id, &[CmEventKind::AddrResolved])?;
     id.resolve_route(Duration::from_secs(10)).map_err(err)?;
@@ -217,12 +218,13 @@ impl RawPeer {
     /// # Errors
     /// The server's refusal or any verbs or socket failure, as text.
     pub fn connect(addr: SocketAddr, limits: HelloLimits) -> Result<RawPeer, String> {
-        Self::connect_with(addr, limits, |_| {})
+        Self::connect_with(addr, limits, |_, _| {})
     }
 
-    /// [`RawPeer::connect`], changing the token the server gave before it goes in the
-    /// rdma_cm connect request (`forge`): a server must reject a request whose token it
-    /// did not give to this connection.
+    /// [`RawPeer::connect`], changing the token the server gave, or where the rdma_cm
+    /// connect request goes (the server's rdma_cm address), before the request is made
+    /// (`forge`): a server must reject a request whose token it did not give to this
+    /// connection, or that comes from another address than the handshake.
     ///
     /// # Errors
     /// As [`RawPeer::connect`]; `rejected` in the text when the server rejected the
@@ -230,7 +232,7 @@ impl RawPeer {
     pub fn connect_with(
         addr: SocketAddr,
         limits: HelloLimits,
-        forge: impl FnOnce(&mut [u8; 16]),
+        forge: impl FnOnce(&mut [u8; 16], &mut SocketAddr),
     ) -> Result<RawPeer, String> {
         let mut side = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(err)?;
         side.set_read_timeout(Some(Duration::from_secs(20)))
@@ -240,6 +242,10 @@ impl RawPeer {
         let channel = EventChannel::new().map_err(err)?;
         let mut server = addr;
         server.set_port(remote.cm_port);
+        let mut token = remote.token;
+        forge(&mut token, &mut server);
+        // From the side channel's address, unless the request goes to another family.
+        let local = (local.is_ipv4() == server.is_ipv4()).then_some(local);
         let id = resolved(&channel, local, server)?;
         let ctx = Arc::new(id.context().map_err(err)?);
         let pd = Arc::new(ProtectionDomain::new(&ctx).map_err(err)?);
@@ -256,8 +262,6 @@ impl RawPeer {
             .map(|i| (WrId(TAG_RECV | i as u64), i * SLOT as usize, SLOT as usize))
             .collect();
         post_recvs(&qp, &recv_ring, &recvs)?;
-        let mut token = remote.token;
-        forge(&mut token);
         let request = crate::handshake::cm_request(&token);
         id.connect(&ConnParam {
             private_data: &request,
@@ -302,6 +306,13 @@ impl RawPeer {
     /// Credits left: messages the other side has a posted receive for.
     pub fn credits(&self) -> u64 {
         self.peer_slots - (self.sent - self.peer_reposted).min(self.peer_slots)
+    }
+
+    /// Messages received so far: each took one of the receive slots this peer granted
+    /// (64), which it re-posted but, with [`RawPeer::withhold_credits`], never
+    /// advertised.
+    pub fn received(&self) -> u64 {
+        self.reposted
     }
 
     fn advertised(&mut self) -> u64 {
