@@ -14,7 +14,7 @@
 //! most each ([`EVENTS_PER_ID`]: a connection sees about five in its life).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -40,7 +40,9 @@ pub(crate) const PORT_ATTEMPTS: usize = 16;
 pub(crate) struct Service {
     channel: Arc<EventChannel>,
     routes: Mutex<HashMap<usize, mpsc::Sender<CmEvent>>>,
-    listeners: Mutex<HashMap<IpAddr, CmId>>,
+    /// By local address, port 0 (with its scope: a link-local IPv6 address is one per
+    /// interface).
+    listeners: Mutex<HashMap<SocketAddr, CmId>>,
     pending: Mutex<HashMap<Token, oneshot::Sender<Routed>>>,
 }
 
@@ -88,20 +90,21 @@ impl Service {
         Ok(self.route(CmId::new(&self.channel)?))
     }
 
-    /// The rdma_cm port of this process's listener on `ip` (created on first use), and
-    /// the device, port and GID it is bound to ([`CmId::binding`]).
+    /// The rdma_cm port of this process's listener on the address `local` (as the side
+    /// channel's socket reports it, its port set to 0; created on first use), and the
+    /// device, port and GID it is bound to ([`CmId::binding`]).
     ///
     /// # Errors
     /// When rdma_cm cannot listen there: no RDMA device holds the address.
-    pub(crate) fn listener(&self, ip: IpAddr) -> verbs::Result<(u16, Binding)> {
+    pub(crate) fn listener(&self, local: SocketAddr) -> verbs::Result<(u16, Binding)> {
         let mut listeners = self.listeners.lock();
-        if let Some(id) = listeners.get(&ip) {
+        if let Some(id) = listeners.get(&local) {
             return Ok((id.local_port(), id.binding()?));
         }
-        let id = listen(&self.channel, ip)?;
+        let id = listen(&self.channel, local)?;
         let (port, binding) = (id.local_port(), id.binding()?);
-        tracing::debug!(%ip, port, device = %binding.0, "rdma_cm listening");
-        listeners.insert(ip, id);
+        tracing::debug!(%local, port, device = %binding.0, "rdma_cm listening");
+        listeners.insert(local, id);
         Ok((port, binding))
     }
 
@@ -177,7 +180,11 @@ impl Service {
             Some(handshake) => match handshake.send(self.route(id)) {
                 Ok(()) => return,
                 // Its handshake timed out meanwhile.
-                Err(mut routed) => routed.id.take().expect("a routed id"),
+                Err(mut routed) => {
+                    let id = routed.id.take().expect("a routed id");
+                    self.routes.lock().remove(&id.key());
+                    id
+                }
             },
             None => id,
         };
@@ -188,16 +195,16 @@ impl Service {
     }
 }
 
-/// A listening id on `ip`, on a port no host TCP socket holds (iWARP listens on a TCP
+/// A listening id on `local`, on a port no host TCP socket holds (iWARP listens on a TCP
 /// port of the host).
-fn listen(channel: &Arc<EventChannel>, ip: IpAddr) -> verbs::Result<CmId> {
+fn listen(channel: &Arc<EventChannel>, local: SocketAddr) -> verbs::Result<CmId> {
     let mut attempt = 1;
     loop {
         let id = CmId::new(channel)?;
-        match id.listen(SocketAddr::new(ip, 0), BACKLOG) {
+        match id.listen(local, BACKLOG) {
             Ok(()) => return Ok(id),
             Err(e) if e.address_in_use() && attempt < PORT_ATTEMPTS => {
-                tracing::debug!(%ip, port = id.local_port(), "rdma_cm port held by a TCP socket");
+                tracing::debug!(%local, port = id.local_port(), "rdma_cm port held by a TCP socket");
                 attempt += 1;
             }
             Err(e) => return Err(e),

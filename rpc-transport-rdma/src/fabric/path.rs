@@ -74,6 +74,15 @@ pub(crate) enum PathError {
     /// A GID that addresses no single port.
     #[error("the peer's GID {0} is not a unicast address")]
     BadGid(Ipv6Addr),
+    /// rdma_cm's path (on a server: from the client's connect request) leads elsewhere
+    /// than to the side channel's peer.
+    #[error("the rdma_cm path leads to GID {gid}, not to {peer}, the handshake's peer")]
+    NotThePeer {
+        /// The path's destination GID.
+        gid: Ipv6Addr,
+        /// The side channel's peer address.
+        peer: std::net::IpAddr,
+    },
     /// RoCE v2 between an IPv4 and an IPv6 GID.
     #[error("the peer's GID {peer} and this side's {local} are of different IP versions: RoCE v2 cannot connect them")]
     Family {

@@ -129,7 +129,7 @@ async fn connect(
     let prepared = prepared?;
     let (id, answer) = request(id, &stream, server, config, &prepared, remote).await?;
     let moved = answer == CmEventKind::Established;
-    let connected = prepared.connect(id, moved, config, remote)?;
+    let connected = prepared.connect(id, moved, config, remote, server.ip())?;
     if !moved {
         // InfiniBand and RoCE: the QP is in RTS, the server learns it from this.
         connected.cm.id().establish().map_err(|e| e.to_string())?;

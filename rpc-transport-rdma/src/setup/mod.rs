@@ -177,19 +177,20 @@ impl Prepared {
     }
 
     /// Moves the QP to RTS through rdma_cm (`moved`: the kernel's iWARP connection
-    /// manager did it).
+    /// manager did it), on a path to `peer` only (the side channel's peer).
     fn connect(
         self,
         id: Routed,
         moved: bool,
         config: &RdmaConfig,
         remote: &Offer,
+        peer: IpAddr,
     ) -> Result<Connected, String> {
         let (rings, slots) = if moved {
             self.rings.moved_by_cm()
         } else {
             self.rings
-                .cm_connect(id.id(), config.gid_index)
+                .cm_connect(id.id(), config.gid_index, peer)
                 .map_err(|e| e.to_string())?
         };
         Ok(Connected {

@@ -26,7 +26,7 @@ fn listen(stream: &Socket, config: &RdmaConfig) -> Result<(u16, Expected), Refus
     usable_address(local.ip()).map_err(no_device)?;
     let service = service().map_err(|e| no_device(e.to_string()))?;
     let (port, binding) = service
-        .listener(local.ip())
+        .listener(local)
         .map_err(|e| no_device(format!("no RDMA device holds {}: {e}", local.ip())))?;
     check_named(config, local.ip(), &binding).map_err(no_device)?;
     let expected = service
@@ -130,7 +130,7 @@ async fn accept(
     };
     let param = prepared.conn_param(&[]);
     // The QP reaches RTS before the accept (on iWARP the kernel moves it on accepting).
-    let mut connected = prepared.connect(id, false, config, hello)?;
+    let mut connected = prepared.connect(id, false, config, hello, side)?;
     connected
         .cm
         .id()

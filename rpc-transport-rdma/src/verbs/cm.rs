@@ -16,6 +16,7 @@ use std::mem;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -126,7 +127,7 @@ impl EventChannel {
         }
         // SAFETY: on success `event` points to an event owned by librdmacm until it is
         // acknowledged below; every field read here is plain data or a pointer copied out.
-        let (kind, status, id, listen_id, data) = unsafe {
+        let (kind, status, id, (id_key, listen_key), data) = unsafe {
             let e = &*event;
             let conn = &e.param.conn;
             let data = if conn.private_data.is_null() {
@@ -138,23 +139,41 @@ impl EventChannel {
                 )
                 .to_vec()
             };
-            (e.event, e.status, e.id, e.listen_id, data)
+            let key_of = |id: *mut rdma_cm_id| {
+                if id.is_null() {
+                    0
+                } else {
+                    (*id).context.addr()
+                }
+            };
+            let keys = (key_of(e.id), key_of(e.listen_id));
+            (e.event, e.status, e.id, keys, data)
         };
         // SAFETY: `event` came from rdma_get_cm_event and is acknowledged once; for a
         // connect request the new id stays ours after that (rdma_ack_cm_event(3)).
         unsafe { rdma_ack_cm_event(event) };
         let kind = CmEventKind::from_raw(kind);
         let request = match (kind, NonNull::new(id)) {
-            (CmEventKind::ConnectRequest, Some(new)) => Some(CmId {
-                ptr: new,
-                channel: self.clone(),
-            }),
+            (CmEventKind::ConnectRequest, Some(new)) => {
+                // SAFETY: the request's new id is ours alone from here (no event for it
+                // comes before it is accepted or rejected); `context` is an opaque field
+                // librdmacm copied from the listener and never reads.
+                unsafe { (*new.as_ptr()).context = new_key() };
+                Some(CmId {
+                    ptr: new,
+                    channel: self.clone(),
+                })
+            }
             _ => None,
         };
         Ok(Some(CmEvent {
             kind,
             status,
-            id: if request.is_some() { listen_id } else { id } as usize,
+            id: if request.is_some() {
+                listen_key
+            } else {
+                id_key
+            },
             request,
             private_data: data,
         }))
@@ -241,7 +260,7 @@ pub(crate) struct CmEvent {
     pub(crate) kind: CmEventKind,
     /// The event's status (an errno, negative, or a fabric's reject reason).
     pub(crate) status: i32,
-    /// The id it is about, by address ([`CmId::key`]); for a connect request, the
+    /// The id it is about, by key ([`CmId::key`]); for a connect request, the
     /// listener's.
     pub(crate) id: usize,
     /// For a connect request: the new connection's id, to accept or reject.
@@ -282,6 +301,13 @@ pub(crate) struct CmId {
 // Not `Sync`: reading an event for an id (`rdma_get_cm_event`, wherever the channel is
 // read) writes its device, port and route fields, which `context` reads; see there.
 unsafe impl Send for CmId {}
+
+/// A new id's key ([`CmId::key`]), carried in its `context` field, which librdmacm
+/// hands back in events and never reads.
+fn new_key() -> *mut libc::c_void {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    ptr::without_provenance_mut(NEXT.fetch_add(1, Ordering::Relaxed))
+}
 
 /// A socket address as the C `sockaddr_storage` rdma_cm takes; an IPv4-mapped IPv6
 /// address (what a dual-stack socket reports) as IPv4, which the kernel routes.
@@ -327,7 +353,7 @@ impl CmId {
             rdma_create_id(
                 channel.ptr.as_ptr(),
                 &mut id,
-                ptr::null_mut(),
+                new_key(),
                 rdma_port_space::RDMA_PS_TCP,
             )
         };
@@ -341,9 +367,13 @@ impl CmId {
         })
     }
 
-    /// The id's address, as events name it ([`CmEvent::id`]).
+    /// The id's key, as events name it ([`CmEvent::id`]): a number of this process's
+    /// own, never reused (an id's address may be a destroyed one's, whose last event may
+    /// not have been dispatched yet).
     pub(crate) fn key(&self) -> usize {
-        self.ptr.as_ptr() as usize
+        // SAFETY: `ptr` is a live id; `context` was set when it was created (or handed
+        // over on a connect request) and is never written again.
+        unsafe { (*self.ptr.as_ptr()).context.addr() }
     }
 
     /// Binds to `addr` (port 0: any free port) and listens.

@@ -2,12 +2,15 @@
 //! id, with this side's own access rights, retry counts and READ depths over what a
 //! peer's request would set.
 
+use std::net::{IpAddr, Ipv6Addr};
+
 use rdma_sys::{ibv_access_flags, ibv_qp_attr_mask, ibv_qp_state};
 
 use super::cm::CmId;
 use super::error::Result;
 use super::qp::{QueuePair, MAX_INITIATOR_DEPTH, RNR_RETRY};
 use super::qp_state::{Init, QpStage, Reset, Rtr, Rts};
+use crate::fabric::PathError;
 
 impl QueuePair<Reset> {
     /// `RESET -> INIT` with rdma_cm's attributes for `id` (its port and P_Key), allowing
@@ -27,12 +30,33 @@ impl QueuePair<Init> {
     /// `INIT -> RTR` with rdma_cm's attributes (the path, the peer's QP number and PSN,
     /// the READs it may have in flight); `sgid_index`, when named, replaces the source
     /// GID entry rdma_cm chose (on RoCE: another entry of the same address, e.g. RoCE v1
-    /// where rdma_cm prefers v2).
+    /// where rdma_cm prefers v2). Where the path has a global route header (RoCE, IPv4
+    /// addresses as IPv4-mapped GIDs) its destination must be `peer`, the side channel's
+    /// peer: on a server the path comes from the client's connect request, which a
+    /// client could forge to aim this QP at a third host.
     ///
     /// # Errors
-    /// [`Error::Verb`] if rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
-    pub(crate) fn cm_rtr(self, id: &CmId, sgid_index: Option<u8>) -> Result<QueuePair<Rtr>> {
+    /// [`Error::Path`] for a path to another address than `peer`; [`Error::Verb`] if
+    /// rdma_cm or `ibv_modify_qp` fails; the QP is destroyed.
+    pub(crate) fn cm_rtr(
+        self,
+        id: &CmId,
+        sgid_index: Option<u8>,
+        peer: IpAddr,
+    ) -> Result<QueuePair<Rtr>> {
         let (mut attr, mut mask) = id.qp_attr(ibv_qp_state::IBV_QPS_RTR)?;
+        if mask != 0 && attr.ah_attr.is_global == 1 {
+            // SAFETY: `ibv_gid` is a union of 16 bytes and two u64s: every bit pattern
+            // is valid for the byte array, and rdma_init_qp_attr wrote the whole GID.
+            let gid = Ipv6Addr::from(unsafe { attr.ah_attr.grh.dgid.raw });
+            let expected = match peer.to_canonical() {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                IpAddr::V6(v6) => v6,
+            };
+            if gid != expected {
+                return Err(PathError::NotThePeer { gid, peer }.into());
+            }
+        }
         if mask != 0 {
             // On a server, rdma_cm takes the incoming READs from the client's request:
             // at most what the device accepts, whatever the peer asked.

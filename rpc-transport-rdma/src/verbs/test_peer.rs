@@ -130,11 +130,16 @@ fn established(
     qp: QueuePair<super::Init>,
     id: &CmId,
     answer: CmEventKind,
+    server: std::net::IpAddr,
 ) -> Result<QueuePair<Rts>, String> {
     if answer != CmEventKind::ConnectResponse {
         return Ok(qp.moved_by_cm());
     }
-    let qp = qp.cm_rtr(id, None).map_err(err)?.cm_rts(id).map_err(err)?;
+    let qp = qp
+        .cm_rtr(id, None, server)
+        .map_err(err)?
+        .cm_rts(id)
+        .map_err(err)?;
     id.establish().map_err(err)?;
     Ok(qp)
 }
@@ -276,7 +281,7 @@ impl RawPeer {
             &id,
             &[CmEventKind::ConnectResponse, CmEventKind::Established],
         )?;
-        let qp = established(qp, &id, answer)?;
+        let qp = established(qp, &id, answer, server.ip())?;
         side.write_all(READY).map_err(err)?;
         Ok(RawPeer {
             qp,

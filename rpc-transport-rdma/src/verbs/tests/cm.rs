@@ -128,7 +128,7 @@ fn connect_and_talk(server: IpAddr, client: IpAddr) {
     let accepted = request.request.expect("the new connection's id");
     let (mut s, qs) = side(&accepted, Access::RemoteRead);
     let qs = qs
-        .cm_rtr(&accepted, None)
+        .cm_rtr(&accepted, None, client)
         .expect("server RTR")
         .cm_rts(&accepted)
         .expect("server RTS");
@@ -141,7 +141,7 @@ fn connect_and_talk(server: IpAddr, client: IpAddr) {
     );
     let qc = if answer.kind == CmEventKind::ConnectResponse {
         let qc = qc
-            .cm_rtr(&id, None)
+            .cm_rtr(&id, None, server)
             .expect("client RTR")
             .cm_rts(&id)
             .expect("client RTS");

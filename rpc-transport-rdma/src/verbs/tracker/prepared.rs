@@ -68,7 +68,7 @@ impl PreparedRings {
     }
 
     /// Connects through rdma_cm's `id` (INIT -> RTR -> RTS with its attributes and
-    /// `sgid_index` if named; on iWARP the kernel moves the queue pair itself, see
+    /// `sgid_index` if named, its path checked to lead to `peer`; on iWARP the kernel moves the queue pair itself, see
     /// `cm_qp.rs`) and hands out every send slot.
     ///
     /// # Errors
@@ -77,8 +77,9 @@ impl PreparedRings {
         self,
         id: &CmId,
         sgid_index: Option<u8>,
+        peer: std::net::IpAddr,
     ) -> Result<(Rings, Vec<SendSlot>)> {
-        let qp = self.qp.cm_rtr(id, sgid_index)?.cm_rts(id)?;
+        let qp = self.qp.cm_rtr(id, sgid_index, peer)?.cm_rts(id)?;
         Ok(self.rest.into_rings(qp))
     }
 
