@@ -269,7 +269,7 @@ impl Routed {
 impl Drop for Routed {
     fn drop(&mut self) {
         if let Some(id) = self.id.take() {
-            // Off the routes first: a new id may reuse the address once this one is gone.
+            // Off the routes before the id goes: no event is routed to a destroyed id.
             self.service.routes.lock().remove(&id.key());
             drop(id);
         }

@@ -139,12 +139,14 @@ async fn connect(
     Ok(Negotiated::Rdma(connected.start(stream, config)))
 }
 
-/// Sends the connect request with the token and returns the server's answer. On iWARP an
-/// rdma_cm port is a TCP port of the host, which rdma_cm may give out while a host socket
-/// holds it (`EADDRINUSE` at once) or a recent connection's endpoint still answers for it
-/// (the TCP connection reset: a reject with `ECONNRESET`, before the server saw the
-/// request): each time, a fresh id on the same address (so the same device, with another
-/// port) carries the same request. The queue pair is not tied to an id.
+/// Sends the connect request with the token and returns the server's answer. rdma_cm
+/// may give an id a port that turns out taken when the request goes (`EADDRINUSE`: on
+/// iWARP an rdma_cm port is also a TCP port of the host, which a host socket may hold):
+/// a fresh id on the same address (so the same device, with another port) carries the
+/// same request then. That failure comes before the provider touches the queue pair,
+/// which is not tied to an id. (A reset of the request's TCP connection is not retried:
+/// Soft-iWARP reports the server's own rejects the same way, and the queue pair is in
+/// the error state after it.)
 async fn request(
     mut id: Routed,
     stream: &Socket,
@@ -155,34 +157,18 @@ async fn request(
 ) -> Result<(Routed, CmEventKind), String> {
     let request = handshake::cm_request(&remote.token);
     let mut attempt = 1;
-    loop {
-        let collision = match id.id().connect(&prepared.conn_param(&request)) {
-            Err(e) if e.address_in_use() => e.to_string(),
-            Err(e) => return Err(e.to_string()),
-            Ok(()) => {
-                let event = id.next().await?;
-                match event.kind {
-                    CmEventKind::ConnectResponse | CmEventKind::Established => {
-                        return Ok((id, event.kind));
-                    }
-                    CmEventKind::Rejected if event.status == -libc::ECONNRESET => {
-                        "the connect request's TCP connection was reset".to_owned()
-                    }
-                    kind => {
-                        return Err(format!(
-                            "rdma_cm: {kind} (status {}): the server did not accept the connect request",
-                            event.status
-                        ));
-                    }
-                }
-            }
-        };
-        if attempt == PORT_ATTEMPTS {
-            return Err(format!("{collision} ({attempt} ports tried)"));
+    while let Err(e) = id.id().connect(&prepared.conn_param(&request)) {
+        if !e.address_in_use() || attempt == PORT_ATTEMPTS {
+            return Err(format!("{e} ({attempt} rdma_cm ports tried)"));
         }
-        tracing::debug!(attempt, "{collision}: another rdma_cm port");
+        tracing::debug!(attempt, "{e}: another rdma_cm port");
         attempt += 1;
         id = local_id(config, stream)?;
         resolve(&mut id, server, config).await?;
     }
+    let answer = id
+        .expect(&[CmEventKind::ConnectResponse, CmEventKind::Established])
+        .await
+        .map_err(|e| format!("{e} (the server did not accept the connect request)"))?;
+    Ok((id, answer.kind))
 }

@@ -17,7 +17,7 @@ use crate::connection::{max_frame, Inner, KeptBytes, RdmaConnection, Sends, Stat
 use crate::counters::Counters;
 use crate::device::Device;
 use crate::driver::{self, READ_WR_BUDGET};
-use crate::handshake::{Mode, Offer, Token};
+use crate::handshake::{Mode, Offer, Token, CM_REJECT};
 use crate::pool::LargePool;
 use crate::protocol::session::{Session, SessionConfig};
 use crate::protocol::{LoanLimit, PREFIX_LEN};
@@ -189,9 +189,15 @@ impl Prepared {
         let (rings, slots) = if moved {
             self.rings.moved_by_cm()
         } else {
-            self.rings
-                .cm_connect(id.id(), config.gid_index, peer)
-                .map_err(|e| e.to_string())?
+            match self.rings.cm_connect(id.id(), config.gid_index, peer) {
+                Ok(connected) => connected,
+                Err(e) => {
+                    // Either side may reject a request or response it cannot take up
+                    // (the other side learns it now, not at its timeout).
+                    let _ = id.id().reject(CM_REJECT);
+                    return Err(e.to_string());
+                }
+            }
         };
         Ok(Connected {
             device: self.device,

@@ -74,7 +74,7 @@ pub(crate) async fn server(
         Ok(listening) => listening,
         Err((told, reason)) => {
             // The details (device names, addresses) stay in this server's log: the
-            // client, not yet authenticated, learns that RDMA is refused, not why.
+            // client, not yet authenticated, learns only which kind of refusal it is.
             log_refusal(&reason);
             handshake::refuse(&mut stream, told)
                 .await

@@ -10,7 +10,7 @@ use super::cm::CmId;
 use super::error::Result;
 use super::qp::{QueuePair, MAX_INITIATOR_DEPTH, RNR_RETRY};
 use super::qp_state::{Init, QpStage, Reset, Rtr, Rts};
-use crate::fabric::PathError;
+use crate::fabric::{LinkLayer, PathError};
 
 impl QueuePair<Reset> {
     /// `RESET -> INIT` with rdma_cm's attributes for `id` (its port and P_Key), allowing
@@ -30,10 +30,11 @@ impl QueuePair<Init> {
     /// `INIT -> RTR` with rdma_cm's attributes (the path, the peer's QP number and PSN,
     /// the READs it may have in flight); `sgid_index`, when named, replaces the source
     /// GID entry rdma_cm chose (on RoCE: another entry of the same address, e.g. RoCE v1
-    /// where rdma_cm prefers v2). Where the path has a global route header (RoCE, IPv4
-    /// addresses as IPv4-mapped GIDs) its destination must be `peer`, the side channel's
-    /// peer: on a server the path comes from the client's connect request, which a
-    /// client could forge to aim this QP at a third host.
+    /// where rdma_cm prefers v2). On RoCE the path's destination GID must be `peer`, the
+    /// side channel's peer (IPv4 as an IPv4-mapped GID): on a server the path comes from
+    /// the client's connect request, which a client could forge to aim this QP at a
+    /// third host. (InfiniBand GIDs hold no IP address: there the subnet manager's path
+    /// stands.)
     ///
     /// # Errors
     /// [`Error::Path`] for a path to another address than `peer`; [`Error::Verb`] if
@@ -45,7 +46,9 @@ impl QueuePair<Init> {
         peer: IpAddr,
     ) -> Result<QueuePair<Rtr>> {
         let (mut attr, mut mask) = id.qp_attr(ibv_qp_state::IBV_QPS_RTR)?;
-        if mask != 0 && attr.ah_attr.is_global == 1 {
+        let ethernet = self.inner.pd.context().choice().link_layer == LinkLayer::Ethernet;
+        // RoCE's GIDs hold IP addresses; an InfiniBand GID (prefix and port GUID) does not.
+        if mask != 0 && ethernet && attr.ah_attr.is_global == 1 {
             // SAFETY: `ibv_gid` is a union of 16 bytes and two u64s: every bit pattern
             // is valid for the byte array, and rdma_init_qp_attr wrote the whole GID.
             let gid = Ipv6Addr::from(unsafe { attr.ah_attr.grh.dgid.raw });

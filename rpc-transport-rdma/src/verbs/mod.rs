@@ -59,6 +59,7 @@ mod async_event;
 // (docs/fabrics.md, "Next").
 #[cfg_attr(not(test), allow(dead_code))]
 mod cm;
+mod cm_event;
 #[cfg_attr(not(test), allow(dead_code))]
 mod cm_qp;
 mod context;
@@ -83,7 +84,8 @@ mod tests;
 
 pub(crate) use async_event::AsyncEvent;
 #[cfg_attr(not(test), allow(unused_imports))]
-pub(crate) use cm::{Binding, CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
+pub(crate) use cm::{Binding, CmEvent, CmId, ConnParam};
+pub(crate) use cm_event::{CmEventKind, EventChannel};
 pub use context::rdma_available;
 pub(crate) use context::{device_names, Context};
 pub(crate) use cq::{register_channel, CompChannel, CompletionQueue};

@@ -24,7 +24,7 @@ use super::{
     MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvReady, RemoteBuf, Rts, SendOptions,
     WrId, MAX_INITIATOR_DEPTH,
 };
-use crate::handshake::{Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
+use crate::handshake::READY;
 use crate::protocol::{Kind, Prefix, Rendezvous, PREFIX_LEN, RENDEZVOUS_LEN};
 
 const RECV_SLOTS: u32 = 64;
@@ -120,101 +120,12 @@ pub struct RawPeer {
     dead: bool,
 }
 
+mod connect;
+
+use connect::{cm_event, established, hello, resolved};
+
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
-}
-
-/// The queue pair in RTS after rdma_cm's `answer` to the connect request: moved by
-/// this side and established (InfiniBand, RoCE), or by the kernel (iWARP).
-fn established(
-    qp: QueuePair<super::Init>,
-    id: &CmId,
-    answer: CmEventKind,
-    server: std::net::IpAddr,
-) -> Result<QueuePair<Rts>, String> {
-    if answer != CmEventKind::ConnectResponse {
-        return Ok(qp.moved_by_cm());
-    }
-    let qp = qp
-        .cm_rtr(id, None, server)
-        .map_err(err)?
-        .cm_rts(id)
-        .map_err(err)?;
-    id.establish().map_err(err)?;
-    Ok(qp)
-}
-
-/// HELLO with `limits` on the side channel; the server's OKAY.
-fn hello(side: &mut TcpStream, limits: HelloLimits) -> Result<Offer, String> {
-    let offer = Offer {
-        mode: Mode::Rdma,
-        cm_port: 0,
-        token: [0; 16],
-        recv_slots: RECV_SLOTS,
-        slot_size: SLOT,
-        rdv_budget: limits.rdv_budget,
-        max_loans: limits.max_loans,
-    };
-    side.write_all(&offer.encode(HELLO)).map_err(err)?;
-    let mut block = [0u8; BLOCK];
-    side.read_exact(&mut block).map_err(err)?;
-    if &block[..8] == NONE {
-        return Err("the server refused RDMA".into());
-    }
-    if &block[..8] != OKAY {
-        return Err("not an RDMA server".into());
-    }
-    Offer::decode(&block).map_err(|e| e.to_string())
-}
-
-/// A new id on `channel`, its address and route resolved from `local` (or the route's
-/// source) to `server`.
-fn resolved(
-    channel: &Arc<EventChannel>,
-    local: Option<SocketAddr>,
-    server: SocketAddr,
-) -> Result<CmId, String> {
-    let id = CmId::new(channel).map_err(err)?;
-    id.resolve_addr(local, server, Duration::from_secs(10))
-        .map_err(err)?;
-    cm_event(channel, &id, &[CmEventKind::AddrResolved])?;
-    id.resolve_route(Duration::from_secs(10)).map_err(err)?;
-    cm_event(channel, &id, &[CmEventKind::RouteResolved])?;
-    Ok(id)
-}
-
-/// The next event of `id` on `channel`, which must be one of `kinds`, within 20 s.
-fn cm_event(
-    channel: &Arc<EventChannel>,
-    id: &CmId,
-    kinds: &[CmEventKind],
-) -> Result<CmEventKind, String> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!("no rdma_cm event {kinds:?} in time"));
-        }
-        let Some(event) = channel.next(left).map_err(err)? else {
-            continue;
-        };
-        if event.id != id.key() {
-            continue;
-        }
-        if event.kind == CmEventKind::Rejected {
-            return Err(format!(
-                "the server rejected the rdma_cm request (private data {:?})",
-                String::from_utf8_lossy(&event.private_data)
-            ));
-        }
-        if !kinds.contains(&event.kind) {
-            return Err(format!(
-                "rdma_cm: {} where {kinds:?} was expected",
-                event.kind
-            ));
-        }
-        return Ok(event.kind);
-    }
 }
 
 impl RawPeer {
