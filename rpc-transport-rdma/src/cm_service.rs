@@ -43,14 +43,14 @@ pub(crate) struct Service {
     /// By local address, port 0 (with its scope: a link-local IPv6 address is one per
     /// interface).
     listeners: Mutex<HashMap<SocketAddr, CmId>>,
-    pending: Mutex<HashMap<Token, oneshot::Sender<Routed>>>,
+    pending: Mutex<Pending<oneshot::Sender<Routed>>>,
 }
 
 impl std::fmt::Debug for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Service")
             .field("routes", &self.routes.lock().len())
-            .field("pending", &self.pending.lock().len())
+            .field("pending", &self.pending.lock().0.len())
             .finish_non_exhaustive()
     }
 }
@@ -116,13 +116,7 @@ impl Service {
     pub(crate) fn expect(&'static self) -> Result<Expected, String> {
         let token = handshake::new_token().map_err(|e| format!("no token: {e}"))?;
         let (tx, rx) = oneshot::channel();
-        let mut pending = self.pending.lock();
-        if pending.len() >= MAX_PENDING {
-            return Err(format!(
-                "{MAX_PENDING} RDMA connections are being set up already"
-            ));
-        }
-        pending.insert(token, tx);
+        self.pending.lock().wait(token, tx, MAX_PENDING)?;
         Ok(Expected {
             service: self,
             token,
@@ -175,7 +169,7 @@ impl Service {
 
     /// A connect request: handed to the handshake its token names, or rejected.
     fn request(&'static self, id: CmId, data: &[u8]) {
-        let waiting = handshake::token_of(data).and_then(|t| self.pending.lock().remove(&t));
+        let waiting = handshake::token_of(data).and_then(|t| self.pending.lock().take(&t));
         let id = match waiting {
             Some(handshake) => match handshake.send(self.route(id)) {
                 Ok(()) => return,
@@ -299,6 +293,60 @@ impl Expected {
 
 impl Drop for Expected {
     fn drop(&mut self) {
-        self.service.pending.lock().remove(&self.token);
+        self.service.pending.lock().take(&self.token);
+    }
+}
+
+/// Handshakes waiting for their connect request, by token, `max` at most.
+#[derive(Debug)]
+struct Pending<T>(HashMap<Token, T>);
+
+impl<T> Default for Pending<T> {
+    fn default() -> Self {
+        Pending(HashMap::new())
+    }
+}
+
+impl<T> Pending<T> {
+    /// Registers `token`'s waiter, unless `max` already wait.
+    fn wait(&mut self, token: Token, waiter: T, max: usize) -> Result<(), String> {
+        if self.0.len() >= max {
+            return Err(format!("{max} RDMA connections are being set up already"));
+        }
+        self.0.insert(token, waiter);
+        Ok(())
+    }
+
+    /// The waiter of `token`, which waits no more.
+    fn take(&mut self, token: &Token) -> Option<T> {
+        self.0.remove(token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_handshakes_are_bounded_and_each_token_is_taken_once() {
+        let mut pending = Pending::default();
+        let token = |i: u32| {
+            let mut t = [0u8; 16];
+            t[..4].copy_from_slice(&i.to_le_bytes());
+            t
+        };
+        for i in 0..MAX_PENDING as u32 {
+            pending.wait(token(i), i, MAX_PENDING).unwrap();
+        }
+        let full = pending.wait(token(u32::MAX), 0, MAX_PENDING).unwrap_err();
+        assert!(full.contains("4096"), "{full}");
+        assert_eq!(pending.take(&token(7)), Some(7));
+        assert_eq!(pending.take(&token(7)), None, "a token is taken once");
+        assert_eq!(
+            pending.take(&token(u32::MAX)),
+            None,
+            "refused, never waiting"
+        );
+        pending.wait(token(u32::MAX), 1, MAX_PENDING).unwrap();
     }
 }
