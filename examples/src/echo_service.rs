@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use rdmarpc_core::{BoxStream, Code, Request, Response, Status};
+use rdmarpc_core::{BoxStream, Code, Request, Response, Status, Streaming};
 
 use crate::echo::echo_server::Echo;
 use crate::echo::{EchoReply, EchoRequest, RepeatRequest};
@@ -15,12 +15,20 @@ pub struct EchoService;
 
 impl Echo for EchoService {
     type RepeatStream = BoxStream<EchoReply>;
+    type ChatStream = BoxStream<EchoReply>;
 
     async fn repeat(
         &self,
         request: Request<RepeatRequest>,
     ) -> Result<Response<Self::RepeatStream>, Status> {
         Ok(Response::new(repeat(request.into_inner())))
+    }
+
+    async fn chat(
+        &self,
+        request: Request<Streaming<EchoRequest>>,
+    ) -> Result<Response<Self::ChatStream>, Status> {
+        Ok(Response::new(echo_each(request.into_inner())))
     }
 
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
@@ -62,6 +70,16 @@ pub fn repeat(request: RepeatRequest) -> BoxStream<EchoReply> {
     Box::pin(futures_util::stream::iter(0..request.count).map(move |_| {
         Ok(EchoReply {
             payload: payload.clone(),
+        })
+    }))
+}
+
+/// One reply per request of `requests`, carrying its payload, in order; the request
+/// stream's error ends the replies with it.
+pub fn echo_each(requests: Streaming<EchoRequest>) -> BoxStream<EchoReply> {
+    Box::pin(requests.map(|request| {
+        request.map(|request| EchoReply {
+            payload: request.payload,
         })
     }))
 }

@@ -84,7 +84,7 @@ mod kv_store;
 pub mod transport;
 
 pub use chat_room::{ChatRoom, CHAT_BACKLOG, MAX_NAME, MAX_POST, NAME_KEY};
-pub use echo_service::{repeat, EchoService};
+pub use echo_service::{echo_each, repeat, EchoService};
 pub use gateway_service::GatewayService;
 pub use kv_store::{KvStore, KV_MAX_MESSAGE_SIZE, WATCH_BACKLOG, WATCH_VALUE_MAX};
 

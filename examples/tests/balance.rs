@@ -13,6 +13,7 @@ use examples::echo::{EchoReply, EchoRequest, RepeatRequest};
 use examples::EchoService;
 use rdmarpc_core::{
     Channel, ClientConfig, Code, LbStrategy, Request, Response, RetryPolicy, Server, Status,
+    Streaming,
 };
 use rdmarpc_health::HealthReporter;
 use rdmarpc_health::ServingStatus;
@@ -34,12 +35,20 @@ struct Delayed(Duration);
 
 impl Echo for Delayed {
     type RepeatStream = rdmarpc_core::BoxStream<EchoReply>;
+    type ChatStream = rdmarpc_core::BoxStream<EchoReply>;
 
     async fn repeat(
         &self,
         request: Request<RepeatRequest>,
     ) -> Result<Response<Self::RepeatStream>, Status> {
         EchoService.repeat(request).await
+    }
+
+    async fn chat(
+        &self,
+        request: Request<Streaming<EchoRequest>>,
+    ) -> Result<Response<Self::ChatStream>, Status> {
+        EchoService.chat(request).await
     }
 
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {

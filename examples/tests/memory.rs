@@ -110,6 +110,11 @@ async fn chat_room() {
 }
 
 #[tokio::test]
+async fn echo_chat() {
+    echo_chat_answers_each_message_in_order(Memory::default()).await;
+}
+
+#[tokio::test]
 async fn interceptor_requires_a_token() {
     an_interceptor_requires_a_token(Memory::default()).await;
 }

@@ -339,6 +339,11 @@ async fn chat_room() {
     chat_members_see_each_others_posts(Tcp).await;
 }
 
+#[tokio::test]
+async fn echo_chat() {
+    echo_chat_answers_each_message_in_order(Tcp).await;
+}
+
 /// A handler's status details and error metadata reach the caller (over tcp://), details
 /// as bytes and the metadata without the details' entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,13 +24,29 @@ use proto::{EchoReply, EchoRequest, RepeatRequest};
 #[derive(Debug, Default, Clone, Copy)]
 pub struct GrpcEcho;
 
-/// The response stream of `Repeat`.
+/// The response stream of `Repeat` (and of `Chat`).
 pub type RepeatStream =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<EchoReply, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Echo for GrpcEcho {
     type RepeatStream = RepeatStream;
+    type ChatStream = RepeatStream;
+
+    /// One reply per request message, carrying its payload, in order (as the framework's
+    /// `examples::echo_each`); the request stream's error ends the replies with it.
+    async fn chat(
+        &self,
+        request: Request<tonic::Streaming<EchoRequest>>,
+    ) -> Result<Response<RepeatStream>, Status> {
+        use futures_util::StreamExt;
+        let replies = request.into_inner().map(|request| {
+            request.map(|request| EchoReply {
+                payload: request.payload,
+            })
+        });
+        Ok(Response::new(Box::pin(replies)))
+    }
 
     async fn repeat(
         &self,

@@ -16,7 +16,9 @@ use examples::kv::kv_server::KvServer;
 use examples::kv::{GetRequest, PutRequest, ScanRequest};
 use examples::KvStore;
 use rdmarpc_core::codegen::MethodDescriptor;
-use rdmarpc_core::{Channel, Code, Connection, Request, Response, Server, ServerConfig, Status};
+use rdmarpc_core::{
+    Channel, Code, Connection, Request, Response, Server, ServerConfig, Status, Streaming,
+};
 use tokio::sync::mpsc;
 
 mod streams;
@@ -66,12 +68,20 @@ impl Drop for DropSignal {
 
 impl Echo for Probe {
     type RepeatStream = rdmarpc_core::BoxStream<EchoReply>;
+    type ChatStream = rdmarpc_core::BoxStream<EchoReply>;
 
     async fn repeat(
         &self,
         request: Request<examples::echo::RepeatRequest>,
     ) -> Result<Response<Self::RepeatStream>, Status> {
         Ok(Response::new(examples::repeat(request.into_inner())))
+    }
+
+    async fn chat(
+        &self,
+        request: Request<Streaming<EchoRequest>>,
+    ) -> Result<Response<Self::ChatStream>, Status> {
+        Ok(Response::new(examples::echo_each(request.into_inner())))
     }
 
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
@@ -542,6 +552,7 @@ pub struct WhoCalled {
 
 impl Echo for WhoCalled {
     type RepeatStream = rdmarpc_core::BoxStream<EchoReply>;
+    type ChatStream = rdmarpc_core::BoxStream<EchoReply>;
 
     async fn repeat(
         &self,
@@ -549,6 +560,14 @@ impl Echo for WhoCalled {
     ) -> Result<Response<Self::RepeatStream>, Status> {
         self.started.fetch_add(1, Ordering::SeqCst);
         Ok(Response::new(examples::repeat(request.into_inner())))
+    }
+
+    async fn chat(
+        &self,
+        request: Request<Streaming<EchoRequest>>,
+    ) -> Result<Response<Self::ChatStream>, Status> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        Ok(Response::new(examples::echo_each(request.into_inner())))
     }
 
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {

@@ -354,3 +354,51 @@ pub async fn chat_members_see_each_others_posts<H: Harness>(h: H) {
     assert_eq!(status.code(), Code::InvalidArgument);
     drop(alice_tx);
 }
+
+/// The echo service's `Chat` (the ping-pong benchmark's method): each request message
+/// answered by one reply carrying its payload, in order, whether sent one at a time (each
+/// after the reply to the one before) or all at once; the replies end with the requests.
+pub async fn echo_chat_answers_each_message_in_order<H: Harness>(h: H) {
+    use examples::echo::echo_client::EchoClient;
+    use examples::echo::echo_server::EchoServer;
+    use examples::echo::EchoRequest;
+    let server = Server::builder()
+        .add_service(EchoServer::new(examples::EchoService))
+        .unwrap()
+        .build();
+    let addr = h.start(server).await;
+    let client = EchoClient::new(h.connect(&addr, 1 << 20).await);
+    let request = |i: usize| EchoRequest {
+        payload: format!("ping {i}").into_bytes().into(),
+        ..Default::default()
+    };
+    // One at a time: the first sent before the call's response headers are awaited.
+    let (tx, requests) = request_channel::<EchoRequest>();
+    tx.send(request(0)).await.unwrap();
+    let mut replies = client.chat(requests).await.unwrap().into_inner();
+    for i in 0..10 {
+        if i > 0 {
+            tx.send(request(i)).await.unwrap();
+        }
+        let reply = replies
+            .message()
+            .await
+            .unwrap()
+            .expect("a reply per request");
+        assert_eq!(reply.payload, request(i).payload, "reply {i}");
+    }
+    drop(tx);
+    assert!(replies.message().await.unwrap().is_none(), "ends with them");
+    // All at once.
+    let all = futures_util::stream::iter((0..100).map(request));
+    let mut replies = client.chat(all).await.unwrap().into_inner();
+    for i in 0..100 {
+        let reply = replies
+            .message()
+            .await
+            .unwrap()
+            .expect("a reply per request");
+        assert_eq!(reply.payload, request(i).payload, "reply {i}");
+    }
+    assert!(replies.message().await.unwrap().is_none(), "ends with them");
+}
