@@ -8,6 +8,10 @@
 //! `--stream-call-duration D` it sends until D has passed. A server-streaming call reads
 //! until the server ends the stream; with a count or a duration it stops after N
 //! messages or D and cancels the call, which then counts as `CANCELLED` (as in ghz).
+//!
+//! With `--stream-ping-pong` (rpc-load's) a bidirectional call sends each request message
+//! only once a response arrived for every one sent before it: one message each way per
+//! round trip, so that the messages received count the round trips.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,6 +19,7 @@ use std::time::Duration;
 
 use futures_util::Stream;
 use prost_reflect::DynamicMessage;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::data::Messages;
@@ -30,6 +35,9 @@ pub struct StreamOptions {
     /// How many messages a call sends (client, bidirectional) or reads (server
     /// streaming).
     pub call_count: Option<u64>,
+    /// A request message waits for the response to the one before it (bidirectional
+    /// calls, `--stream-ping-pong`).
+    pub ping_pong: bool,
 }
 
 /// What one call moved on its streams.
@@ -39,6 +47,8 @@ pub struct Moved {
     pub sent: AtomicU64,
     /// Messages received on the response stream.
     pub received: AtomicU64,
+    /// Told of each message received in ping-pong, which the request stream waits for.
+    replied: Notify,
 }
 
 impl Moved {
@@ -49,12 +59,27 @@ impl Moved {
             self.received.load(Ordering::Relaxed),
         )
     }
+
+    /// Waits until `n` messages were received (ping-pong: the replies to the `n`
+    /// requests sent).
+    async fn received_at_least(&self, n: u64) {
+        loop {
+            // Made before the check: a notice between the two is kept for it (tokio's
+            // `notify_one` stores a permit when no one waits).
+            let notified = self.replied.notified();
+            if self.received.load(Ordering::Acquire) >= n {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 /// The request stream of call `call`, a client or bidirectional one: `messages` as the
 /// options say (rendered for the call, or for each message with
-/// `--stream-dynamic-messages`), counted into `moved`. A rendering that fails ends the
-/// stream early.
+/// `--stream-dynamic-messages`), counted into `moved`; in ping-pong, each after the
+/// response to the one before has been counted into `moved` by [`drain`]. A rendering
+/// that fails ends the stream early.
 ///
 /// # Errors
 /// The call's rendering failed.
@@ -80,6 +105,9 @@ pub fn request_stream(
         async move {
             if limit.is_some_and(|n| i >= n) {
                 return None;
+            }
+            if i > 0 && options.ping_pong {
+                moved.received_at_least(i).await;
             }
             if i > 0 {
                 if let Some(interval) = options.interval {
@@ -110,7 +138,8 @@ pub fn enough(options: &StreamOptions, received: u64, start: Instant) -> bool {
 }
 
 /// Reads a response stream to its end or until the options say stop, counting into
-/// `moved`. `Ok(true)` when the stream ended, `Ok(false)` when the reader stopped first.
+/// `moved` (and, in ping-pong, letting the request stream send its next message).
+/// `Ok(true)` when the stream ended, `Ok(false)` when the reader stopped first.
 ///
 /// # Errors
 /// The stream's error.
@@ -137,7 +166,10 @@ pub async fn drain<T, E>(
         };
         match next {
             Some(Ok(_)) => {
-                moved.received.fetch_add(1, Ordering::Relaxed);
+                moved.received.fetch_add(1, Ordering::Release);
+                if options.ping_pong {
+                    moved.replied.notify_one();
+                }
             }
             Some(Err(e)) => return Err(e),
             None => return Ok(true),
@@ -207,6 +239,7 @@ mod tests {
             interval: Some(Duration::from_millis(100)),
             call_duration: Some(Duration::from_millis(450)),
             call_count: None,
+            ping_pong: false,
         };
         let moved = Arc::new(Moved::default());
         let start = Instant::now();
@@ -221,6 +254,39 @@ mod tests {
         // At 0, 100, 200, 300 and 400 ms; the next would be at 500.
         assert_eq!(delays(sent), [0, 1, 0, 1, 0]);
         assert!(start.elapsed() >= Duration::from_millis(400));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_ping_pong_a_message_waits_for_the_reply_to_the_one_before() {
+        let options = StreamOptions {
+            call_count: Some(3),
+            ping_pong: true,
+            ..Default::default()
+        };
+        let moved = Arc::new(Moved::default());
+        let call = CallFacts {
+            request_number: 0,
+            worker: 0,
+        };
+        let sent = request_stream(&messages(3), call, options, moved.clone()).unwrap();
+        let mut sent = std::pin::pin!(sent);
+        let reply = || futures_util::stream::iter([Ok::<_, ()>(())]);
+        for i in 0..3u32 {
+            if i > 0 {
+                let early = tokio::time::timeout(Duration::from_secs(60), sent.next()).await;
+                assert!(
+                    early.is_err(),
+                    "message {i} went before the reply to {}",
+                    i - 1
+                );
+                assert_eq!(drain(reply(), &options, false, &moved).await, Ok(true));
+            }
+            let message = sent.next().await.expect("the next message");
+            assert_eq!(delays(vec![message]), [i]);
+        }
+        // The half-close follows the last message at once.
+        assert!(sent.next().await.is_none());
+        assert_eq!(moved.counts(), (3, 2));
     }
 
     #[tokio::test]

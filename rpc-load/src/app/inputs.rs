@@ -23,6 +23,27 @@ pub(super) fn local_descriptors(args: &Args) -> anyhow::Result<Option<Descriptor
     }
 }
 
+/// Refuses `--stream-ping-pong` on a method that is not bidirectional: only there does
+/// a request message have responses to wait for while the call goes on.
+///
+/// # Errors
+/// `--stream-ping-pong` with a unary, server- or client-streaming method.
+pub(super) fn check_stream_flags(args: &Args, method: &Method) -> anyhow::Result<()> {
+    let kind = method.descriptor.kind;
+    if args.data.stream_ping_pong && !(kind.client_streams() && kind.server_streams()) {
+        let what = match (kind.client_streams(), kind.server_streams()) {
+            (true, _) => "client-streaming",
+            (_, true) => "server-streaming",
+            _ => "unary",
+        };
+        bail!(
+            "--stream-ping-pong takes a bidirectional streaming method (stream requests and stream responses); {} is {what}",
+            method.name
+        );
+    }
+    Ok(())
+}
+
 /// `--reflect-metadata`: a JSON object of strings.
 ///
 /// # Errors

@@ -126,6 +126,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         None => runs::reflect(args, &address, call).await?,
     };
     let method = find_method(&pool, call)?;
+    inputs::check_stream_flags(args, &method)?;
     let (messages, payload_field, data_text) =
         inputs::messages_of(args, &method, metadata_text.as_deref())?;
     let messages = Arc::new(messages);

@@ -55,6 +55,13 @@ pub struct DataFlags {
     /// cut) or read (server streams, then cancelled) in each streaming call.
     #[arg(long, value_name = "N")]
     pub stream_call_count: Option<u64>,
+    /// Bidirectional streams: send each request message only once a response came for
+    /// the one before (one message each way per round trip; the stream messages received
+    /// count the round trips). rpc-load's addition.
+    #[arg(long, value_name = "BOOL", action = ArgAction::Set, num_args = 0..=1,
+        require_equals = true, default_missing_value = "true", default_value = "false",
+        value_parser = parse_bool)]
+    pub stream_ping_pong: bool,
     /// In streaming calls, regenerate and apply call template data on every message sent.
     #[arg(long, value_name = "BOOL", action = ArgAction::Set, num_args = 0..=1,
         require_equals = true, default_missing_value = "true", default_value = "false",
@@ -81,6 +88,7 @@ impl DataFlags {
             interval: self.stream_interval.filter(|d| !d.is_zero()),
             call_duration: self.stream_call_duration.filter(|d| !d.is_zero()),
             call_count: self.stream_call_count.filter(|&n| n > 0),
+            ping_pong: self.stream_ping_pong,
         }
     }
 }

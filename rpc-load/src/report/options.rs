@@ -161,6 +161,9 @@ pub struct ReportOptions {
     /// `--stream-dynamic-messages`.
     #[serde(rename = "stream-dynamic-messages")]
     pub stream_dynamic_messages: bool,
+    /// `--stream-ping-pong` (rpc-load's).
+    #[serde(rename = "stream-ping-pong")]
+    pub stream_ping_pong: bool,
 }
 
 impl ReportOptions {
@@ -237,6 +240,7 @@ impl ReportOptions {
             stream_call_duration: data.stream_call_duration.map_or(0, ns),
             stream_call_count: data.stream_call_count.unwrap_or(0),
             stream_dynamic_messages: data.stream_dynamic_messages,
+            stream_ping_pong: data.stream_ping_pong,
             payload_size: data.payload_size,
             payload_field,
             max_recv_message_size: max_recv,
