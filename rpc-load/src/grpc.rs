@@ -276,7 +276,7 @@ impl Target for GrpcTarget {
         let Some(timeout) = self.timeout else {
             return (call.await, moved.counts());
         };
-        let started = tokio::time::Instant::now();
+        let started = crate::target::call_started();
         let deadline_exceeded = || {
             CallError::new(
                 Code::DeadlineExceeded,

@@ -37,6 +37,19 @@ pub trait Target: Send + Sync + 'static {
     ) -> impl Future<Output = CallOutcome> + Send;
 }
 
+tokio::task_local! {
+    /// When the runner sent the call being made on this task (its latency stamp): a
+    /// target times the call's deadline from it rather than read the clock again.
+    pub(crate) static CALL_STARTED: tokio::time::Instant;
+}
+
+/// When the call made on this task started: the runner's stamp, else now.
+pub(crate) fn call_started() -> tokio::time::Instant {
+    CALL_STARTED
+        .try_with(|t| *t)
+        .unwrap_or_else(|_| tokio::time::Instant::now())
+}
+
 /// How close to the deadline a server's giving up counts as the deadline
 /// ([`RpcTarget::at_deadline`]).
 const DEADLINE_SLACK: Duration = Duration::from_millis(10);
@@ -176,7 +189,7 @@ impl<C: Connection> RpcTarget<C> {
         }
         let request = Request::from_parts(md, Outgoing(message), self.timeout);
         let (output, max) = (&self.output, self.max_recv);
-        let started = tokio::time::Instant::now();
+        let started = call_started();
         self.channel
             .unary_gathered_with(request, &self.method, |payload| match payload {
                 Payload::Borrowed(bytes) => decode_within(output, bytes, max),

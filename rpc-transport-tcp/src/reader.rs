@@ -78,9 +78,11 @@ impl Reader {
                 return self.closing.failure().map_or(Ok(None), Err);
             }
             let in_frame = self.decoder.in_frame();
-            let waiting_since = Instant::now();
-            let frame_deadline = in_frame
-                .then(|| waiting_since + self.frame_timeout.saturating_sub(self.frame_waited));
+            // The clock is read only inside a frame (between frames nothing times the
+            // wait but the first-frame deadline, set once).
+            let waiting_since = in_frame.then(Instant::now);
+            let frame_deadline = waiting_since
+                .map(|since| since + self.frame_timeout.saturating_sub(self.frame_waited));
             let deadline = match (self.first_frame_deadline, frame_deadline) {
                 (Some(first), Some(frame)) => Some(first.min(frame)),
                 (first, frame) => first.or(frame),
@@ -94,8 +96,8 @@ impl Reader {
                 _ = self.closed.changed() => None, // checked at the top
                 () = sleep_until(deadline) => return Err(self.timed_out()),
             };
-            if in_frame {
-                self.frame_waited += waiting_since.elapsed();
+            if let Some(since) = waiting_since {
+                self.frame_waited += since.elapsed();
             }
             let Some(read) = read else { continue };
             let read = read?;

@@ -1,7 +1,10 @@
 //! The writer task: coalesces queued frames into few system calls.
 
+use std::future::Future;
 use std::io::IoSlice;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -124,16 +127,14 @@ impl Writer {
                 .take(MAX_SLICES)
                 .map(IoSlice::new)
                 .collect();
-            let written =
-                match tokio::time::timeout(self.timeout, self.socket.write_vectored(&slices)).await
-                {
-                    Ok(Ok(0)) if slices.iter().any(|s| !s.is_empty()) => {
-                        return Err(std::io::ErrorKind::WriteZero.into())
-                    }
-                    Ok(Ok(n)) => n,
-                    Ok(Err(e)) => return Err(e),
-                    Err(_) => return Err(self.timed_out()),
-                };
+            let timeout = self.timeout;
+            let written = match timed(timeout, self.socket.write_vectored(&slices)).await {
+                Ok(0) if slices.iter().any(|s| !s.is_empty()) => {
+                    return Err(std::io::ErrorKind::WriteZero.into())
+                }
+                Ok(n) => n,
+                Err(e) => return Err(e),
+            };
             // Steps over what was written.
             let mut left = written + offset;
             offset = 0;
@@ -146,20 +147,28 @@ impl Writer {
             }
         }
         // TLS may hold records back (a no-op on plain TCP).
-        tokio::time::timeout(self.timeout, self.socket.flush())
-            .await
-            .map_err(|_| self.timed_out())?
+        timed(self.timeout, self.socket.flush()).await
     }
+}
 
-    fn timed_out(&self) -> std::io::Error {
+/// `io` within `timeout` of its first wait: most writes complete when first polled, and
+/// those take no timer and read no clock (a system call where the clock source is not
+/// the TSC).
+async fn timed<T>(
+    timeout: Duration,
+    io: impl Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    let mut io = pin!(io);
+    let first = std::future::poll_fn(|cx| Poll::Ready(io.as_mut().poll(cx))).await;
+    if let Poll::Ready(done) = first {
+        return done;
+    }
+    tokio::time::timeout(timeout, io).await.map_err(|_| {
         std::io::Error::new(
             std::io::ErrorKind::TimedOut,
-            format!(
-                "the peer read nothing for {:?} (write timeout)",
-                self.timeout
-            ),
+            format!("the peer read nothing for {timeout:?} (write timeout)"),
         )
-    }
+    })?
 }
 
 /// Slices handed to one `writev` at most (well under any system's `IOV_MAX`).

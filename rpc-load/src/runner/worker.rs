@@ -141,6 +141,8 @@ pub(super) async fn run_workers<T: Target>(
 struct Claimed {
     number: u64,
     measure_from: Instant,
+    /// When the call goes out (`measure_from` may be the intended time, earlier).
+    sent_at: Instant,
     paced: bool,
 }
 
@@ -175,6 +177,7 @@ async fn worker<T: Target>(
             // bound (--max-in-flight), not the server's time. (Paced, the wait counts,
             // as waiting for a worker does.)
             claimed.measure_from = Instant::now();
+            claimed.sent_at = claimed.measure_from;
         }
         shared.sent.fetch_add(1, Ordering::Relaxed);
         let (target, messages, shared) = (target.clone(), messages.clone(), shared.clone());
@@ -243,18 +246,20 @@ async fn claim(
     // worker was busy (coordinated-omission correction), but from the actual send when
     // the worker was waiting for its time: then only the timer (1 ms granularity in
     // tokio) made it late, which is the generator's doing, not the server's.
-    let measure_from = if send_at > now {
+    let (measure_from, sent_at) = if send_at > now {
         tokio::select! {
             () = tokio::time::sleep_until(send_at) => {}
             _ = cancel.wait_for(|&c| c) => return None,
         }
-        Instant::now()
+        let woke = Instant::now();
+        (woke, woke)
     } else {
-        send_at
+        (send_at, now)
     };
     Some(Claimed {
         number,
         measure_from,
+        sent_at,
         paced: intended.is_some(),
     })
 }
@@ -276,11 +281,11 @@ async fn call_and_record<T: Target>(
     };
     let (result, moved) = tokio::select! {
         biased;
-        outcome = target.call(call, messages) => outcome,
+        outcome = crate::target::CALL_STARTED.scope(claimed.sent_at, target.call(call, messages)) => outcome,
         _ = cancel.wait_for(|&c| c) => {
             (Err(CallError::new(Code::Cancelled, "run cancelled")), (0, 0))
         }
-        () = tokio::time::sleep_until(stop_at.unwrap_or_else(Instant::now)), if stop_at.is_some() => {
+        () = until(stop_at), if stop_at.is_some() => {
             shared.time_up.store(true, Ordering::Relaxed);
             if shared.stop_in_flight.is_some_and(|(_, mode)| mode == DurationStop::Ignore) {
                 // Not counted: as if it had never been sent.

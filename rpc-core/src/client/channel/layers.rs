@@ -139,13 +139,14 @@ impl<C: Connection> Channel<C> {
         use tower::ServiceExt;
         let mut request = request;
         let timeout = request.timeout().or(self.inner.config.timeout);
-        if let Some(deadline) = timeout.and_then(|t| Instant::now().checked_add(t)) {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        if let Some(deadline) = deadline {
             // The bottom of the stack tells the server the time left, not the timeout.
             request.extensions_mut().insert(LayerDeadline(deadline));
         }
         let call = stack.clone().oneshot(request);
         match timeout {
-            Some(t) => tokio::time::timeout(t, call)
+            Some(t) => super::retry::within(t, deadline, call)
                 .await
                 .map_err(|_| Status::deadline_exceeded(format!("deadline of {t:?} exceeded")))?
                 .map_err(to_status),

@@ -92,8 +92,14 @@ impl<C: Connection> Channel<C> {
             // The connection of the attempt before: a retry goes elsewhere if it can.
             let mut last = None;
             loop {
-                // A retry tells the server the time that is left, not the original timeout.
-                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                // A retry tells the server the time that is left, not the original timeout
+                // (the first attempt, which starts now, the timeout: no clock read).
+                let left = match deadline {
+                    Some(d) if attempts + retries > 1 => {
+                        Some(d.saturating_duration_since(Instant::now()))
+                    }
+                    _ => timeout,
+                };
                 let result = self.attempt(&request, left, &mut last).await;
                 // A call the server refused without starting it (it was draining) goes
                 // once more on a fresh connection, if this channel makes them.
@@ -124,7 +130,7 @@ impl<C: Connection> Channel<C> {
             }
         };
         match timeout {
-            Some(t) => match tokio::time::timeout(t, exchange).await {
+            Some(t) => match within(t, deadline, exchange).await {
                 Ok(result) => result,
                 Err(_) => Err(Status::deadline_exceeded(format!(
                     "deadline of {t:?} exceeded"
@@ -157,5 +163,18 @@ impl<C: Connection> Channel<C> {
         let backoff = jitter(policy.backoff(attempts));
         let in_time = deadline.is_none_or(|d| Instant::now() + backoff < d);
         (allowed && in_time && attempts < policy.max_attempts.min(MAX_ATTEMPTS)).then_some(backoff)
+    }
+}
+
+/// `call` within `timeout`, whose `deadline` (now + timeout) the caller has read already:
+/// the timer takes the deadline, so the clock is read once per call, not twice.
+pub(super) async fn within<T>(
+    timeout: std::time::Duration,
+    deadline: Option<Instant>,
+    call: impl std::future::Future<Output = T>,
+) -> Result<T, tokio::time::error::Elapsed> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d.into(), call).await,
+        None => tokio::time::timeout(timeout, call).await,
     }
 }

@@ -231,7 +231,7 @@ impl<C: Connection> State<C> {
                 },
                 Event::Admitted(resource, slot) => {
                     if let Some(admitted) = self.waiting.queue(resource).pop() {
-                        self.start(admitted, slot).await;
+                        self.start(admitted, slot, true).await;
                     }
                 }
                 Event::Expiry => self.expire_waiting().await,

@@ -154,7 +154,7 @@ impl<C: Connection> State<C> {
                     deadline,
                     call: pending,
                 };
-                self.start(admitted, slot).await;
+                self.start(admitted, slot, false).await;
                 return;
             }
         }

@@ -41,8 +41,10 @@ impl<C: Connection> State<C> {
     }
 
     /// Runs an admitted call: answered here if its handler is done on its first poll,
-    /// else on a task of its own that holds its permit (or slot) and its bytes.
-    pub(super) async fn start(&mut self, admitted: Admitted<Pending>, slot: Charge) {
+    /// else on a task of its own that holds its permit (or slot) and its bytes. A call
+    /// that `waited` for its permit may have outlived its deadline meanwhile (one that
+    /// did not has a deadline in the future: no clock read).
+    pub(super) async fn start(&mut self, admitted: Admitted<Pending>, slot: Charge, waited: bool) {
         let Admitted {
             call_id,
             deadline,
@@ -62,7 +64,7 @@ impl<C: Connection> State<C> {
             account: self.account.clone(),
             covered,
         };
-        let expired = deadline.is_some_and(|d| d <= Instant::now());
+        let expired = waited && deadline.is_some_and(|d| d <= Instant::now());
         let alive = match self.alive.clone() {
             Some(alive) if !expired => alive,
             _ => {
