@@ -372,6 +372,20 @@ impl SharedCq {
         self.sent.load(Ordering::Relaxed) > self.received.load(Ordering::Relaxed)
     }
 
+    /// How long the driver spins once idle: `await_spin` while replies are due, else
+    /// `poll_spin`, but twice the averaged `gap` between batches when that is longer
+    /// and within `await_spin`: a server answering one call at a time then reaps the
+    /// next request without sleeping (and waking) on the completion channel.
+    fn spin_length(&self, gap: Option<Duration>) -> Duration {
+        if self.awaiting() {
+            return self.await_spin;
+        }
+        match gap {
+            Some(gap) if gap * 2 <= self.await_spin => self.poll_spin.max(gap * 2),
+            _ => self.poll_spin,
+        }
+    }
+
     /// Polls once, unless another task is polling: returns the completions handled (0
     /// also when another task polls).
     pub(crate) fn progress(&self) -> Result<usize, String> {
