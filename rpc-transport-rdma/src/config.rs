@@ -43,8 +43,13 @@ pub struct RdmaConfig {
     pub max_message_size: usize,
     /// How long the driver of a shared completion queue busy-polls it, once idle,
     /// before it sleeps on the completion channel. Default 50 µs: low latency under load
-    /// at the price of some CPU while idle-but-busy. A shared CQ takes the setting of the
-    /// connection that created it.
+    /// at the price of some CPU while idle-but-busy. While completions come at a steady
+    /// pace, the driver spins twice their averaged gap instead, when that is longer and
+    /// within `await_spin` (a server answering one call at a time reaps the next request
+    /// without sleeping; the price is a CPU's worth of polling while completions come
+    /// every `await_spin / 2` or sooner). The spin's bound is read from the CPU's cycle
+    /// counter rather than the clock. A shared CQ takes the setting of the connection
+    /// that created it.
     pub poll_spin: Duration,
     /// How long the driver keeps busy-polling, instead of `poll_spin`, while the
     /// connections on its CQ have sent more frames than they received (a client awaiting

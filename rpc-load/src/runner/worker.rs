@@ -172,12 +172,13 @@ async fn worker<T: Target>(
             shared.time_up.store(true, Ordering::Relaxed);
             break;
         };
+        // The call goes out now (its deadline runs from here, whatever the latency does).
+        claimed.sent_at = Instant::now();
         if !claimed.paced {
             // Unpaced, the request is sent now: waiting for room was the generator's
             // bound (--max-in-flight), not the server's time. (Paced, the wait counts,
             // as waiting for a worker does.)
-            claimed.measure_from = Instant::now();
-            claimed.sent_at = claimed.measure_from;
+            claimed.measure_from = claimed.sent_at;
         }
         shared.sent.fetch_add(1, Ordering::Relaxed);
         let (target, messages, shared) = (target.clone(), messages.clone(), shared.clone());

@@ -17,8 +17,9 @@
 //!
 //! The driver task of a CQ polls while completions come, keeps polling for `poll_spin`
 //! after the last one (`await_spin` while the members sent more frames than they
-//! received: replies are due), then arms the CQ, polls once more and sleeps on the
-//! completion channel. It ends when the CQ's last member is gone.
+//! received: replies are due; twice the averaged gap between batches, within
+//! `await_spin`, while they come at a steady pace), then arms the CQ, polls once more and
+//! sleeps on the completion channel. It ends when the CQ's last member is gone.
 //!
 //! The CQ's timer task runs its members' timers (pings after silence, the ping timeout,
 //! the loan timeout): one task and one timer per CQ, not per connection.
@@ -375,7 +376,9 @@ impl SharedCq {
     /// How long the driver spins once idle: `await_spin` while replies are due, else
     /// `poll_spin`, but twice the averaged `gap` between batches when that is longer
     /// and within `await_spin`: a server answering one call at a time then reaps the
-    /// next request without sleeping (and waking) on the completion channel.
+    /// next request without sleeping (and waking) on the completion channel. The price:
+    /// while batches come every `await_spin / 2` or sooner, the driver never sleeps (a
+    /// CPU's worth of polling, yielding between bursts).
     fn spin_length(&self, gap: Option<Duration>) -> Duration {
         if self.awaiting() {
             return self.await_spin;

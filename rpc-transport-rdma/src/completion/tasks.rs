@@ -39,19 +39,19 @@ impl SharedCq {
 /// The driver task of one shared CQ. Holds the CQ only while it works: it ends when the
 /// CQ's last member is gone (the CQ's drop drops `stop`'s sender).
 ///
-/// After a batch it yields once, so that the tasks the batch woke (waiting in this
+/// After a run of batches it yields, so that the tasks the batches woke (waiting in this
 /// worker's slot) run. Idle, it spins for the CQ's spin length before it arms the CQ and
-/// sleeps. On a multi-threaded runtime it spins here, without giving the worker back
-/// until a completion comes: each yield makes the runtime poll its I/O and timer driver
-/// (an `epoll_wait` and one or two clock reads), which a turn of a few microseconds
-/// would pay every turn. Its other tasks meanwhile are taken by the other workers. The
-/// spin is bounded by the cycle counter, not the clock (see [`SpinClock`]).
+/// sleeps: each turn of the spin polls the CQ up to `BURST` times before it yields, as
+/// each yield makes the runtime poll its I/O and timer driver (an `epoll_wait`, and
+/// about five clock reads by tokio's timer and scheduler statistics) and a turn of one
+/// poll paid that every few microseconds. A burst holds the worker for a few
+/// microseconds at most. The spin is bounded by the cycle counter, not the clock (see
+/// [`SpinClock`]).
 pub(super) async fn drive(
     shared: Weak<SharedCq>,
     channel: AsyncFd<Arc<CompChannel>>,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let in_task = spins_in_task();
     let mut pace = Pace::default();
     let mut spin: Option<SpinClock> = None;
     let mut woke = false;
@@ -80,28 +80,27 @@ pub(super) async fn drive(
             continue;
         }
         let until = spin.get_or_insert_with(|| SpinClock::deadline(cq.spin_length(pace.gap())));
-        if in_task {
-            match spin_here(&cq, until) {
-                Ok(0) => {}
-                Ok(_) => {
-                    spin = None;
-                    pace.tick();
-                    drop(cq);
-                    tokio::task::yield_now().await;
-                    continue;
-                }
-                Err(reason) => return cq.fail_all(&reason),
+        match burst(&cq, until) {
+            Ok(Some(0)) => {
+                drop(cq);
+                tokio::task::yield_now().await;
+                continue;
             }
-        } else if !until.passed() {
-            drop(cq);
-            tokio::task::yield_now().await;
-            continue;
+            Ok(Some(_)) => {
+                spin = None;
+                woke = true;
+                pace.tick();
+                continue;
+            }
+            Ok(None) => {}
+            Err(reason) => return cq.fail_all(&reason),
         }
         spin = None;
         match cq.arm() {
             Ok(0) => {}
             Ok(_) => {
                 woke = true;
+                pace.tick();
                 continue;
             }
             Err(reason) => return cq.fail_all(&reason),
@@ -128,25 +127,23 @@ pub(super) async fn drive(
     }
 }
 
-/// Polls `cq` until a batch comes or `until` passes: the completions handled (0 when
-/// the spin ended with none).
-fn spin_here(cq: &SharedCq, until: &mut SpinClock) -> Result<usize, String> {
-    while !until.passed() {
+/// Polls per turn of an idle spin.
+const BURST: u32 = 16;
+
+/// One turn of an idle spin: polls `cq` up to `BURST` times. The completions handled
+/// (`Some(0)`: none, keep spinning), or `None` once `until` passed.
+fn burst(cq: &SharedCq, until: &mut SpinClock) -> Result<Option<usize>, String> {
+    for _ in 0..BURST {
+        if until.passed() {
+            return Ok(None);
+        }
         std::hint::spin_loop();
         let n = cq.progress()?;
         if n > 0 {
-            return Ok(n);
+            return Ok(Some(n));
         }
     }
-    Ok(0)
-}
-
-/// Whether the driver spins without yielding: only where another worker runs the
-/// runtime's other tasks meanwhile.
-fn spins_in_task() -> bool {
-    let handle = tokio::runtime::Handle::current();
-    handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-        && handle.metrics().num_workers() >= 2
+    Ok(Some(0))
 }
 
 /// The timer task of one shared CQ: runs each member's timers when they are due (at

@@ -25,8 +25,9 @@ const CLOCK_EVERY: u32 = 64;
 fn counter() -> Option<u64> {
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: RDTSC reads a register; it touches no memory and has no precondition
-        // (the OS does not disable it for user space on Linux).
+        // SAFETY: RDTSC reads a register and touches no memory: no memory-safety
+        // precondition. (An OS may make it fault for user space, e.g. Linux's
+        // PR_SET_TSC: a SIGSEGV, not undefined behaviour.)
         Some(unsafe { std::arch::x86_64::_rdtsc() })
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -82,8 +83,9 @@ impl Pace {
 /// The end of a spin: [`SpinClock::passed`] tells when it has come.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SpinClock {
-    /// In cycles of the counter.
-    Cycles(u64),
+    /// `len` cycles of the counter from `start`. Compared as a distance from `start`, so
+    /// a counter read on another CPU that lags ends the spin rather than prolongs it.
+    Cycles { start: u64, len: u64 },
     /// By the system clock, read every `CLOCK_EVERY` checks.
     Clock { until: Instant, checks: u32 },
 }
@@ -93,16 +95,20 @@ impl SpinClock {
     pub(crate) fn deadline(length: Duration) -> SpinClock {
         let rate = RATE.load(Ordering::Relaxed);
         match counter() {
-            Some(now) if rate > 0 => SpinClock::Cycles(
-                now.saturating_add(rate.saturating_mul(length.as_micros() as u64)),
-            ),
+            Some(start) if rate > 0 => {
+                let micros = u64::try_from(length.as_micros()).unwrap_or(u64::MAX);
+                SpinClock::Cycles {
+                    start,
+                    len: rate.saturating_mul(micros),
+                }
+            }
             cycles => {
                 let now = Instant::now();
                 if let Some(cycles) = cycles {
                     learn(now, cycles);
                 }
                 SpinClock::Clock {
-                    until: now + length,
+                    until: now.checked_add(length).unwrap_or(now),
                     checks: 0,
                 }
             }
@@ -112,7 +118,9 @@ impl SpinClock {
     /// Whether the spin is over.
     pub(crate) fn passed(&mut self) -> bool {
         match self {
-            SpinClock::Cycles(until) => counter().is_none_or(|now| now >= *until),
+            SpinClock::Cycles { start, len } => {
+                counter().is_none_or(|now| now.wrapping_sub(*start) >= *len)
+            }
             SpinClock::Clock { until, checks } => {
                 *checks = checks.wrapping_add(1);
                 checks.is_multiple_of(CLOCK_EVERY) && Instant::now() >= *until

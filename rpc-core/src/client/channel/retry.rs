@@ -76,7 +76,8 @@ impl<C: Connection> Channel<C> {
         let timeout = timeout.or(config.timeout);
         let payload_len = message.encoded_len();
         check_request(config, payload_len, &metadata)?;
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // tokio's clock (the timer's; it differs from the system's when paused in tests).
+        let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
         let request = Outgoing {
             metadata: &metadata,
             message: &message,
@@ -96,7 +97,7 @@ impl<C: Connection> Channel<C> {
                 // (the first attempt, which starts now, the timeout: no clock read).
                 let left = match deadline {
                     Some(d) if attempts + retries > 1 => {
-                        Some(d.saturating_duration_since(Instant::now()))
+                        Some(d.saturating_duration_since(tokio::time::Instant::now()))
                     }
                     _ => timeout,
                 };
@@ -120,7 +121,8 @@ impl<C: Connection> Channel<C> {
                     Ok(frame) => response_code(frame.bytes()),
                     Err(status) => status.code(),
                 };
-                if let Some(backoff) = self.policy_retry(method, code, attempts, deadline) {
+                let std_deadline = deadline.map(tokio::time::Instant::into_std);
+                if let Some(backoff) = self.policy_retry(method, code, attempts, std_deadline) {
                     tracing::debug!(attempts, ?code, "retrying the call (retry policy)");
                     tokio::time::sleep(backoff).await;
                     attempts += 1;
@@ -170,11 +172,11 @@ impl<C: Connection> Channel<C> {
 /// the timer takes the deadline, so the clock is read once per call, not twice.
 pub(super) async fn within<T>(
     timeout: std::time::Duration,
-    deadline: Option<Instant>,
+    deadline: Option<tokio::time::Instant>,
     call: impl std::future::Future<Output = T>,
 ) -> Result<T, tokio::time::error::Elapsed> {
     match deadline {
-        Some(d) => tokio::time::timeout_at(d.into(), call).await,
+        Some(d) => tokio::time::timeout_at(d, call).await,
         None => tokio::time::timeout(timeout, call).await,
     }
 }

@@ -42,8 +42,9 @@ impl<C: Connection> State<C> {
 
     /// Runs an admitted call: answered here if its handler is done on its first poll,
     /// else on a task of its own that holds its permit (or slot) and its bytes. A call
-    /// that `waited` for its permit may have outlived its deadline meanwhile (one that
-    /// did not has a deadline in the future: no clock read).
+    /// that `waited` for its permit may have outlived its deadline meanwhile; one that
+    /// did not had at least a microsecond left when its request was read (its handler's
+    /// timer ends it if that is all), so no clock is read for it.
     pub(super) async fn start(&mut self, admitted: Admitted<Pending>, slot: Charge, waited: bool) {
         let Admitted {
             call_id,
