@@ -8,6 +8,7 @@
 //! share it, so a cut link never fails an unrelated test.
 
 mod rdma_hostile;
+mod rdma_polling;
 mod suite;
 
 use std::process::{Child, Command, Stdio};

@@ -13,4 +13,6 @@ pub use channel::Channel;
 pub use dial::{MAX_REDIAL_BACKOFF, REDIAL_BACKOFF};
 
 #[cfg(test)]
+mod spin_tests;
+#[cfg(test)]
 mod tests;

@@ -21,11 +21,22 @@
 //! `await_spin`, while they come at a steady pace), then arms the CQ, polls once more and
 //! sleeps on the completion channel. It ends when the CQ's last member is gone.
 //!
+//! A caller alone on the CQ may poll it itself while it waits for its response
+//! ([`SharedCq::spin_until`], eRPC's way: the thread that waits polls): it then finds
+//! the response without a wake-up, and the driver stands aside (callers' mode) instead
+//! of spinning or arming the CQ, which would make every response raise an event and
+//! wake a worker. The driver takes over again as soon as anyone else waits on the CQ (a
+//! caller that stopped spinning without its response, a second caller, a stream, a
+//! sender waiting for credit, a receiver, a new member), and at the latest one tick
+//! (`MIN_TICK`) after the last spin; it polls once every tick meanwhile.
+//!
 //! The CQ's timer task runs its members' timers (pings after silence, the ping timeout,
 //! the loan timeout): one task and one timer per CQ, not per connection.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::verbs::SpinClock;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -80,6 +91,18 @@ pub(crate) struct SharedCq {
     await_spin: Duration,
     /// The CQ failed (its members with it): no connection joins it any more.
     failed: AtomicBool,
+    /// Callers poll the CQ (see [`SharedCq::spin_until`]): the driver neither spins nor
+    /// arms the CQ while this is set.
+    callers_poll: AtomicBool,
+    /// A caller is spinning (one at a time).
+    spinner: AtomicBool,
+    /// Spins begun: the driver leaves callers' mode after a tick with none.
+    spins: AtomicU64,
+    /// Wakes the driver out of callers' mode.
+    wake: Arc<Notify>,
+    /// Whether callers may spin: on a multi-threaded runtime with two workers or more
+    /// (a spinning caller holds its worker).
+    may_spin: bool,
     /// Members started since the timer task last looked, and its wake-up.
     started: Mutex<Vec<u32>>,
     timers: Arc<Notify>,
@@ -268,6 +291,8 @@ impl Membership {
             drop(poller);
             return inner.fail(Close::Failed("its completion queue failed".into()));
         }
+        // A second member: its frames need the driver.
+        self.shared.wake_driver();
         // The timer task schedules the new member.
         self.shared.started.lock().push(qp_num);
         self.shared.timers.notify_one();
@@ -330,6 +355,12 @@ impl SharedCq {
             poll_spin: config.poll_spin,
             await_spin: config.await_spin.max(config.poll_spin),
             failed: AtomicBool::new(false),
+            callers_poll: AtomicBool::new(false),
+            spinner: AtomicBool::new(false),
+            spins: AtomicU64::new(0),
+            wake: Arc::default(),
+            may_spin: runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+                && runtime.metrics().num_workers() >= 2,
             started: Mutex::default(),
             timers: Arc::default(),
             _stop: stop,
@@ -340,7 +371,12 @@ impl SharedCq {
             vector,
             "shared completion queue created"
         );
-        runtime.spawn(drive(Arc::downgrade(&shared), channel, stopped));
+        runtime.spawn(drive(
+            Arc::downgrade(&shared),
+            channel,
+            shared.wake.clone(),
+            stopped,
+        ));
         runtime.spawn(timers(Arc::downgrade(&shared), shared.timers.clone()));
         Ok(shared)
     }
@@ -395,6 +431,57 @@ impl SharedCq {
         match self.poller.try_lock() {
             Some(mut poller) => self.poll(&mut poller),
             None => Ok(0),
+        }
+    }
+
+    /// Waits for `done` by polling the CQ from the calling task, for `await_spin` at
+    /// most, without yielding ([`Connection::spin_until`](rdmarpc_core::Connection::spin_until)).
+    /// Only a caller alone on the CQ spins (one member, no other spinner, a runtime with
+    /// another worker to run the rest): it holds its worker meanwhile. While it spins and
+    /// after, the driver stands aside (callers' mode), until `others` says someone else
+    /// waits, the spin ended without `done`, or a tick passes with no spin. Whether
+    /// `done` returned true.
+    pub(crate) fn spin_until(
+        &self,
+        done: &mut dyn FnMut() -> bool,
+        others: &dyn Fn() -> bool,
+    ) -> bool {
+        if !self.may_spin
+            || self.await_spin.is_zero()
+            || self.failed.load(Ordering::Relaxed)
+            || self.members.lock().by_qp.len() != 1
+            || self.spinner.swap(true, Ordering::Acquire)
+        {
+            self.wake_driver();
+            return false;
+        }
+        self.callers_poll.store(true, Ordering::Release);
+        self.spins.fetch_add(1, Ordering::Relaxed);
+        let mut until = SpinClock::deadline(self.await_spin);
+        let got = loop {
+            if done() {
+                break true;
+            }
+            if until.passed() || self.progress().is_err() {
+                // (A failed poll is the driver's to report.)
+                break false;
+            }
+            std::hint::spin_loop();
+        };
+        self.spinner.store(false, Ordering::Release);
+        if !got || others() {
+            self.wake_driver();
+        }
+        got
+    }
+
+    /// Someone waits for the CQ's completions without polling it: the driver leaves
+    /// callers' mode. Costs an atomic read when it is not in it.
+    pub(crate) fn wake_driver(&self) {
+        if self.callers_poll.load(Ordering::Relaxed)
+            && self.callers_poll.swap(false, Ordering::AcqRel)
+        {
+            self.wake.notify_one();
         }
     }
 

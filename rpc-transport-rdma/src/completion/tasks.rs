@@ -4,6 +4,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -46,10 +47,12 @@ impl SharedCq {
 /// about five clock reads by tokio's timer and scheduler statistics) and a turn of one
 /// poll paid that every few microseconds. A burst holds the worker for a few
 /// microseconds at most. The spin is bounded by the cycle counter, not the clock (see
-/// [`SpinClock`]).
+/// [`SpinClock`]). In callers' mode (a caller polls the CQ: [`SharedCq::spin_until`])
+/// it neither spins nor arms, and polls once per tick until woken.
 pub(super) async fn drive(
     shared: Weak<SharedCq>,
     channel: AsyncFd<Arc<CompChannel>>,
+    wake: Arc<Notify>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut pace = Pace::default();
@@ -79,6 +82,23 @@ pub(super) async fn drive(
             tokio::task::yield_now().await;
             continue;
         }
+        if cq.callers_poll.load(Ordering::Acquire) {
+            spin = None;
+            let spins = cq.spins.load(Ordering::Relaxed);
+            drop(cq);
+            tokio::select! {
+                () = wake.notified() => {}
+                () = tokio::time::sleep(MIN_TICK) => {
+                    // No spin for a whole tick: nobody polls; the driver takes over.
+                    let Some(cq) = shared.upgrade() else { return };
+                    if cq.spins.load(Ordering::Relaxed) == spins {
+                        cq.callers_poll.store(false, Ordering::Release);
+                    }
+                }
+                _ = &mut stop => return,
+            }
+            continue;
+        }
         let until = spin.get_or_insert_with(|| SpinClock::deadline(cq.spin_length(pace.gap())));
         match burst(&cq, until) {
             Ok(Some(0)) => {
@@ -96,6 +116,9 @@ pub(super) async fn drive(
             Err(reason) => return cq.fail_all(&reason),
         }
         spin = None;
+        if cq.callers_poll.load(Ordering::Acquire) {
+            continue;
+        }
         match cq.arm() {
             Ok(0) => {}
             Ok(_) => {
@@ -134,7 +157,7 @@ const BURST: u32 = 16;
 /// (`Some(0)`: none, keep spinning), or `None` once `until` passed.
 fn burst(cq: &SharedCq, until: &mut SpinClock) -> Result<Option<usize>, String> {
     for _ in 0..BURST {
-        if until.passed() {
+        if until.passed() || cq.callers_poll.load(Ordering::Relaxed) {
             return Ok(None);
         }
         std::hint::spin_loop();

@@ -290,7 +290,10 @@ impl Connection for RdmaConnection {
                 }
             }
             match crate::driver::progress(inner) {
-                Ok(0) => notified.await,
+                Ok(0) => {
+                    inner.completion.shared().wake_driver();
+                    notified.await;
+                }
                 Ok(_) => {}
                 Err(why) => inner.fail(why),
             }
@@ -307,6 +310,21 @@ impl Connection for RdmaConnection {
             .completion
             .shared()
             .exclusive(|| self.push_waiting(sink))
+    }
+
+    fn spin_until(&self, done: &mut dyn FnMut() -> bool, others: &dyn Fn() -> bool) -> bool {
+        let got = self.inner.completion.shared().spin_until(done, others);
+        if got {
+            Counters::bump(&self.inner.counters.caller_polled, 1);
+        }
+        got
+    }
+
+    fn calling(&self, method: &rdmarpc_core::codegen::MethodDescriptor) {
+        // A stream's frames are nobody's to spin for: the driver polls for them.
+        if method.kind != rdmarpc_core::codegen::MethodKind::Unary {
+            self.inner.completion.shared().wake_driver();
+        }
     }
 
     fn peer(&self) -> String {

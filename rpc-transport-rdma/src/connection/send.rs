@@ -142,6 +142,8 @@ impl Inner {
             if let Some(stalled) = stalled.take() {
                 stalled();
             }
+            // What frees the space comes by completions: the driver must poll.
+            self.completion.shared().wake_driver();
             notified.await;
         }
     }
@@ -156,6 +158,8 @@ impl Inner {
         let (large, reserved, charge) = if len > self.eager_limit {
             // The account, then the budget, then memory: a caller that waits for the
             // peer to read what was lent before holds no buffer meanwhile.
+            // Loans come back by completions: the driver polls for them.
+            self.completion.shared().wake_driver();
             let charge = self.loan_charges.charge(len, &self.closed).await?;
             let reserved = self.reserve_lending(len).await?;
             let guard = Lending {
@@ -306,6 +310,8 @@ impl Inner {
         let part = tail.into_iter().next().expect("one part");
         let len = part.len();
         // The account, the budget, then the slot, as `alloc` does.
+        // Loans come back by completions: the driver polls for them.
+        self.completion.shared().wake_driver();
         let account_charge = self.loan_charges.charge(len, &self.closed).await?;
         let charge = self.reserve_lending(len).await?;
         let guard = Lending {

@@ -268,8 +268,20 @@ impl Connection for AnyConnection {
     }
 
     fn calling(&self, method: &rdmarpc_core::codegen::MethodDescriptor) {
-        if let AnyConnection::Grpc(c) = self {
-            c.calling(method);
+        match self {
+            AnyConnection::Tcp(_) => {}
+            AnyConnection::Grpc(c) => c.calling(method),
+            #[cfg(feature = "rdma")]
+            AnyConnection::Rdma(c) => c.calling(method),
+        }
+    }
+
+    fn spin_until(&self, done: &mut dyn FnMut() -> bool, others: &dyn Fn() -> bool) -> bool {
+        let _ = (&done, others); // used by RDMA only
+        match self {
+            AnyConnection::Tcp(_) | AnyConnection::Grpc(_) => false,
+            #[cfg(feature = "rdma")]
+            AnyConnection::Rdma(c) => c.spin_until(done, others),
         }
     }
 

@@ -273,10 +273,9 @@ impl<C: Connection> Channel<C> {
             Err(e @ (TransportError::Closed | TransportError::Io(_))) => return Sent::NotTaken(e),
             Err(e) => return Sent::Answered(Err(e.into())),
         }
-        let frame = match response.await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(Status::unavailable("connection closed")),
-        };
+        let frame = await_response(shared, response)
+            .await
+            .unwrap_or_else(|()| Err(Status::unavailable("connection closed")));
         if let Some(endpoint) = &shared.endpoint {
             // A refusal by a draining server says nothing of the endpoint's health.
             match &frame {
@@ -301,4 +300,35 @@ impl<C: Connection> Channel<C> {
             }
         }))
     }
+}
+
+/// Waits for a sent call's response. A call alone on its connection first lets the
+/// transport poll for it from this task ([`Connection::spin_until`]): the response is then
+/// found without a wake-up. `Err(())`: the connection closed without one.
+async fn await_response<C: Connection>(
+    shared: &Shared<C>,
+    mut response: CallResponse<C>,
+) -> Result<crate::client::calls::Outcome<C::RecvBuf>, ()> {
+    use tokio::sync::oneshot::error::TryRecvError;
+    if shared.calls.lock().len() == 1 {
+        let mut found = None;
+        shared.conn.spin_until(
+            &mut || match response.try_recv() {
+                Ok(outcome) => {
+                    found = Some(Ok(outcome));
+                    true
+                }
+                Err(TryRecvError::Empty) => false,
+                Err(TryRecvError::Closed) => {
+                    found = Some(Err(()));
+                    true
+                }
+            },
+            &|| shared.calls.lock().len() > 0,
+        );
+        if let Some(found) = found {
+            return found;
+        }
+    }
+    response.await.map_err(|_| ())
 }
