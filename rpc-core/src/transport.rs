@@ -124,15 +124,17 @@ pub trait Connection: Send + Sync + 'static {
 
     /// Waits for `done` by making the transport's progress from the calling task, for a
     /// short bounded time and without yielding: a caller alone on its connection then
-    /// finds its response without a task hop, a wake-up or a worker that sleeps and
-    /// wakes (each of which costs system calls). `done` is asked between turns and
-    /// becomes true once the response was delivered; the transport does this only where
-    /// it polls its own completions (RDMA) and only when it can spare the poll.
+    /// finds its response, and a server connection with nothing in flight its next
+    /// request, without a task hop, a wake-up or a worker that sleeps and wakes (each
+    /// of which costs system calls). `done` is asked between turns and becomes true once
+    /// what the task waits for was delivered (to a call's response channel, or to
+    /// [`Connection::recv_ready`]); the transport does this only where it polls its own
+    /// completions (RDMA) and only when it can spare the poll.
     ///
     /// Returns whether `done` returned true. Once it returns, the transport's own
-    /// poller goes on for the calls that `others` says are waiting on the connection
-    /// (asked once the spin ends, the caller's own call included if its response did
-    /// not come). The default spins not at all and returns `false`.
+    /// poller goes on for whoever `others` says waits on the connection (asked once the
+    /// spin ends, the caller itself included if what it waited for did not come). The
+    /// default spins not at all and returns `false`.
     fn spin_until(&self, done: &mut dyn FnMut() -> bool, others: &dyn Fn() -> bool) -> bool {
         let _ = (done, others);
         false

@@ -54,6 +54,10 @@ pub struct RdmaConfig {
     /// How long the driver keeps busy-polling, instead of `poll_spin`, while the
     /// connections on its CQ have sent more frames than they received (a client awaiting
     /// replies): the reply is then reaped without the completion channel's wake-up.
+    /// Also how long a task alone on its CQ polls it itself for what it waits for (a
+    /// caller for its response, an idle server connection for its next request;
+    /// `Connection::spin_until`), holding its worker meanwhile: only on a multi-threaded
+    /// runtime, and fewer such tasks at once than it has workers; 0 turns that off.
     /// Default 1 ms.
     pub await_spin: Duration,
     /// A ping is sent after this much silence from the peer. Default 1 s.

@@ -45,10 +45,11 @@ pub struct RdmaCounters {
     /// Registered bytes of kept frames the application holds now (at most
     /// [`RdmaConfig::keep_bytes`](crate::RdmaConfig::keep_bytes)).
     pub kept_bytes: u64,
-    /// Calls whose response the caller found by polling the completion queue itself
-    /// while it waited ([`Connection::spin_until`](rdmarpc_core::Connection::spin_until)):
-    /// no task hop, no wake-up.
-    pub caller_polled: u64,
+    /// Frames found by the task waiting for them, polling the completion queue itself
+    /// ([`Connection::spin_until`](rdmarpc_core::Connection::spin_until)): a lone
+    /// caller's response, an idle server connection's next request. No task hop, no
+    /// wake-up.
+    pub found_by_spin: u64,
 }
 
 /// The live counters.
@@ -65,7 +66,7 @@ pub(crate) struct Counters {
     pub(crate) errors: AtomicU64,
     pub(crate) kept_frames: AtomicU64,
     pub(crate) lent_in_place: AtomicU64,
-    pub(crate) caller_polled: AtomicU64,
+    pub(crate) found_by_spin: AtomicU64,
 }
 
 /// Every connection's counters, and what those that are gone counted: a connection's
@@ -123,8 +124,8 @@ pub struct ProcessCounters {
     pub kept_frames: u64,
     /// See [`RdmaCounters::lent_in_place`].
     pub lent_in_place: u64,
-    /// See [`RdmaCounters::caller_polled`].
-    pub caller_polled: u64,
+    /// See [`RdmaCounters::found_by_spin`].
+    pub found_by_spin: u64,
     /// RDMA connections whose state is still held (open, or closed with frames the
     /// application still holds).
     pub live_connections: u64,
@@ -143,7 +144,7 @@ impl ProcessCounters {
         errors: 0,
         kept_frames: 0,
         lent_in_place: 0,
-        caller_polled: 0,
+        found_by_spin: 0,
         live_connections: 0,
     };
 
@@ -160,7 +161,7 @@ impl ProcessCounters {
         self.errors += get(&c.errors);
         self.kept_frames += get(&c.kept_frames);
         self.lent_in_place += get(&c.lent_in_place);
-        self.caller_polled += get(&c.caller_polled);
+        self.found_by_spin += get(&c.found_by_spin);
     }
 }
 
@@ -215,7 +216,7 @@ impl Counters {
             kept_frames: get(&self.kept_frames),
             lent_in_place: get(&self.lent_in_place),
             kept_bytes,
-            caller_polled: get(&self.caller_polled),
+            found_by_spin: get(&self.found_by_spin),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 /// `rpc_rdma_eager_receives_total`, `rpc_rdma_batches_total`,
 /// `rpc_rdma_control_sends_total`, `rpc_rdma_credit_stalls_total`,
 /// `rpc_rdma_errors_total`, `rpc_rdma_kept_frames_total`, `rpc_rdma_lent_in_place_total`,
-/// `rpc_rdma_caller_polled_total` and the gauge `rpc_rdma_connections`. [`spawn_rdma_metrics`] does it periodically.
+/// `rpc_rdma_found_by_spin_total` and the gauge `rpc_rdma_connections`. [`spawn_rdma_metrics`] does it periodically.
 /// Without the `rdma` feature it does nothing.
 pub fn publish_rdma_metrics() {
     #[cfg(feature = "rdma")]
@@ -28,7 +28,7 @@ pub fn publish_rdma_metrics() {
             ("rpc_rdma_errors_total", c.errors),
             ("rpc_rdma_kept_frames_total", c.kept_frames),
             ("rpc_rdma_lent_in_place_total", c.lent_in_place),
-            ("rpc_rdma_caller_polled_total", c.caller_polled),
+            ("rpc_rdma_found_by_spin_total", c.found_by_spin),
         ] {
             metrics::counter!(name).absolute(value);
         }

@@ -1,5 +1,5 @@
 //! A caller alone on its connection polls the completion queue for its response itself
-//! (`Connection::spin_until`): counted by `RdmaCounters::caller_polled`. The driver
+//! (`Connection::spin_until`): counted by `RdmaCounters::found_by_spin`. The driver
 //! stands aside meanwhile (callers' mode), and takes over for everything else on the
 //! connection: streams, concurrent calls, a caller whose response outlasts its spin.
 
@@ -53,7 +53,7 @@ async fn a_lone_caller_polls_for_its_responses_and_streams_still_flow() {
         let reply = client.echo(request(i, 0)).await.unwrap().into_inner();
         assert_eq!(reply.payload, request(i, 0).payload);
     }
-    let polled = counters(&client).caller_polled;
+    let polled = counters(&client).found_by_spin;
     assert!(polled > 0, "no response was found by its caller's poll");
     // A response slower than the spin: awaited after it, the driver polling.
     let reply = client.echo(request(100, 30)).await.unwrap().into_inner();
@@ -107,5 +107,5 @@ async fn no_caller_polls_on_a_runtime_of_one_thread() {
         let reply = client.echo(request(i, 0)).await.unwrap().into_inner();
         assert_eq!(reply.payload, request(i, 0).payload);
     }
-    assert_eq!(counters(&client).caller_polled, 0);
+    assert_eq!(counters(&client).found_by_spin, 0);
 }

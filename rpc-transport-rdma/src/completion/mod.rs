@@ -21,9 +21,10 @@
 //! `await_spin`, while they come at a steady pace), then arms the CQ, polls once more and
 //! sleeps on the completion channel. It ends when the CQ's last member is gone.
 //!
-//! A caller alone on the CQ may poll it itself while it waits for its response
-//! ([`SharedCq::spin_until`], eRPC's way: the thread that waits polls): it then finds
-//! the response without a wake-up, and the driver stands aside (callers' mode) instead
+//! A task alone on the CQ may poll it itself while it waits ([`SharedCq::spin_until`],
+//! eRPC's way: the thread that waits polls): a caller for its response, an idle server
+//! connection for its next request. It then finds it without a wake-up, and the driver
+//! stands aside (callers' mode) instead
 //! of spinning or arming the CQ, which would make every response raise an event and
 //! wake a worker. The driver takes over again as soon as anyone else waits on the CQ (a
 //! caller that stopped spinning without its response, a second caller, a stream, a
@@ -36,7 +37,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::verbs::SpinClock;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,7 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::device::Device;
 use crate::protocol::session::Close;
+mod spin;
 mod tasks;
 
 use self::tasks::{drive, timers};
@@ -100,9 +101,9 @@ pub(crate) struct SharedCq {
     spins: AtomicU64,
     /// Wakes the driver out of callers' mode.
     wake: Arc<Notify>,
-    /// Whether callers may spin: on a multi-threaded runtime with two workers or more
-    /// (a spinning caller holds its worker).
-    may_spin: bool,
+    /// Tasks that may spin at once, process-wide (`spin::SPINNING`): one less than the
+    /// runtime's workers (a spinning task holds its worker), none on a runtime of one.
+    max_spinners: usize,
     /// Members started since the timer task last looked, and its wake-up.
     started: Mutex<Vec<u32>>,
     timers: Arc<Notify>,
@@ -359,8 +360,12 @@ impl SharedCq {
             spinner: AtomicBool::new(false),
             spins: AtomicU64::new(0),
             wake: Arc::default(),
-            may_spin: runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-                && runtime.metrics().num_workers() >= 2,
+            max_spinners: match runtime.runtime_flavor() {
+                tokio::runtime::RuntimeFlavor::MultiThread => {
+                    runtime.metrics().num_workers().saturating_sub(1)
+                }
+                _ => 0,
+            },
             started: Mutex::default(),
             timers: Arc::default(),
             _stop: stop,
@@ -431,57 +436,6 @@ impl SharedCq {
         match self.poller.try_lock() {
             Some(mut poller) => self.poll(&mut poller),
             None => Ok(0),
-        }
-    }
-
-    /// Waits for `done` by polling the CQ from the calling task, for `await_spin` at
-    /// most, without yielding ([`Connection::spin_until`](rdmarpc_core::Connection::spin_until)).
-    /// Only a caller alone on the CQ spins (one member, no other spinner, a runtime with
-    /// another worker to run the rest): it holds its worker meanwhile. While it spins and
-    /// after, the driver stands aside (callers' mode), until `others` says someone else
-    /// waits, the spin ended without `done`, or a tick passes with no spin. Whether
-    /// `done` returned true.
-    pub(crate) fn spin_until(
-        &self,
-        done: &mut dyn FnMut() -> bool,
-        others: &dyn Fn() -> bool,
-    ) -> bool {
-        if !self.may_spin
-            || self.await_spin.is_zero()
-            || self.failed.load(Ordering::Relaxed)
-            || self.members.lock().by_qp.len() != 1
-            || self.spinner.swap(true, Ordering::Acquire)
-        {
-            self.wake_driver();
-            return false;
-        }
-        self.callers_poll.store(true, Ordering::Release);
-        self.spins.fetch_add(1, Ordering::Relaxed);
-        let mut until = SpinClock::deadline(self.await_spin);
-        let got = loop {
-            if done() {
-                break true;
-            }
-            if until.passed() || self.progress().is_err() {
-                // (A failed poll is the driver's to report.)
-                break false;
-            }
-            std::hint::spin_loop();
-        };
-        self.spinner.store(false, Ordering::Release);
-        if !got || others() {
-            self.wake_driver();
-        }
-        got
-    }
-
-    /// Someone waits for the CQ's completions without polling it: the driver leaves
-    /// callers' mode. Costs an atomic read when it is not in it.
-    pub(crate) fn wake_driver(&self) {
-        if self.callers_poll.load(Ordering::Relaxed)
-            && self.callers_poll.swap(false, Ordering::AcqRel)
-        {
-            self.wake.notify_one();
         }
     }
 

@@ -225,7 +225,7 @@ impl Connection for AnyConnection {
                 out.extend(frames.into_iter().map(glue::received));
             }
             #[cfg(feature = "rdma")]
-            AnyConnection::Rdma(_) => {}
+            AnyConnection::Rdma(c) => c.recv_ready(out, max),
         }
     }
 

@@ -35,6 +35,9 @@ use self::frames::Acknowledged;
 use self::streams::{Running, Streams};
 use self::waiting::{acquire, Acquire, Waiting};
 
+/// Frames taken at once after a spin ([`State::spin_for_frames`]).
+const MAX_SPUN: usize = 16;
+
 /// Serves `conn` until the peer closes it, it fails, or a graceful shutdown completes.
 pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
     let account = inner.ledger.account(conn.peer_addr());
@@ -185,6 +188,7 @@ impl<C: Connection> State<C> {
         let mut drain: Option<Instant> = None;
         let mut handlers_done = false;
         let mut acknowledged = false;
+        let mut spun = Vec::new();
         loop {
             if drain.is_none() && *shutdown.borrow_and_update() {
                 self.start_draining().await;
@@ -197,6 +201,16 @@ impl<C: Connection> State<C> {
                     && (acknowledged || started.elapsed() >= self.inner.config.drain_timeout)
                 {
                     return true;
+                }
+            }
+            if drain.is_none() {
+                match self.spin_for_frames(&mut spun).await {
+                    Some(Some(acknowledges)) => {
+                        acknowledged |= acknowledges;
+                        continue;
+                    }
+                    Some(None) => return false,
+                    None => {}
                 }
             }
             if self.waiting.calls.len() > 0 && acquiring_call.is_none() {
@@ -273,6 +287,34 @@ impl<C: Connection> State<C> {
                 None
             }
         }
+    }
+
+    /// Lets the transport poll for the next frames from this task while the connection
+    /// has nothing in flight ([`Connection::spin_until`]): a request that comes soon is
+    /// then read without a wake-up (nothing else needs the reader meanwhile: no call
+    /// waits, runs or streams). `None`: none came, wait as usual; else what
+    /// [`State::received`] says of those that came.
+    async fn spin_for_frames(&mut self, spun: &mut Vec<C::RecvBuf>) -> Option<Option<bool>> {
+        if self.busy() {
+            return None;
+        }
+        let conn = &*self.conn;
+        let mut ready = || {
+            conn.recv_ready(spun, MAX_SPUN);
+            !spun.is_empty()
+        };
+        conn.spin_until(&mut ready, &|| false);
+        if spun.is_empty() {
+            return None;
+        }
+        let mut acknowledged = false;
+        for buf in spun.drain(..) {
+            match self.received(Ok(Some(buf)), false).await {
+                Some(acknowledges) => acknowledged |= acknowledges,
+                None => return Some(None),
+            }
+        }
+        Some(Some(acknowledged))
     }
 
     /// Answers the calls whose deadline passed while they waited for a permit or slot.
