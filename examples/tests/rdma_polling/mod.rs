@@ -3,7 +3,10 @@
 //! stands aside meanwhile (callers' mode), and takes over for everything else on the
 //! connection: streams, concurrent calls, a caller whose response outlasts its spin.
 
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use examples::echo::echo_client::EchoClient;
 use examples::echo::echo_server::EchoServer;
@@ -14,7 +17,7 @@ use examples::interop::request_channel;
 use rdmarpc_transport::AnyConnection;
 
 use super::suite::Harness;
-use super::{skip, Rdma, BIG, NETWORK};
+use super::{rdma_channel, settings, skip, wait_for_port, Rdma, BIG, NETWORK, SERVER_IP};
 
 fn echo_server() -> Server {
     Server::builder()
@@ -41,20 +44,86 @@ fn counters(client: &EchoClient<AnyConnection>) -> rdmarpc_transport_rdma::RdmaC
         .unwrap()
 }
 
+/// An echo-server process on rxe1 with its Prometheus metrics on 127.0.0.1, killed on
+/// drop: a process of its own, so that its reader's spin and the test's callers' do not
+/// share the process's spinners.
+struct ServerProcess {
+    child: Child,
+    addr: String,
+    metrics: String,
+}
+
+impl ServerProcess {
+    async fn start(port: u16) -> ServerProcess {
+        let addr = format!("{SERVER_IP}:{port}");
+        let metrics = format!("127.0.0.1:{}", port + 1);
+        let child = Command::new(env!("CARGO_BIN_EXE_echo-server"))
+            .args([
+                "--addr",
+                &format!("rdma://{addr}"),
+                "--metrics-addr",
+                &metrics,
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start echo-server");
+        wait_for_port(&addr).await;
+        ServerProcess {
+            child,
+            addr,
+            metrics,
+        }
+    }
+
+    /// The value of counter `name` on its metrics page (published every second).
+    async fn counter(&self, name: &str) -> u64 {
+        let mut stream = tokio::net::TcpStream::connect(&self.metrics).await.unwrap();
+        let get = format!(
+            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.metrics
+        );
+        stream.write_all(get.as_bytes()).await.unwrap();
+        let mut page = String::new();
+        stream.read_to_string(&mut page).await.unwrap();
+        page.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lone_caller_polls_for_its_responses_and_streams_still_flow() {
+async fn lone_callers_and_an_idle_server_poll_for_their_frames_and_streams_still_flow() {
     if skip() {
         return;
     }
-    let _net = NETWORK.read().await;
-    let addr = Rdma.start(echo_server()).await;
-    let client = EchoClient::new(Rdma.connect(&addr, BIG).await);
+    // Alone: no other test's tasks take this process's spinner.
+    let _net = NETWORK.write().await;
+    let server = ServerProcess::start(47211).await;
+    let client = EchoClient::new(rdma_channel(&server.addr, BIG, &settings(BIG)).await);
     for i in 0..100 {
         let reply = client.echo(request(i, 0)).await.unwrap().into_inner();
         assert_eq!(reply.payload, request(i, 0).payload);
     }
     let polled = counters(&client).found_by_spin;
     assert!(polled > 0, "no response was found by its caller's poll");
+    // The server's reader, idle between calls, found requests by its own poll.
+    let mut served = 0;
+    for _ in 0..50 {
+        served = server.counter("rpc_rdma_found_by_spin_total").await;
+        if served > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(served > 0, "no request was found by the server's poll");
     // A response slower than the spin: awaited after it, the driver polling.
     let reply = client.echo(request(100, 30)).await.unwrap().into_inner();
     assert_eq!(reply.payload, request(100, 30).payload);
