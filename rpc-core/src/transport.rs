@@ -131,9 +131,11 @@ pub trait Connection: Send + Sync + 'static {
     /// [`Connection::recv_ready`]); the transport does this only where it polls its own
     /// completions (RDMA) and only when it can spare the poll.
     ///
-    /// Returns whether `done` returned true. Once it returns, the transport's own
-    /// poller goes on for whoever `others` says waits on the connection (asked once the
-    /// spin ends, the caller itself included if what it waited for did not come). The
+    /// `others` says whether anyone else waits for frames on the connection. The
+    /// transport asks it first, and spins only for a task alone; and once the spin ends,
+    /// its own poller goes on for the others (and for the caller, if what it waited for
+    /// did not come). Every waiter calls this before it waits, alone or not, so that the
+    /// transport's poller knows it is needed. Returns whether `done` returned true. The
     /// default spins not at all and returns `false`.
     fn spin_until(&self, done: &mut dyn FnMut() -> bool, others: &dyn Fn() -> bool) -> bool {
         let _ = (done, others);

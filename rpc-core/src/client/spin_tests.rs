@@ -44,8 +44,9 @@ struct Spinning {
     bound: Duration,
     /// Set once a spin began.
     began: Arc<AtomicBool>,
-    /// Per spin: whether `done` came, and what `others` said after.
-    spins: Arc<Mutex<Vec<(bool, bool)>>>,
+    /// Per spin: whether `done` came, and what `others` said after; `None` for a
+    /// waiter that was not alone (`others` true before: no spin).
+    spins: Spins,
 }
 
 impl Connection for Spinning {
@@ -68,6 +69,10 @@ impl Connection for Spinning {
         self.inner.peer()
     }
     fn spin_until(&self, done: &mut dyn FnMut() -> bool, others: &dyn Fn() -> bool) -> bool {
+        if others() {
+            self.spins.lock().push(None);
+            return false;
+        }
         self.began.store(true, Ordering::SeqCst);
         let until = Instant::now() + self.bound;
         let got = loop {
@@ -79,12 +84,12 @@ impl Connection for Spinning {
             }
             std::thread::yield_now();
         };
-        self.spins.lock().push((got, others()));
+        self.spins.lock().push(Some((got, others())));
         got
     }
 }
 
-type Spins = Arc<Mutex<Vec<(bool, bool)>>>;
+type Spins = Arc<Mutex<Vec<Option<(bool, bool)>>>>;
 
 /// A channel whose server runs on a runtime of its own thread, so its responses come
 /// while the caller spins (for `bound` at most).
@@ -124,23 +129,22 @@ async fn a_lone_call_takes_the_response_its_spin_found() {
     }
     // A response slower than the spin is awaited after it.
     assert_eq!(echo(&channel, 100).await, 100);
-    let spins = spins.lock().clone();
+    let spins: Vec<(bool, bool)> = spins.lock().iter().map(|s| s.expect("alone")).collect();
     assert_eq!(spins.len(), 21, "every lone call spins: {spins:?}");
-    // Found: nobody else waits; not found: the caller itself still does.
-    assert!(
-        spins.iter().all(|&(got, others)| others != got),
-        "{spins:?}"
-    );
+    // Nobody else waits, found or not (a caller whose response did not come is the
+    // transport's to know of).
+    assert!(spins.iter().all(|&(_, others)| !others), "{spins:?}");
     assert!(spins[..20].iter().any(|&(got, _)| got), "{spins:?}");
-    assert_eq!(spins[20], (false, true));
+    assert_eq!(spins[20], (false, false));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spin_ending_with_calls_in_flight_says_so() {
     let (channel, spins, began) = spinning_channel(Duration::from_secs(5));
     // The first call is alone and spins (on a worker of its own); the second starts
-    // while it spins, is not alone and does not spin; the first's response comes first:
-    // its spin ends with another call waiting.
+    // while it spins, is not alone and does not spin (but tells the transport that it
+    // waits); the first's response comes first: its spin ends with another call
+    // waiting.
     let first = tokio::spawn({
         let channel = channel.clone();
         async move { echo(&channel, 100).await }
@@ -150,5 +154,5 @@ async fn a_spin_ending_with_calls_in_flight_says_so() {
     }
     assert_eq!(echo(&channel, 600).await, 600);
     assert_eq!(first.await.unwrap(), 100);
-    assert_eq!(*spins.lock(), vec![(true, true)]);
+    assert_eq!(*spins.lock(), vec![None, Some((true, true))]);
 }

@@ -13,7 +13,8 @@ static SPINNING: AtomicUsize = AtomicUsize::new(0);
 impl SharedCq {
     /// Waits for `done` by polling the CQ from the calling task, for `await_spin` at
     /// most, without yielding ([`Connection::spin_until`](rdmarpc_core::Connection::spin_until)).
-    /// Only a task alone on the CQ spins (one member, no other spinner on it, fewer
+    /// Only a task alone on the CQ spins (nobody else waits on its connection, one
+    /// member, no other spinner on it, fewer
     /// spinners in the process than the runtime has workers, so that one is left to run
     /// the rest): it holds its worker meanwhile. While it spins and
     /// after, the driver stands aside (callers' mode), until `others` says someone else
@@ -24,7 +25,16 @@ impl SharedCq {
         done: &mut dyn FnMut() -> bool,
         others: &dyn Fn() -> bool,
     ) -> bool {
-        if self.max_spinners == 0
+        // Already there (under load, the next frames usually are): no spin, and the
+        // driver is left as it is, unless others wait.
+        if done() {
+            if others() {
+                self.wake_driver();
+            }
+            return true;
+        }
+        if others()
+            || self.max_spinners == 0
             || self.await_spin.is_zero()
             || self.failed.load(Ordering::Relaxed)
             || self.members.lock().by_qp.len() != 1

@@ -86,16 +86,8 @@ pub(super) async fn drive(
             spin = None;
             let spins = cq.spins.load(Ordering::Relaxed);
             drop(cq);
-            tokio::select! {
-                () = wake.notified() => {}
-                () = tokio::time::sleep(MIN_TICK) => {
-                    // No spin for a whole tick: nobody polls; the driver takes over.
-                    let Some(cq) = shared.upgrade() else { return };
-                    if cq.spins.load(Ordering::Relaxed) == spins {
-                        cq.callers_poll.store(false, Ordering::Release);
-                    }
-                }
-                _ = &mut stop => return,
+            if !stand_aside(&shared, &wake, &mut stop, spins).await {
+                return;
             }
             continue;
         }
@@ -129,24 +121,60 @@ pub(super) async fn drive(
             Err(reason) => return cq.fail_all(&reason),
         }
         drop(cq);
-        tokio::select! {
-            ready = channel.readable() => match ready {
-                Ok(mut guard) => {
-                    guard.clear_ready();
-                    let Some(cq) = shared.upgrade() else { return };
-                    if let Err(reason) = cq.take_events() {
-                        return cq.fail_all(&reason);
-                    }
-                }
-                Err(e) => {
-                    if let Some(cq) = shared.upgrade() {
-                        cq.fail_all(&format!("waiting on the completion channel: {e}"));
-                    }
-                    return;
-                }
-            },
-            _ = &mut stop => return,
+        if !sleep_on_channel(&shared, &channel, &mut stop).await {
+            return;
         }
+    }
+}
+
+/// Callers' mode: waits until woken out of it, or one tick; after a tick with no spin
+/// since `spins`, nobody polls: the driver leaves callers' mode. Whether to go on (not
+/// when the CQ is gone).
+async fn stand_aside(
+    shared: &Weak<SharedCq>,
+    wake: &Notify,
+    stop: &mut oneshot::Receiver<()>,
+    spins: u64,
+) -> bool {
+    tokio::select! {
+        () = wake.notified() => true,
+        () = tokio::time::sleep(MIN_TICK) => {
+            let Some(cq) = shared.upgrade() else { return false };
+            if cq.spins.load(Ordering::Relaxed) == spins {
+                cq.callers_poll.store(false, Ordering::Release);
+            }
+            true
+        }
+        _ = stop => false,
+    }
+}
+
+/// Sleeps on the (armed) CQ's completion channel until it has an event, and takes its
+/// events. Whether to go on (not when the CQ is gone or failed).
+async fn sleep_on_channel(
+    shared: &Weak<SharedCq>,
+    channel: &AsyncFd<Arc<CompChannel>>,
+    stop: &mut oneshot::Receiver<()>,
+) -> bool {
+    tokio::select! {
+        ready = channel.readable() => match ready {
+            Ok(mut guard) => {
+                guard.clear_ready();
+                let Some(cq) = shared.upgrade() else { return false };
+                if let Err(reason) = cq.take_events() {
+                    cq.fail_all(&reason);
+                    return false;
+                }
+                true
+            }
+            Err(e) => {
+                if let Some(cq) = shared.upgrade() {
+                    cq.fail_all(&format!("waiting on the completion channel: {e}"));
+                }
+                false
+            }
+        },
+        _ = stop => false,
     }
 }
 

@@ -302,33 +302,35 @@ impl<C: Connection> Channel<C> {
     }
 }
 
-/// Waits for a sent call's response. A call alone on its connection first lets the
-/// transport poll for it from this task ([`Connection::spin_until`]): the response is then
-/// found without a wake-up. `Err(())`: the connection closed without one.
+/// Waits for a sent call's response. The transport may first poll for it from this task
+/// ([`Connection::spin_until`]; only for a call alone on its connection): the response is
+/// then found without a wake-up. `Err(())`: the connection closed without one.
 async fn await_response<C: Connection>(
     shared: &Shared<C>,
     mut response: CallResponse<C>,
 ) -> Result<crate::client::calls::Outcome<C::RecvBuf>, ()> {
     use tokio::sync::oneshot::error::TryRecvError;
-    if shared.calls.lock().len() == 1 {
-        let mut found = None;
-        shared.conn.spin_until(
-            &mut || match response.try_recv() {
-                Ok(outcome) => {
-                    found = Some(Ok(outcome));
-                    true
-                }
-                Err(TryRecvError::Empty) => false,
-                Err(TryRecvError::Closed) => {
-                    found = Some(Err(()));
-                    true
-                }
-            },
-            &|| shared.calls.lock().len() > 0,
-        );
-        if let Some(found) = found {
-            return found;
-        }
+    let mut found = None;
+    // Whether this call still waits (it is in the table until its response came).
+    let waiting = std::cell::Cell::new(true);
+    shared.conn.spin_until(
+        &mut || match response.try_recv() {
+            Ok(outcome) => {
+                found = Some(Ok(outcome));
+                waiting.set(false);
+                true
+            }
+            Err(TryRecvError::Empty) => false,
+            Err(TryRecvError::Closed) => {
+                found = Some(Err(()));
+                waiting.set(false);
+                true
+            }
+        },
+        &|| shared.calls.lock().len() > usize::from(waiting.get()),
+    );
+    match found {
+        Some(found) => found,
+        None => response.await.map_err(|_| ()),
     }
-    response.await.map_err(|_| ())
 }

@@ -37,6 +37,8 @@ use self::waiting::{acquire, Acquire, Waiting};
 
 /// Frames taken at once after a spin ([`State::spin_for_frames`]).
 const MAX_SPUN: usize = 16;
+/// Turns of the reader without a spin after frames came in a run.
+const SPIN_PAUSE: u32 = 64;
 
 /// Serves `conn` until the peer closes it, it fails, or a graceful shutdown completes.
 pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
@@ -75,6 +77,7 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
             )),
             inner: inner.clone(),
             conn: conn.clone(),
+            spin_pause: 0,
         };
         let graceful = state.run(done).await;
         close(state, graceful, responder).await;
@@ -162,6 +165,18 @@ struct State<C: Connection> {
     opened: u64,
     /// Who is on the other end, for each request (`Request::peer`).
     peer: Arc<crate::Peer>,
+    /// Turns left without a spin for frames ([`State::spin_for_frames`]).
+    spin_pause: u32,
+}
+
+/// What a spin for frames came to ([`State::spin_for_frames`]).
+enum Spun {
+    /// No frame: wait as usual.
+    Nothing,
+    /// Frames came and were handled; whether one was the client's GOAWAY.
+    Handled(bool),
+    /// The connection ends.
+    End,
 }
 
 /// What the loop learned from one wake-up.
@@ -191,10 +206,7 @@ impl<C: Connection> State<C> {
         let mut spun = Vec::new();
         loop {
             if drain.is_none() && *shutdown.borrow_and_update() {
-                self.start_draining().await;
-                let now = Instant::now();
-                self.lifetime.draining(now);
-                drain = Some(now);
+                drain = Some(self.begin_drain().await);
             }
             if let Some(started) = drain {
                 if handlers_done
@@ -203,15 +215,13 @@ impl<C: Connection> State<C> {
                     return true;
                 }
             }
-            if drain.is_none() {
-                match self.spin_for_frames(&mut spun).await {
-                    Some(Some(acknowledges)) => {
-                        acknowledged |= acknowledges;
-                        continue;
-                    }
-                    Some(None) => return false,
-                    None => {}
+            match self.spin_for_frames(&mut spun, drain.is_some()).await {
+                Spun::Nothing => {}
+                Spun::Handled(acknowledges) => {
+                    acknowledged |= acknowledges;
+                    continue;
                 }
+                Spun::End => return false,
             }
             if self.waiting.calls.len() > 0 && acquiring_call.is_none() {
                 acquiring_call = Some(acquire(&self.account, Resource::Calls));
@@ -289,32 +299,56 @@ impl<C: Connection> State<C> {
         }
     }
 
+    /// Starts draining: GOAWAY, refusals of the calls waiting; when it started.
+    async fn begin_drain(&mut self) -> Instant {
+        self.start_draining().await;
+        let now = Instant::now();
+        self.lifetime.draining(now);
+        now
+    }
+
     /// Lets the transport poll for the next frames from this task while the connection
     /// has nothing in flight ([`Connection::spin_until`]): a request that comes soon is
     /// then read without a wake-up (nothing else needs the reader meanwhile: no call
-    /// waits, runs or streams). `None`: none came, wait as usual; else what
-    /// [`State::received`] says of those that came.
-    async fn spin_for_frames(&mut self, spun: &mut Vec<C::RecvBuf>) -> Option<Option<bool>> {
-        if self.busy() {
-            return None;
+    /// waits, runs or streams, no drain).
+    ///
+    /// Frames that come in runs (several at once: a client with many calls in flight)
+    /// do not need it, and the transport's own poller then works beside this reader:
+    /// after such a run the reader does not spin for its next `SPIN_PAUSE` turns.
+    async fn spin_for_frames(&mut self, spun: &mut Vec<C::RecvBuf>, draining: bool) -> Spun {
+        if draining || self.busy() {
+            return Spun::Nothing;
         }
-        let conn = &*self.conn;
-        let mut ready = || {
-            conn.recv_ready(spun, MAX_SPUN);
-            !spun.is_empty()
+        if self.spin_pause > 0 {
+            self.spin_pause -= 1;
+            return Spun::Nothing;
+        }
+        let run = {
+            let conn = &*self.conn;
+            let run = std::cell::Cell::new(false);
+            let mut ready = || {
+                conn.recv_ready(spun, MAX_SPUN);
+                run.set(spun.len() > 1);
+                !spun.is_empty()
+            };
+            // A run says the transport's poller is needed beside this reader.
+            conn.spin_until(&mut ready, &|| run.get());
+            run.get()
         };
-        conn.spin_until(&mut ready, &|| false);
         if spun.is_empty() {
-            return None;
+            return Spun::Nothing;
+        }
+        if run {
+            self.spin_pause = SPIN_PAUSE;
         }
         let mut acknowledged = false;
         for buf in spun.drain(..) {
             match self.received(Ok(Some(buf)), false).await {
                 Some(acknowledges) => acknowledged |= acknowledges,
-                None => return Some(None),
+                None => return Spun::End,
             }
         }
-        Some(Some(acknowledged))
+        Spun::Handled(acknowledged)
     }
 
     /// Answers the calls whose deadline passed while they waited for a permit or slot.
