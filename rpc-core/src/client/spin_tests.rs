@@ -9,32 +9,10 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
+use super::tests::{Sleeper, SLEEP};
 use crate::memory::{self, MemoryConnection};
-use crate::service::{BoxMessage, MethodDescriptor, Service, ServiceFuture};
 use crate::transport::{Connection, TransportError};
-use crate::{Channel, Request, Response, Server};
-
-static ECHO: MethodDescriptor = MethodDescriptor::new("/t.S/Echo");
-
-/// Echoes a `u32` after the request's value in ms.
-#[derive(Clone)]
-struct Delayed;
-
-impl Service for Delayed {
-    fn name(&self) -> &'static str {
-        "t.S"
-    }
-    fn methods(&self) -> &'static [MethodDescriptor] {
-        std::slice::from_ref(&ECHO)
-    }
-    fn call(&self, _: usize, request: Request<crate::Payload<'_>>) -> ServiceFuture {
-        let ms: u32 = request.into_inner().decode().unwrap_or(0);
-        Box::pin(async move {
-            tokio::time::sleep(Duration::from_millis(ms.into())).await;
-            Ok(Response::new(Box::new(ms) as BoxMessage))
-        })
-    }
-}
+use crate::{Channel, Request, Server};
 
 /// A memory connection whose `spin_until` waits for `done` (its responses come from a
 /// server on another thread) and records what each spin saw.
@@ -100,7 +78,10 @@ fn spinning_channel(bound: Duration) -> (Channel<Spinning>, Spins, Arc<AtomicBoo
             .enable_all()
             .build()
             .unwrap();
-        let server = Server::builder().add_service(Delayed).unwrap().build();
+        let server = Server::builder()
+            .add_service(Sleeper::default())
+            .unwrap()
+            .build();
         runtime.block_on(server.serve_connection(served));
     });
     let (spins, began) = (Spins::default(), Arc::<AtomicBool>::default());
@@ -115,7 +96,7 @@ fn spinning_channel(bound: Duration) -> (Channel<Spinning>, Spins, Arc<AtomicBoo
 
 async fn echo(channel: &Channel<Spinning>, ms: u32) -> u32 {
     channel
-        .unary::<u32, u32>(Request::new(ms), &ECHO)
+        .unary::<u32, u32>(Request::new(ms), &SLEEP)
         .await
         .unwrap()
         .into_inner()

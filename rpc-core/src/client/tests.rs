@@ -10,12 +10,12 @@ use crate::service::{BoxMessage, MethodDescriptor, Service, ServiceFuture};
 use crate::wire::{Flags, Frame, FrameKind, Header};
 use crate::{Channel, ClientConfig, Code, Connection, Metadata, Request, Response, Server};
 
-static SLEEP: MethodDescriptor = MethodDescriptor::new("/t.T/Sleep");
+pub(super) static SLEEP: MethodDescriptor = MethodDescriptor::new("/t.T/Sleep");
 
 /// Sleeps for the request's `u32` value in ms (a `UInt32Value`), then echoes it, and
 /// counts its calls.
 #[derive(Default, Clone)]
-struct Sleeper {
+pub(super) struct Sleeper {
     calls: Arc<AtomicUsize>,
 }
 
