@@ -104,6 +104,9 @@ pub(crate) struct SharedCq {
     /// Tasks that may spin at once, process-wide (`spin::SPINNING`): one less than the
     /// runtime's workers (a spinning task holds its worker), none on a runtime of one.
     max_spinners: usize,
+    /// How long a task alone on the CQ spins: `await_spin` as configured (0 turns it
+    /// off; `await_spin` above is at least `poll_spin`).
+    caller_spin: Duration,
     /// Members started since the timer task last looked, and its wake-up.
     started: Mutex<Vec<u32>>,
     timers: Arc<Notify>,
@@ -355,6 +358,7 @@ impl SharedCq {
             received: AtomicU64::new(0),
             poll_spin: config.poll_spin,
             await_spin: config.await_spin.max(config.poll_spin),
+            caller_spin: config.await_spin,
             failed: AtomicBool::new(false),
             callers_poll: AtomicBool::new(false),
             spinner: AtomicBool::new(false),

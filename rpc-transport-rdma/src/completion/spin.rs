@@ -35,7 +35,7 @@ impl SharedCq {
         }
         if others()
             || self.max_spinners == 0
-            || self.await_spin.is_zero()
+            || self.caller_spin.is_zero()
             || self.failed.load(Ordering::Relaxed)
             || self.members.lock().by_qp.len() != 1
             || self.spinner.swap(true, Ordering::Acquire)
@@ -51,7 +51,7 @@ impl SharedCq {
         }
         self.callers_poll.store(true, Ordering::Release);
         self.spins.fetch_add(1, Ordering::Relaxed);
-        let mut until = SpinClock::deadline(self.await_spin);
+        let mut until = SpinClock::deadline(self.caller_spin);
         let got = loop {
             if done() {
                 break true;
