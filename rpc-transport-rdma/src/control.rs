@@ -26,6 +26,8 @@ impl Inner {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return self.fail(Close::Local);
         };
+        // The completions it waits for are the driver's to reap (nobody spins for them).
+        self.completion.shared().wake_driver();
         let inner = self.clone();
         runtime.spawn(async move {
             let deadline = Instant::now() + CLOSE_GRACE;

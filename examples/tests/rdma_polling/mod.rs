@@ -55,6 +55,11 @@ struct ServerProcess {
 
 impl ServerProcess {
     async fn start(port: u16) -> ServerProcess {
+        ServerProcess::start_with(port, &[]).await
+    }
+
+    /// With the environment's server settings `env` (`RPC_SERVER_*`).
+    async fn start_with(port: u16, env: &[(&str, &str)]) -> ServerProcess {
         let addr = format!("{SERVER_IP}:{port}");
         let metrics = format!("127.0.0.1:{}", port + 1);
         let child = Command::new(env!("CARGO_BIN_EXE_echo-server"))
@@ -65,6 +70,7 @@ impl ServerProcess {
                 &metrics,
             ])
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .spawn()
             .expect("start echo-server");
@@ -177,4 +183,80 @@ async fn no_caller_polls_on_a_runtime_of_one_thread() {
         assert_eq!(reply.payload, request(i, 0).payload);
     }
     assert_eq!(counters(&client).found_by_spin, 0);
+}
+
+/// A client that calls one call after another without pause keeps the server's reader
+/// of its connection busy polling for its next request: the reader must still go
+/// through its timers (the connection is retired at `max_connection_age`, 500 ms here,
+/// and the client moves on to new connections with every call answered) and leave the
+/// server's other worker to a second client, whose calls, one every 20 ms, all come
+/// back within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_without_pause_neither_outlives_its_connection_age_nor_starves_others() {
+    if skip() {
+        return;
+    }
+    let _net = NETWORK.write().await;
+    let server = ServerProcess::start_with(
+        47213,
+        &[
+            ("RPC_SERVER_MAX_CONNECTION_AGE_MS", "500"),
+            ("RPC_SERVER_MAX_CONNECTION_AGE_GRACE_MS", "500"),
+        ],
+    )
+    .await;
+    let url = format!("rdma://{}", server.addr);
+    // The busy caller, on a runtime of its own (its own spinner).
+    let busy = {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let channel = rdmarpc_core::Channel::<AnyConnection>::connect(&url)
+                    .await
+                    .unwrap();
+                let client = EchoClient::new(channel);
+                let mut connections: Vec<std::sync::Arc<AnyConnection>> = Vec::new();
+                let mut calls = 0;
+                let started = std::time::Instant::now();
+                while started.elapsed() < Duration::from_secs(3) {
+                    let reply = client.echo(request(calls, 0)).await.unwrap().into_inner();
+                    assert_eq!(reply.payload, request(calls, 0).payload);
+                    calls += 1;
+                    let now = client.channel().connection().unwrap();
+                    if !connections.iter().any(|c| std::sync::Arc::ptr_eq(c, &now)) {
+                        connections.push(now);
+                    }
+                }
+                (calls, connections.len())
+            })
+        })
+    };
+    let other = EchoClient::new(
+        rdmarpc_core::Channel::<AnyConnection>::connect(&url)
+            .await
+            .unwrap(),
+    );
+    let mut slowest = Duration::ZERO;
+    for i in 0..100 {
+        let started = std::time::Instant::now();
+        let reply = other.echo(request(i, 0)).await.unwrap().into_inner();
+        assert_eq!(reply.payload, request(i, 0).payload);
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (calls, connections) = busy.join().unwrap();
+    eprintln!(
+        "busy caller: {calls} calls on {connections} connections in 3 s; the other's slowest call {slowest:?}"
+    );
+    assert!(calls > 100, "the busy caller made {calls} calls");
+    assert!(
+        connections >= 3,
+        "3 s of calls at a 500 ms connection age went over {connections} connections"
+    );
+    assert!(slowest < Duration::from_secs(1), "a call took {slowest:?}");
 }

@@ -241,6 +241,8 @@ impl Server {
 }
 
 #[cfg(test)]
+mod spin_tests;
+#[cfg(test)]
 mod stream_regressions;
 #[cfg(test)]
 mod stream_tests;

@@ -19,14 +19,14 @@ static METHODS: [MethodDescriptor; 4] = [
     MethodDescriptor::new("/t.T/PanicLater"),
     MethodDescriptor::new("/t.T/Big"),
 ];
-const SLEEP: u32 = METHODS[0].id;
+pub(super) const SLEEP: u32 = METHODS[0].id;
 const PANIC_NOW: u32 = METHODS[1].id;
 const PANIC_LATER: u32 = METHODS[2].id;
 const BIG: u32 = METHODS[3].id;
 
 /// Sleep(ms), PanicNow, PanicLater, Big(len): the argument is a u32 LE payload.
 #[derive(Default)]
-struct TestService {
+pub(super) struct TestService {
     started: Arc<AtomicUsize>,
 }
 
@@ -84,7 +84,13 @@ fn serve(config: ServerConfig, service: TestService) -> (Server, MemoryConnectio
     (server, client)
 }
 
-async fn request(conn: &MemoryConnection, call_id: u64, method: u32, arg: u32, timeout: Duration) {
+pub(super) async fn request(
+    conn: &MemoryConnection,
+    call_id: u64,
+    method: u32,
+    arg: u32,
+    timeout: Duration,
+) {
     let mut header = Header::new(FrameKind::Request, call_id);
     header.flags = Flags::END_STREAM;
     header.method_id = method;
@@ -98,7 +104,7 @@ async fn request(conn: &MemoryConnection, call_id: u64, method: u32, arg: u32, t
 }
 
 /// The next frame, or None once the server closed the connection.
-async fn next(conn: &MemoryConnection) -> Option<(Header, Bytes)> {
+pub(super) async fn next(conn: &MemoryConnection) -> Option<(Header, Bytes)> {
     let buf = tokio::time::timeout(Duration::from_secs(10), conn.recv())
         .await
         .expect("the server answers within 10 s")
@@ -108,7 +114,7 @@ async fn next(conn: &MemoryConnection) -> Option<(Header, Bytes)> {
     Some((frame.header, payload))
 }
 
-fn code(header: &Header) -> Code {
+pub(super) fn code(header: &Header) -> Code {
     Code::from_u8(header.status)
 }
 

@@ -46,6 +46,7 @@ use tokio::sync::{oneshot, Notify};
 use crate::device::Device;
 use crate::protocol::session::Close;
 mod spin;
+pub(crate) use self::spin::Spin;
 mod tasks;
 
 use self::tasks::{drive, timers};
@@ -101,9 +102,6 @@ pub(crate) struct SharedCq {
     spins: AtomicU64,
     /// Wakes the driver out of callers' mode.
     wake: Arc<Notify>,
-    /// Tasks that may spin at once, process-wide (`spin::SPINNING`): one less than the
-    /// runtime's workers (a spinning task holds its worker), none on a runtime of one.
-    max_spinners: usize,
     /// How long a task alone on the CQ spins: `await_spin` as configured (0 turns it
     /// off; `await_spin` above is at least `poll_spin`).
     caller_spin: Duration,
@@ -364,12 +362,6 @@ impl SharedCq {
             spinner: AtomicBool::new(false),
             spins: AtomicU64::new(0),
             wake: Arc::default(),
-            max_spinners: match runtime.runtime_flavor() {
-                tokio::runtime::RuntimeFlavor::MultiThread => {
-                    runtime.metrics().num_workers().saturating_sub(1)
-                }
-                _ => 0,
-            },
             started: Mutex::default(),
             timers: Arc::default(),
             _stop: stop,

@@ -7,6 +7,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::SharedCq;
 use crate::verbs::SpinClock;
 
+/// What [`SharedCq::spin_until`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spin {
+    /// `done` said true at once: nothing spun.
+    Ready,
+    /// `done` said true during the spin.
+    Found,
+    /// No spin (someone else waits, or no spinner is allowed), or a spin that ended
+    /// without `done`.
+    NotFound,
+}
+
 /// Tasks spinning on a CQ now, in the whole process (see [`SharedCq::spin_until`]).
 static SPINNING: AtomicUsize = AtomicUsize::new(0);
 
@@ -18,39 +30,33 @@ impl SharedCq {
     /// spinners in the process than the runtime has workers, so that one is left to run
     /// the rest): it holds its worker meanwhile. While it spins and
     /// after, the driver stands aside (callers' mode), until `others` says someone else
-    /// waits, the spin ended without `done`, or a tick passes with no spin. Whether
-    /// `done` returned true.
+    /// waits, the spin ended without `done`, or a tick passes with no spin.
     pub(crate) fn spin_until(
         &self,
         done: &mut dyn FnMut() -> bool,
         others: &dyn Fn() -> bool,
-    ) -> bool {
+    ) -> Spin {
         // Already there (under load, the next frames usually are): no spin, and the
         // driver is left as it is, unless others wait.
         if done() {
             if others() {
                 self.wake_driver();
             }
-            return true;
+            return Spin::Ready;
         }
-        if others()
-            || self.max_spinners == 0
-            || self.caller_spin.is_zero()
-            || self.failed.load(Ordering::Relaxed)
-            || self.members.lock().by_qp.len() != 1
-            || self.spinner.swap(true, Ordering::Acquire)
-        {
+        let Some(guard) = (!others()
+            && !self.caller_spin.is_zero()
+            && !self.failed.load(Ordering::Relaxed)
+            && self.members.lock().by_qp.len() == 1)
+            .then(|| Spinner::enter(self))
+            .flatten()
+        else {
             self.wake_driver();
-            return false;
-        }
-        if SPINNING.fetch_add(1, Ordering::AcqRel) >= self.max_spinners {
-            SPINNING.fetch_sub(1, Ordering::AcqRel);
-            self.spinner.store(false, Ordering::Release);
-            self.wake_driver();
-            return false;
-        }
-        self.callers_poll.store(true, Ordering::Release);
+            return Spin::NotFound;
+        };
+        // Counted first: the driver's tick sees this spin even if it looks between.
         self.spins.fetch_add(1, Ordering::Relaxed);
+        self.callers_poll.store(true, Ordering::Release);
         let mut until = SpinClock::deadline(self.caller_spin);
         let got = loop {
             if done() {
@@ -62,12 +68,15 @@ impl SharedCq {
             }
             std::hint::spin_loop();
         };
-        SPINNING.fetch_sub(1, Ordering::AcqRel);
-        self.spinner.store(false, Ordering::Release);
+        drop(guard);
         if !got || others() {
             self.wake_driver();
         }
-        got
+        if got {
+            Spin::Found
+        } else {
+            Spin::NotFound
+        }
     }
 
     /// Someone waits for the CQ's completions without polling it: the driver leaves
@@ -78,5 +87,42 @@ impl SharedCq {
         {
             self.wake.notify_one();
         }
+    }
+}
+
+/// The right to spin on one CQ: its spinner flag and a place in [`SPINNING`], given
+/// back when dropped (also if `done` or a poll panics).
+struct Spinner<'a> {
+    cq: &'a SharedCq,
+}
+
+impl<'a> Spinner<'a> {
+    /// Takes the CQ's spinner flag and a place among the process's spinners, if the
+    /// calling task's runtime has a worker to spare (one fewer spinners than its
+    /// workers; none on a current-thread runtime or outside a runtime).
+    fn enter(cq: &'a SharedCq) -> Option<Spinner<'a>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let max = match runtime.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => {
+                runtime.metrics().num_workers().saturating_sub(1)
+            }
+            _ => 0,
+        };
+        if max == 0 || cq.spinner.swap(true, Ordering::Acquire) {
+            return None;
+        }
+        if SPINNING.fetch_add(1, Ordering::AcqRel) >= max {
+            SPINNING.fetch_sub(1, Ordering::AcqRel);
+            cq.spinner.store(false, Ordering::Release);
+            return None;
+        }
+        Some(Spinner { cq })
+    }
+}
+
+impl Drop for Spinner<'_> {
+    fn drop(&mut self) {
+        SPINNING.fetch_sub(1, Ordering::AcqRel);
+        self.cq.spinner.store(false, Ordering::Release);
     }
 }

@@ -21,7 +21,7 @@ use rdmarpc_core::wire::HEADER_LEN;
 use rdmarpc_core::{Connection, FrameSink, TransportError, MAX_METADATA_LEN};
 use tokio::sync::{watch, Notify};
 
-use crate::completion::Membership;
+use crate::completion::{Membership, Spin};
 use crate::counters::{Counters, RdmaCounters};
 use crate::pool::LargePool;
 use crate::protocol::session::{Close, Session};
@@ -324,11 +324,14 @@ impl Connection for RdmaConnection {
     }
 
     fn spin_until(&self, done: &mut dyn FnMut() -> bool, others: &dyn Fn() -> bool) -> bool {
-        let got = self.inner.completion.shared().spin_until(done, others);
-        if got {
-            Counters::bump(&self.inner.counters.found_by_spin, 1);
+        match self.inner.completion.shared().spin_until(done, others) {
+            Spin::Ready => true,
+            Spin::Found => {
+                Counters::bump(&self.inner.counters.found_by_spin, 1);
+                true
+            }
+            Spin::NotFound => false,
         }
-        got
     }
 
     fn calling(&self, method: &rdmarpc_core::codegen::MethodDescriptor) {

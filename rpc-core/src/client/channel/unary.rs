@@ -314,18 +314,18 @@ async fn await_response<C: Connection>(
     // Whether this call still waits (it is in the table until its response came).
     let waiting = std::cell::Cell::new(true);
     shared.conn.spin_until(
-        &mut || match response.try_recv() {
-            Ok(outcome) => {
-                found = Some(Ok(outcome));
-                waiting.set(false);
-                true
+        // Asked again after it said true, it says true again (the channel is spent).
+        &mut || {
+            if found.is_some() {
+                return true;
             }
-            Err(TryRecvError::Empty) => false,
-            Err(TryRecvError::Closed) => {
-                found = Some(Err(()));
-                waiting.set(false);
-                true
+            match response.try_recv() {
+                Ok(outcome) => found = Some(Ok(outcome)),
+                Err(TryRecvError::Empty) => return false,
+                Err(TryRecvError::Closed) => found = Some(Err(())),
             }
+            waiting.set(false);
+            true
         },
         &|| shared.calls.lock().len() > usize::from(waiting.get()),
     );

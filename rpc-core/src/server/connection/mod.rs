@@ -39,6 +39,8 @@ use self::waiting::{acquire, Acquire, Waiting};
 const MAX_SPUN: usize = 16;
 /// Turns of the reader without a spin after frames came in a run.
 const SPIN_PAUSE: u32 = 64;
+/// Spins between two turns of the reader through its `select!`.
+const SPIN_TURNS: u32 = 16;
 
 /// Serves `conn` until the peer closes it, it fails, or a graceful shutdown completes.
 pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
@@ -78,6 +80,7 @@ pub(super) async fn serve<C: Connection>(inner: Arc<Inner>, conn: C) {
             inner: inner.clone(),
             conn: conn.clone(),
             spin_pause: 0,
+            spin_turns: 0,
         };
         let graceful = state.run(done).await;
         close(state, graceful, responder).await;
@@ -167,6 +170,8 @@ struct State<C: Connection> {
     peer: Arc<crate::Peer>,
     /// Turns left without a spin for frames ([`State::spin_for_frames`]).
     spin_pause: u32,
+    /// Spins so far (every `SPIN_TURNS`th goes through `select!` instead).
+    spin_turns: u32,
 }
 
 /// What a spin for frames came to ([`State::spin_for_frames`]).
@@ -315,12 +320,23 @@ impl<C: Connection> State<C> {
     /// Frames that come in runs (several at once: a client with many calls in flight)
     /// do not need it, and the transport's own poller then works beside this reader:
     /// after such a run the reader does not spin for its next `SPIN_PAUSE` turns.
+    ///
+    /// Replies queued for the responder go first (it runs once this reader yields), and
+    /// every `SPIN_TURNS` spins the reader yields its worker and goes through its
+    /// `select!` (timers, permits, shutdown) instead: a client that calls one call at a
+    /// time without pause would otherwise keep it spinning for good.
     async fn spin_for_frames(&mut self, spun: &mut Vec<C::RecvBuf>, draining: bool) -> Spun {
-        if draining || self.busy() {
+        let queued = self.replies.capacity() < self.replies.max_capacity();
+        if draining || queued || self.busy() {
             return Spun::Nothing;
         }
         if self.spin_pause > 0 {
             self.spin_pause -= 1;
+            return Spun::Nothing;
+        }
+        self.spin_turns = self.spin_turns.wrapping_add(1);
+        if self.spin_turns.is_multiple_of(SPIN_TURNS) {
+            tokio::task::yield_now().await;
             return Spun::Nothing;
         }
         let run = {
