@@ -33,6 +33,7 @@
 
 pub mod account;
 mod client;
+pub mod clock;
 pub mod codegen;
 mod config;
 mod control;

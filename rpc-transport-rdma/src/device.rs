@@ -52,6 +52,7 @@ impl Device {
             return Ok(device.clone());
         }
         crate::events::watch(context.clone());
+        crate::verbs::install_clock();
         let device = Arc::new(Device {
             context,
             cqs: Mutex::default(),

@@ -260,3 +260,30 @@ async fn a_caller_without_pause_neither_outlives_its_connection_age_nor_starves_
     );
     assert!(slowest < Duration::from_secs(1), "a call took {slowest:?}");
 }
+
+/// Once an RDMA device is open, the per-call paths' clock (`rdmarpc_core::clock`) is the
+/// cycle counter: in the guest (an emulated HPET as the system's clock source, an
+/// emulated TSC) it must still tell the system clock's time, within a millisecond, over
+/// its re-anchoring every 100 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_call_clock_agrees_with_the_system_clock() {
+    if skip() {
+        return;
+    }
+    let _net = NETWORK.read().await;
+    let addr = Rdma.start(echo_server()).await;
+    let client = EchoClient::new(Rdma.connect(&addr, BIG).await);
+    let margin = Duration::from_millis(1);
+    for i in 0..40 {
+        let reply = client.echo(request(i, 0)).await.unwrap().into_inner();
+        assert_eq!(reply.payload, request(i, 0).payload);
+        let before = std::time::Instant::now();
+        let told = rdmarpc_core::clock::now();
+        let after = std::time::Instant::now();
+        assert!(
+            told + margin >= before && told <= after + margin,
+            "call {i}: {told:?} not within {before:?}..{after:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

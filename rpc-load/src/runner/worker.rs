@@ -57,7 +57,7 @@ impl Shared {
         result: &Result<(), CallError>,
         (stream_sent, stream_received): (u64, u64),
     ) {
-        let end = Instant::now();
+        let end = now();
         match &self.shards {
             Some(_) if self.results.fetch_add(1, Ordering::Relaxed) < self.skip_first => {}
             Some(shards) => {
@@ -92,7 +92,7 @@ impl Shared {
 
     /// Whether `-z` has passed (then the run's end reason is the timeout).
     fn past_deadline(&self) -> bool {
-        let past = self.deadline.is_some_and(|d| Instant::now() >= d);
+        let past = self.deadline.is_some_and(|d| now() >= d);
         if past {
             self.time_up.store(true, Ordering::Relaxed);
         }
@@ -173,7 +173,7 @@ async fn worker<T: Target>(
             break;
         };
         // The call goes out now (its deadline runs from here, whatever the latency does).
-        claimed.sent_at = Instant::now();
+        claimed.sent_at = now();
         if !claimed.paced {
             // Unpaced, the request is sent now: waiting for room was the generator's
             // bound (--max-in-flight), not the server's time. (Paced, the wait counts,
@@ -193,6 +193,13 @@ async fn worker<T: Target>(
     while let Some(done) = in_flight.join_next().await {
         surface_panic(done);
     }
+}
+
+/// Now, for the stamps of each call: the process's clock for per-call paths
+/// ([`rdmarpc_core::clock`]), which over rdma:// is the cycle counter (the stamps then
+/// cost no system call where the system clock is one, as perftest's do not).
+fn now() -> Instant {
+    rdmarpc_core::clock::tokio_now()
 }
 
 /// Sleeps until `deadline`; never ends without one.
@@ -236,7 +243,7 @@ async fn claim(
     if shared.total.is_some_and(|n| number >= n) {
         return None;
     }
-    let now = Instant::now();
+    let now = now();
     let intended = shared.schedule.send_time(number).map(|t| shared.start + t);
     let send_at = intended.unwrap_or(now);
     if shared.deadline.is_some_and(|d| send_at >= d) {
@@ -252,7 +259,7 @@ async fn claim(
             () = tokio::time::sleep_until(send_at) => {}
             _ = cancel.wait_for(|&c| c) => return None,
         }
-        let woke = Instant::now();
+        let woke = self::now();
         (woke, woke)
     } else {
         (send_at, now)

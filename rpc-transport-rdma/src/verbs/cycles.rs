@@ -22,7 +22,7 @@ const CALIBRATION: Duration = Duration::from_millis(10);
 const CLOCK_EVERY: u32 = 64;
 
 /// The cycle counter, if this architecture has one the process can read.
-fn counter() -> Option<u64> {
+pub(super) fn counter() -> Option<u64> {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: RDTSC reads a register and touches no memory: no memory-safety

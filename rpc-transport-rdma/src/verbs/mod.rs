@@ -77,6 +77,7 @@ mod sendbuf;
 #[cfg(feature = "unstable-test-peer")]
 #[cfg(feature = "unstable-test-peer")]
 pub(crate) mod test_peer;
+mod time;
 mod tracker;
 mod wc;
 
@@ -91,6 +92,13 @@ pub use context::rdma_available;
 pub(crate) use context::{device_names, Context};
 pub(crate) use cq::{register_channel, CompChannel, CompletionQueue};
 pub(crate) use cycles::{Pace, SpinClock};
+
+/// Makes the cycle counter the process's clock for the per-call paths
+/// ([`rdmarpc_core::clock`]), if no other clock was installed: a device is in use, so
+/// this process's calls are RDMA's, whose hot path reads the counter anyway.
+pub(crate) fn install_clock() {
+    rdmarpc_core::clock::install(time::now);
+}
 pub(crate) use datapath::{wc_buffer, RemoteBuf, SendOptions, MAX_RECV_BATCH};
 pub(crate) use error::{Error, Result};
 pub(crate) use mr::{Access, MemoryRegion};

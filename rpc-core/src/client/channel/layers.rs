@@ -139,8 +139,9 @@ impl<C: Connection> Channel<C> {
         use tower::ServiceExt;
         let mut request = request;
         let timeout = request.timeout().or(self.inner.config.timeout);
-        // tokio's clock (the timer's; it differs from the system's when paused in tests).
-        let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
+        // tokio's clock (the timer's; it differs from the system's when paused in tests),
+        // or the process's cheap one (`crate::clock`).
+        let deadline = timeout.and_then(|t| crate::clock::tokio_now().checked_add(t));
         if let Some(deadline) = deadline {
             // The bottom of the stack tells the server the time left, not the timeout.
             request

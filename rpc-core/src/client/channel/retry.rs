@@ -76,8 +76,9 @@ impl<C: Connection> Channel<C> {
         let timeout = timeout.or(config.timeout);
         let payload_len = message.encoded_len();
         check_request(config, payload_len, &metadata)?;
-        // tokio's clock (the timer's; it differs from the system's when paused in tests).
-        let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
+        // tokio's clock (the timer's; it differs from the system's when paused in tests),
+        // or the process's cheap one (`crate::clock`).
+        let deadline = timeout.and_then(|t| crate::clock::tokio_now().checked_add(t));
         let request = Outgoing {
             metadata: &metadata,
             message: &message,

@@ -57,7 +57,7 @@ impl<C: Connection> State<C> {
         };
         let timeout = (header.timeout_us > 0).then(|| Duration::from_micros(header.timeout_us));
         // The deadline runs from the request's arrival, whether it waits for a permit.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let deadline = timeout.and_then(|t| crate::clock::now().checked_add(t));
         // DEBUG, not INFO: an enabled span costs every call the formatting of its fields
         // by the fmt subscriber (~5 % of a 64 B call's server CPU at c=64, perf-measured);
         // `RUST_LOG=rdmarpc_core=debug` turns it on.

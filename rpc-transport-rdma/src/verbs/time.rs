@@ -1,0 +1,159 @@
+//! The time of day's monotonic clock told from the cycle counter: what this transport
+//! installs as the process's clock for the per-call paths ([`rdmarpc_core::clock`]), so
+//! that a call's deadline and a load generator's stamps cost no system call where the
+//! kernel's clock source is not the TSC (an emulated guest's HPET).
+//!
+//! The counter's reading is turned into an [`Instant`] from an anchor (a reading of both
+//! clocks at once), at a rate learnt over the whole time since the first anchor. The
+//! anchor is taken again whenever the last one is more than [`REANCHOR`] old by the
+//! counter: one system clock read per [`REANCHOR`] while the clock is in use, which also
+//! checks the prediction. A prediction further off than [`MAX_ERROR`] (and 1 %) turns
+//! the clock off for good (the system clock answers from then on).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use super::cycles::counter;
+
+/// How old an anchor may get, by the counter, before it is taken again.
+const REANCHOR: Duration = Duration::from_millis(100);
+/// How long the rate is learnt over before the clock answers.
+const CALIBRATION: Duration = Duration::from_millis(20);
+/// How far off a prediction may be (against the system clock, at a new anchor; plus 1 %
+/// of the time since the last anchor) before the counter is deemed unfit as a clock (it
+/// stopped, jumped, or runs at a varying rate).
+const MAX_ERROR: Duration = Duration::from_millis(2);
+
+/// The first reading of both clocks: the origin of the anchors and of the rate.
+static ORIGIN: OnceLock<(Instant, u64)> = OnceLock::new();
+/// The latest anchor, written under a sequence count (odd while it is being written).
+static SEQ: AtomicU64 = AtomicU64::new(0);
+/// The anchor's time, in nanoseconds since `ORIGIN`.
+static AT_NS: AtomicU64 = AtomicU64::new(0);
+/// The anchor's counter reading.
+static AT_CYCLES: AtomicU64 = AtomicU64::new(0);
+/// Nanoseconds per cycle, times 2^32; 0 until learnt.
+static SCALE: AtomicU64 = AtomicU64::new(0);
+/// Set while one thread takes a new anchor.
+static ANCHORING: AtomicBool = AtomicBool::new(false);
+/// Set once a prediction was found too far off.
+static UNFIT: AtomicBool = AtomicBool::new(false);
+
+/// Now, told from the cycle counter, or `None` when it cannot tell (no counter, the rate
+/// not learnt yet, the counter found unfit): the caller then reads the system clock.
+pub(crate) fn now() -> Option<Instant> {
+    if UNFIT.load(Ordering::Relaxed) {
+        return None;
+    }
+    let cycles = counter()?;
+    let &(origin, _) = ORIGIN.get_or_init(|| (Instant::now(), cycles));
+    let (at_ns, at_cycles, scale) = anchor();
+    if scale == 0 || cycles.wrapping_sub(at_cycles) > cycles_in(REANCHOR, scale) {
+        match reanchor(origin, cycles) {
+            Some(now) => return Some(now),
+            None if scale == 0 => return Some(Instant::now()),
+            // Another thread is anchoring: the old anchor serves meanwhile.
+            None => {}
+        }
+    }
+    // A reading on a CPU whose counter lags the anchor's: the anchor's time.
+    let since = if cycles > at_cycles {
+        (u128::from(cycles - at_cycles) * u128::from(scale)) >> 32
+    } else {
+        0
+    };
+    Some(origin + Duration::from_nanos(at_ns.saturating_add(since as u64)))
+}
+
+/// The anchor, read consistently: its time since `ORIGIN`, its counter reading, the scale.
+fn anchor() -> (u64, u64, u64) {
+    loop {
+        let seq = SEQ.load(Ordering::Acquire);
+        if seq.is_multiple_of(2) {
+            let read = (
+                AT_NS.load(Ordering::Acquire),
+                AT_CYCLES.load(Ordering::Acquire),
+                SCALE.load(Ordering::Acquire),
+            );
+            if SEQ.load(Ordering::Acquire) == seq {
+                return read;
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Cycles of the counter in `length`, at `scale`.
+fn cycles_in(length: Duration, scale: u64) -> u64 {
+    ((length.as_nanos() << 32) / u128::from(scale.max(1))).min(u128::from(u64::MAX)) as u64
+}
+
+/// Takes a new anchor from the system clock and the counter's reading `cycles`, learning
+/// the rate over the time since `ORIGIN` and checking the old anchor's prediction; the
+/// system clock's reading. One thread at a time: `None` when another one is at it.
+fn reanchor(origin: Instant, cycles: u64) -> Option<Instant> {
+    if ANCHORING.swap(true, Ordering::Acquire) {
+        return None;
+    }
+    let now = Instant::now();
+    let (_, origin_cycles) = *ORIGIN.get().expect("set by the caller");
+    let elapsed = now.saturating_duration_since(origin);
+    let (at_ns, at_cycles, scale) = anchor();
+    if scale > 0 && cycles > at_cycles {
+        let since = (u128::from(cycles - at_cycles) * u128::from(scale)) >> 32;
+        let error = (u128::from(at_ns) + since).abs_diff(elapsed.as_nanos());
+        // The rate's own error grows with the time since the anchor (1 % allowed).
+        if error > MAX_ERROR.as_nanos() + since / 100 {
+            tracing::debug!(
+                error_ns = error as u64,
+                "the cycle counter is unfit as a clock: the system clock tells the time"
+            );
+            UNFIT.store(true, Ordering::Relaxed);
+        }
+    }
+    if elapsed >= CALIBRATION && cycles > origin_cycles {
+        let scale = (elapsed.as_nanos() << 32) / u128::from(cycles - origin_cycles);
+        SEQ.fetch_add(1, Ordering::AcqRel);
+        AT_NS.store(elapsed.as_nanos() as u64, Ordering::Release);
+        AT_CYCLES.store(cycles, Ordering::Release);
+        SCALE.store(
+            scale.clamp(1, u128::from(u64::MAX)) as u64,
+            Ordering::Release,
+        );
+        SEQ.fetch_add(1, Ordering::AcqRel);
+    }
+    ANCHORING.store(false, Ordering::Release);
+    Some(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn it_tells_the_system_clocks_time_once_calibrated() {
+        // Until calibrated it answers from the system clock (or not at all).
+        let start = Instant::now();
+        while start.elapsed() < CALIBRATION * 2 {
+            let _ = now();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = now();
+        assert!(SCALE.load(Ordering::Relaxed) > 0, "the rate was learnt");
+        // Then it agrees with the system clock within a millisecond, across anchors.
+        for _ in 0..30 {
+            let before = Instant::now();
+            let told = now().expect("a calibrated counter");
+            let after = Instant::now();
+            let margin = Duration::from_millis(1);
+            assert!(
+                told + margin >= before && told <= after + margin,
+                "{told:?} not within {before:?}..{after:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!UNFIT.load(Ordering::Relaxed));
+    }
+}
