@@ -100,12 +100,14 @@ type Received = Result<(), usize>;
 /// Decodes `bytes` as `output` unless they are over `max` bytes.
 fn decode_within(
     output: &MessageDescriptor,
-    bytes: &[u8],
+    bytes: impl bytes::Buf,
     max: usize,
 ) -> Result<Received, prost::DecodeError> {
-    if bytes.len() > max {
-        return Ok(Err(bytes.len()));
+    if bytes.remaining() > max {
+        return Ok(Err(bytes.remaining()));
     }
+    // From shared bytes, `bytes` fields are slices of them, as tonic's decoder makes
+    // them from its buffer; from a borrowed slice they are copies.
     DynamicMessage::decode(output.clone(), bytes).map(|_| Ok(()))
 }
 
@@ -193,7 +195,7 @@ impl<C: Connection> RpcTarget<C> {
         self.channel
             .unary_gathered_with(request, &self.method, |payload| match payload {
                 Payload::Borrowed(bytes) => decode_within(output, bytes, max),
-                Payload::Shared(bytes) => decode_within(output, &bytes, max),
+                Payload::Shared(bytes) => decode_within(output, bytes, max),
             })
             .await
             .and_then(|response| {
@@ -227,7 +229,7 @@ impl<C: Connection> RpcTarget<C> {
         &self,
     ) -> impl Fn(bytes::Bytes) -> Result<Received, prost::DecodeError> + Send + Sync + 'static {
         let (output, max) = (self.output.clone(), self.max_recv);
-        move |bytes| decode_within(&output, &bytes, max)
+        move |bytes| decode_within(&output, bytes, max)
     }
 
     /// A response stream's messages, one over the receive limit as an error.
