@@ -54,11 +54,7 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    async fn start(port: u16) -> ServerProcess {
-        ServerProcess::start_with(port, &[]).await
-    }
-
-    /// With the environment's server settings `env` (`RPC_SERVER_*`).
+    /// With the environment's settings `env` (`RPC_SERVER_*`, `RPC_RDMA_*`).
     async fn start_with(port: u16, env: &[(&str, &str)]) -> ServerProcess {
         let addr = format!("{SERVER_IP}:{port}");
         let metrics = format!("127.0.0.1:{}", port + 1);
@@ -112,8 +108,11 @@ async fn lone_callers_and_an_idle_server_poll_for_their_frames_and_streams_still
     }
     // Alone: no other test's tasks take this process's spinner.
     let _net = NETWORK.write().await;
-    let server = ServerProcess::start(47211).await;
-    let client = EchoClient::new(rdma_channel(&server.addr, BIG, &settings(BIG)).await);
+    // Spins of 20 ms, not 1: under load the guest's round trips outlast a millisecond.
+    let server = ServerProcess::start_with(47211, &[("RPC_RDMA_AWAIT_SPIN_US", "20000")]).await;
+    let mut spinning = settings(BIG);
+    spinning.rdma.await_spin = Duration::from_millis(20);
+    let client = EchoClient::new(rdma_channel(&server.addr, BIG, &spinning).await);
     for i in 0..100 {
         let reply = client.echo(request(i, 0)).await.unwrap().into_inner();
         assert_eq!(reply.payload, request(i, 0).payload);
@@ -131,8 +130,8 @@ async fn lone_callers_and_an_idle_server_poll_for_their_frames_and_streams_still
     }
     assert!(served > 0, "no request was found by the server's poll");
     // A response slower than the spin: awaited after it, the driver polling.
-    let reply = client.echo(request(100, 30)).await.unwrap().into_inner();
-    assert_eq!(reply.payload, request(100, 30).payload);
+    let reply = client.echo(request(100, 60)).await.unwrap().into_inner();
+    assert_eq!(reply.payload, request(100, 60).payload);
     // A stream opened after lone calls (the driver stood aside for them), with lone
     // calls and concurrent calls beside it: its replies come from the driver.
     let (tx, requests) = request_channel::<EchoRequest>();
