@@ -39,7 +39,7 @@ use self::waiting::{acquire, Acquire, Waiting};
 const MAX_SPUN: usize = 16;
 /// Turns of the reader without a spin after frames came in a run.
 const SPIN_PAUSE: u32 = 64;
-/// Spins between two turns of the reader through its `select!`.
+/// Spins in a row that found frames, before the reader goes once through its `select!`.
 const SPIN_TURNS: u32 = 16;
 
 /// Serves `conn` until the peer closes it, it fails, or a graceful shutdown completes.
@@ -170,7 +170,7 @@ struct State<C: Connection> {
     peer: Arc<crate::Peer>,
     /// Turns left without a spin for frames ([`State::spin_for_frames`]).
     spin_pause: u32,
-    /// Spins so far (every `SPIN_TURNS`th goes through `select!` instead).
+    /// Spins in a row that found frames (after `SPIN_TURNS`, a turn through `select!`).
     spin_turns: u32,
 }
 
@@ -322,9 +322,10 @@ impl<C: Connection> State<C> {
     /// after such a run the reader does not spin for its next `SPIN_PAUSE` turns.
     ///
     /// Replies queued for the responder go first (it runs once this reader yields), and
-    /// every `SPIN_TURNS` spins the reader yields its worker and goes through its
-    /// `select!` (timers, permits, shutdown) instead: a client that calls one call at a
-    /// time without pause would otherwise keep it spinning for good.
+    /// after `SPIN_TURNS` spins in a row that found frames the reader yields its worker
+    /// and goes through its `select!` (timers, permits, shutdown): a client that calls one
+    /// call at a time without pause would otherwise keep it spinning for good. (A
+    /// transport that does not spin never finds frames so: it never pays the yield.)
     async fn spin_for_frames(&mut self, spun: &mut Vec<C::RecvBuf>, draining: bool) -> Spun {
         let queued = self.replies.capacity() < self.replies.max_capacity();
         if draining || queued || self.busy() {
@@ -334,8 +335,8 @@ impl<C: Connection> State<C> {
             self.spin_pause -= 1;
             return Spun::Nothing;
         }
-        self.spin_turns = self.spin_turns.wrapping_add(1);
-        if self.spin_turns.is_multiple_of(SPIN_TURNS) {
+        if self.spin_turns >= SPIN_TURNS {
+            self.spin_turns = 0;
             tokio::task::yield_now().await;
             return Spun::Nothing;
         }
@@ -352,8 +353,10 @@ impl<C: Connection> State<C> {
             run.get()
         };
         if spun.is_empty() {
+            self.spin_turns = 0;
             return Spun::Nothing;
         }
+        self.spin_turns += 1;
         if run {
             self.spin_pause = SPIN_PAUSE;
         }
