@@ -10,8 +10,11 @@
 //! the system clock whenever it cannot tell the time (not yet calibrated, or found
 //! drifting).
 //!
-//! The two clocks agree to well under a millisecond: deadlines taken from one and timed
-//! by the other (tokio's timers read the system clock) come due at the same time.
+//! An installed source must tell the system clock's time: deadlines taken from it are
+//! timed by tokio's timers, which read the system clock. The RDMA transport's steps to
+//! the system clock's time at each of its anchors (every 100 ms) by its rate's error over
+//! that time, well under a millisecond once learnt; a source further off turns itself
+//! off.
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -36,7 +39,8 @@ pub fn now() -> Instant {
 }
 
 /// Now on tokio's clock: from the installed source if it answers, else tokio's own
-/// reading (which, unlike the system's, stands still in tests that pause time).
+/// reading (which, unlike the system's, stands still in tests that pause time: an
+/// installed source does not, so a test that pauses time must not open an RDMA device).
 pub fn tokio_now() -> tokio::time::Instant {
     match SOURCE.get().and_then(|source| source()) {
         Some(now) => tokio::time::Instant::from_std(now),

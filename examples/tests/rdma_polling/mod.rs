@@ -205,7 +205,8 @@ async fn a_caller_without_pause_neither_outlives_its_connection_age_nor_starves_
     )
     .await;
     let url = format!("rdma://{}", server.addr);
-    // The busy caller, on a runtime of its own (its own spinner).
+    // The busy caller, on a runtime of its own (its calls and the second client's
+    // are on different runtimes; the process's spinners are shared).
     let busy = {
         let url = url.clone();
         std::thread::spawn(move || {

@@ -107,7 +107,11 @@ async fn a_client_calling_without_pause_still_gets_its_goaway_at_the_connection_
         .await
         .unwrap();
     let found = found.load(Ordering::SeqCst);
-    assert!(found > 100, "{found} of {calls} requests found by the spin");
+    // Every request but those after a turn through `select!` is found by a spin.
+    assert!(
+        found as u64 * 2 >= calls && calls > 0,
+        "{found} of {calls} requests found by the spin"
+    );
     let goaway = goaway.unwrap_or_else(|| panic!("no GOAWAY within 5 s, {calls} calls"));
     assert!(
         goaway < Duration::from_secs(2),

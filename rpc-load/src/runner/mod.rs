@@ -29,7 +29,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
-use tokio::time::Instant;
 
 use crate::data::Messages;
 use crate::schedule::Schedule;
@@ -151,7 +150,7 @@ pub async fn run<T: Target>(
         calls => warm_up(targets, &messages, calls, concurrency, &monitor).await,
     };
 
-    let start = Instant::now();
+    let start = rdmarpc_core::clock::tokio_now();
     let started = SystemTime::now();
     let _ = monitor.started.set(start);
     monitor.set_phase(Phase::Measuring);
@@ -228,7 +227,7 @@ async fn warm_up<T: Target>(
         schedule: Schedule::unpaced(),
         total: Some(calls),
         deadline: None,
-        start: Instant::now(),
+        start: rdmarpc_core::clock::tokio_now(),
         next: AtomicU64::new(0),
         sent: AtomicU64::new(0),
         time_up: AtomicBool::new(false),

@@ -1,12 +1,13 @@
-//! The time of day's monotonic clock told from the cycle counter: what this transport
+//! The system's monotonic clock told from the cycle counter: what this transport
 //! installs as the process's clock for the per-call paths ([`rdmarpc_core::clock`]), so
 //! that a call's deadline and a load generator's stamps cost no system call where the
 //! kernel's clock source is not the TSC (an emulated guest's HPET).
 //!
 //! The counter's reading is turned into an [`Instant`] from an anchor (a reading of both
-//! clocks at once), at a rate learnt over the whole time since the first anchor. The
+//! clocks together: the counter on both sides of the system clock, the closest of three
+//! such pairs), at a rate learnt over the whole time since the first reading. The
 //! anchor is taken again whenever the last one is more than [`REANCHOR`] old by the
-//! counter: one system clock read per [`REANCHOR`] while the clock is in use, which also
+//! counter: three system clock reads per [`REANCHOR`] while the clock is in use, which also
 //! checks the prediction. A prediction further off than [`MAX_ERROR`] (and 1 %) turns
 //! the clock off for good (the system clock answers from then on).
 
@@ -41,34 +42,35 @@ static ANCHORING: AtomicBool = AtomicBool::new(false);
 static UNFIT: AtomicBool = AtomicBool::new(false);
 
 /// Now, told from the cycle counter, or `None` when it cannot tell (no counter, the rate
-/// not learnt yet, the counter found unfit): the caller then reads the system clock.
+/// not learnt yet, the counter found unfit, the anchor being rewritten for long): the
+/// caller then reads the system clock.
 pub(crate) fn now() -> Option<Instant> {
     if UNFIT.load(Ordering::Relaxed) {
         return None;
     }
     let cycles = counter()?;
-    let &(origin, _) = ORIGIN.get_or_init(|| (Instant::now(), cycles));
-    let (at_ns, at_cycles, scale) = anchor();
-    if scale == 0 || cycles.wrapping_sub(at_cycles) > cycles_in(REANCHOR, scale) {
-        match reanchor(origin, cycles) {
+    let (at_ns, at_cycles, scale) = anchor()?;
+    // Signed: a reading on a CPU whose counter lags the anchor's is "the anchor's time",
+    // not a wrapped, very old one.
+    let ahead = cycles.wrapping_sub(at_cycles) as i64;
+    if scale == 0 || ahead > i64::try_from(cycles_in(REANCHOR, scale)).unwrap_or(i64::MAX) {
+        match reanchor() {
             Some(now) => return Some(now),
             None if scale == 0 => return Some(Instant::now()),
             // Another thread is anchoring: the old anchor serves meanwhile.
             None => {}
         }
     }
-    // A reading on a CPU whose counter lags the anchor's: the anchor's time.
-    let since = if cycles > at_cycles {
-        (u128::from(cycles - at_cycles) * u128::from(scale)) >> 32
-    } else {
-        0
-    };
-    Some(origin + Duration::from_nanos(at_ns.saturating_add(since as u64)))
+    let &(origin, _) = ORIGIN.get()?;
+    let since = (u128::from(ahead.max(0) as u64) * u128::from(scale)) >> 32;
+    let since = u64::try_from(since).unwrap_or(u64::MAX);
+    Some(origin + Duration::from_nanos(at_ns.saturating_add(since)))
 }
 
-/// The anchor, read consistently: its time since `ORIGIN`, its counter reading, the scale.
-fn anchor() -> (u64, u64, u64) {
-    loop {
+/// The anchor, read consistently: its time since `ORIGIN`, its counter reading, the
+/// scale; `None` if a writer held it through every try (descheduled mid-write).
+fn anchor() -> Option<(u64, u64, u64)> {
+    for _ in 0..64 {
         let seq = SEQ.load(Ordering::Acquire);
         if seq.is_multiple_of(2) {
             let read = (
@@ -77,11 +79,12 @@ fn anchor() -> (u64, u64, u64) {
                 SCALE.load(Ordering::Acquire),
             );
             if SEQ.load(Ordering::Acquire) == seq {
-                return read;
+                return Some(read);
             }
         }
         std::hint::spin_loop();
     }
+    None
 }
 
 /// Cycles of the counter in `length`, at `scale`.
@@ -89,24 +92,59 @@ fn cycles_in(length: Duration, scale: u64) -> u64 {
     ((length.as_nanos() << 32) / u128::from(scale.max(1))).min(u128::from(u64::MAX)) as u64
 }
 
-/// Takes a new anchor from the system clock and the counter's reading `cycles`, learning
+/// The system clock and the counter read together: the counter on both sides of the
+/// clock, three times, and the pair whose two counter readings are closest (the thread
+/// least likely to have been preempted between), with their midpoint.
+fn paired() -> Option<(Instant, u64)> {
+    let mut best: Option<(u64, Instant, u64)> = None;
+    for _ in 0..3 {
+        let before = counter()?;
+        let now = Instant::now();
+        let after = counter()?;
+        if after < before {
+            continue; // moved to a CPU whose counter lags
+        }
+        let gap = after - before;
+        if best.is_none_or(|(best_gap, _, _)| gap < best_gap) {
+            best = Some((gap, now, before + gap / 2));
+        }
+    }
+    best.map(|(_, now, cycles)| (now, cycles))
+}
+
+/// Takes a new anchor (one thread at a time: `None` when another one is at it), learning
 /// the rate over the time since `ORIGIN` and checking the old anchor's prediction; the
-/// system clock's reading. One thread at a time: `None` when another one is at it.
-fn reanchor(origin: Instant, cycles: u64) -> Option<Instant> {
+/// system clock's reading.
+fn reanchor() -> Option<Instant> {
     if ANCHORING.swap(true, Ordering::Acquire) {
         return None;
     }
-    let now = Instant::now();
-    let (_, origin_cycles) = *ORIGIN.get().expect("set by the caller");
+    let taken = paired();
+    if let Some((now, cycles)) = taken {
+        anchor_at(now, cycles);
+    }
+    ANCHORING.store(false, Ordering::Release);
+    Some(taken.map_or_else(Instant::now, |(now, _)| now))
+}
+
+/// Checks the old anchor's prediction for `now` (read with the counter's `cycles`), and
+/// makes them the anchor once the rate can be learnt. Never moves the anchor backwards.
+fn anchor_at(now: Instant, cycles: u64) {
+    let &(origin, origin_cycles) = ORIGIN.get_or_init(|| (now, cycles));
     let elapsed = now.saturating_duration_since(origin);
-    let (at_ns, at_cycles, scale) = anchor();
-    if scale > 0 && cycles > at_cycles {
+    let Some((at_ns, at_cycles, scale)) = anchor() else {
+        return;
+    };
+    if cycles <= at_cycles {
+        return;
+    }
+    if scale > 0 {
         let since = (u128::from(cycles - at_cycles) * u128::from(scale)) >> 32;
         let error = (u128::from(at_ns) + since).abs_diff(elapsed.as_nanos());
         // The rate's own error grows with the time since the anchor (1 % allowed).
         if error > MAX_ERROR.as_nanos() + since / 100 {
             tracing::debug!(
-                error_ns = error as u64,
+                error_ns = u64::try_from(error).unwrap_or(u64::MAX),
                 "the cycle counter is unfit as a clock: the system clock tells the time"
             );
             UNFIT.store(true, Ordering::Relaxed);
@@ -115,16 +153,17 @@ fn reanchor(origin: Instant, cycles: u64) -> Option<Instant> {
     if elapsed >= CALIBRATION && cycles > origin_cycles {
         let scale = (elapsed.as_nanos() << 32) / u128::from(cycles - origin_cycles);
         SEQ.fetch_add(1, Ordering::AcqRel);
-        AT_NS.store(elapsed.as_nanos() as u64, Ordering::Release);
+        AT_NS.store(
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
         AT_CYCLES.store(cycles, Ordering::Release);
         SCALE.store(
-            scale.clamp(1, u128::from(u64::MAX)) as u64,
+            u64::try_from(scale.max(1)).unwrap_or(u64::MAX),
             Ordering::Release,
         );
         SEQ.fetch_add(1, Ordering::AcqRel);
     }
-    ANCHORING.store(false, Ordering::Release);
-    Some(now)
 }
 
 #[cfg(test)]
