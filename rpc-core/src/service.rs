@@ -93,6 +93,14 @@ pub trait EncodeMessage: Send + Sync + 'static {
     fn encoded_len(&self) -> usize;
     /// Writes exactly [`EncodeMessage::encoded_len`] bytes.
     fn encode_to(&self, buf: &mut dyn BufMut);
+    /// Writes exactly [`EncodeMessage::encoded_len`] bytes into `out`, which is at least
+    /// that long. The same bytes as [`EncodeMessage::encode_to`], without a dynamic call
+    /// per field or byte (prost writes a varint a byte at a time): a stream's run of small
+    /// messages is encoded this way.
+    fn encode_to_slice(&self, out: &mut [u8]) {
+        let mut out = out;
+        self.encode_to(&mut out);
+    }
     /// The message without its top-level `bytes` fields of at least `min` bytes, and
     /// those fields (see [`SplitLarge`]); `None` (the default) when it has none or cannot
     /// split.
@@ -128,6 +136,9 @@ impl<M: SplitLarge + Sync + 'static> EncodeMessage for Gathered<M> {
     fn encode_to(&self, mut buf: &mut dyn BufMut) {
         self.0.encode_raw(&mut buf);
     }
+    fn encode_to_slice(&self, mut out: &mut [u8]) {
+        self.0.encode_raw(&mut out);
+    }
     fn split(&self, min: usize) -> Option<(BoxMessage, Vec<(u32, Bytes)>)> {
         let (rest, fields) = self.0.split_large(min)?;
         Some((Box::new(rest), fields))
@@ -140,6 +151,9 @@ impl<M: prost::Message + Sync + 'static> EncodeMessage for M {
     }
     fn encode_to(&self, mut buf: &mut dyn BufMut) {
         self.encode_raw(&mut buf);
+    }
+    fn encode_to_slice(&self, mut out: &mut [u8]) {
+        self.encode_raw(&mut out);
     }
 }
 

@@ -416,14 +416,15 @@ impl Play {
             .close(Status::unavailable("the play ended"));
         self.read_all();
         let mut cx = Context::from_waker(Waker::noop());
-        for call in &self.calls {
+        for call in &mut self.calls {
             let described = match call {
                 Call::Once { outcome, .. } => {
                     let outcome = outcome.as_ref().expect("every call ends");
                     format!("{:?}", outcome.as_ref().map(Bytes::len))
                 }
                 Call::Stream { inbox, reader, .. } => {
-                    assert!(matches!(inbox.poll_next(&mut cx), Poll::Ready(None)));
+                    let next = reader.reading.poll_next(inbox, &mut cx);
+                    assert!(matches!(next, Poll::Ready(None)));
                     let end = reader.end.as_ref().expect("every stream ends");
                     format!("{:?} {:?}", reader.got, end.as_ref().map_err(Status::code))
                 }

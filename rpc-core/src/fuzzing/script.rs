@@ -5,7 +5,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 
-use crate::stream::{Inbox, Keep};
+use crate::stream::{Inbox, Keep, Reading};
 use crate::wire::{Frame, FrameKind, Header, HEADER_LEN};
 use crate::Status;
 
@@ -138,6 +138,8 @@ pub(super) struct Reader {
     pub(super) got: Vec<Bytes>,
     /// The end the reader got.
     pub(super) end: Option<Result<(), Status>>,
+    /// The messages it took from the inbox and has not read.
+    pub(super) reading: Reading,
 }
 
 impl Reader {
@@ -148,7 +150,7 @@ impl Reader {
     pub(super) fn read(&mut self, inbox: &Inbox) {
         let mut cx = Context::from_waker(Waker::noop());
         loop {
-            let next = inbox.poll_next(&mut cx);
+            let next = self.reading.poll_next(inbox, &mut cx);
             if self.end.is_some() {
                 assert!(
                     matches!(next, Poll::Ready(None) | Poll::Pending),

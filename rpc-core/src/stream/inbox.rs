@@ -2,6 +2,7 @@
 //! checks that the peer keeps to it.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 
@@ -28,13 +29,19 @@ pub(crate) struct Inbox {
     /// The connection's account (a server's request stream): queued messages are held
     /// bytes, charged to the connection, its peer and the server until consumed.
     account: Option<Account>,
-    state: Mutex<InboxState>,
+    /// Set once the queue was emptied for good ([`Inbox::fail`] discarding, or
+    /// [`Inbox::abandon`]): a reader drops the messages it took and has not read.
+    pub(super) discarded: AtomicBool,
+    pub(super) state: Mutex<InboxState>,
 }
 
 pub(super) struct InboxState {
     /// Payloads with the window bytes each was charged and what each holds of the
     /// account.
     pub(super) queue: VecDeque<(Bytes, u32, u32)>,
+    /// Window bytes of the messages the reader took from the queue and has not settled
+    /// (see [`Reading`](super::reading::Reading)): still unconsumed for the window.
+    pub(super) lent: u64,
     /// What the peer may still send: it sends while this is positive.
     pub(super) window: i64,
     /// The window this side keeps granting.
@@ -82,8 +89,10 @@ impl Inbox {
             budget: None,
             me: Weak::new(),
             account: None,
+            discarded: AtomicBool::new(false),
             state: Mutex::new(InboxState {
                 queue: VecDeque::new(),
+                lent: 0,
                 window: i64::from(granted.min(target)),
                 target,
                 unreturned: 0,
@@ -141,6 +150,11 @@ impl Inbox {
         }
     }
 
+    /// Whether its window comes from a connection's budget.
+    pub(super) fn has_budget(&self) -> bool {
+        self.budget.is_some()
+    }
+
     /// The budget has room again: grants what was deferred.
     pub(super) fn retry_grant(&self) {
         let mut state = self.state.lock();
@@ -171,7 +185,12 @@ impl Inbox {
     #[must_use]
     pub(super) fn stop_granting(&self, state: &mut InboxState) -> Vec<Weak<dyn WaitsForRoom>> {
         state.deferred = 0;
-        let queued: u64 = state.queue.iter().map(|(_, c, _)| u64::from(*c)).sum();
+        let queued: u64 = state
+            .queue
+            .iter()
+            .map(|(_, c, _)| u64::from(*c))
+            .sum::<u64>()
+            + state.lent;
         let unused = state.holding.saturating_sub(queued);
         self.give_back(state, unused)
     }
@@ -182,6 +201,8 @@ impl Inbox {
     pub(super) fn clear(&self, state: &mut InboxState) -> Vec<Weak<dyn WaitsForRoom>> {
         state.queue.clear();
         state.held = Charge::none();
+        state.lent = 0;
+        self.discarded.store(true, Ordering::Release);
         state.deferred = 0;
         let all = state.holding;
         self.give_back(state, all)
@@ -348,37 +369,6 @@ impl Inbox {
         }
     }
 
-    /// The next payload, the stream's failure, or its end (`None`, with the trailers).
-    pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Status>>> {
-        let mut state = self.state.lock();
-        if let Some((payload, charged, held)) = state.queue.pop_front() {
-            state.held.release(held as usize);
-            let waiting = self.give_back(&mut state, u64::from(charged));
-            state.unreturned += u64::from(charged);
-            // Grant it back once half the window is consumed, while the peer still sends.
-            if matches!(state.end, End::Open) && state.unreturned >= u64::from(state.target / 2) {
-                let credits = std::mem::take(&mut state.unreturned);
-                self.grant(&mut state, credits);
-            }
-            drop(state);
-            retry(waiting);
-            return Poll::Ready(Some(Ok(payload)));
-        }
-        match std::mem::replace(&mut state.end, End::Done) {
-            End::Open => {
-                state.end = End::Open;
-                state.waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
-            End::Closed(trailers) => {
-                state.headers = trailers; // handed out by `take_trailers`
-                Poll::Ready(None)
-            }
-            End::Failed(status) => Poll::Ready(Some(Err(status))),
-            End::Done => Poll::Ready(None),
-        }
-    }
-
     /// The trailers of a stream that ended (client side).
     pub(super) fn take_trailers(&self) -> Option<Metadata> {
         self.state.lock().headers.take()
@@ -389,8 +379,9 @@ impl Inbox {
     pub(crate) fn drain_now(&self) -> (Vec<Bytes>, Option<Result<(), Status>>) {
         let mut cx = Context::from_waker(Waker::noop());
         let mut messages = Vec::new();
+        let mut reading = super::reading::Reading::default();
         loop {
-            match self.poll_next(&mut cx) {
+            match reading.poll_next(self, &mut cx) {
                 Poll::Ready(Some(Ok(m))) => messages.push(m),
                 Poll::Ready(Some(Err(status))) => return (messages, Some(Err(status))),
                 Poll::Ready(None) => return (messages, Some(Ok(()))),
@@ -403,7 +394,12 @@ impl Inbox {
     #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {
         let state = self.state.lock();
-        state.queue.iter().map(|(_, c, _)| *c as usize).sum()
+        state
+            .queue
+            .iter()
+            .map(|(_, c, _)| *c as usize)
+            .sum::<usize>()
+            + state.lent as usize
     }
 }
 

@@ -14,12 +14,15 @@ mod budget;
 mod inbox;
 mod outbox;
 mod payloads;
+mod reading;
 mod streaming;
 
 pub(crate) use self::budget::Budget;
 pub(crate) use self::inbox::Inbox;
 pub(crate) use self::outbox::Outbox;
 pub(crate) use self::payloads::{take_payload, take_payloads, Keep};
+#[cfg_attr(not(feature = "unstable-fuzzing"), allow(unused_imports))]
+pub(crate) use self::reading::Reading;
 pub(crate) use self::streaming::CallHandle;
 pub use self::streaming::{IntoStreamingRequest, Streaming};
 

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 
 use super::inbox::Inbox;
+use super::reading::Reading;
 use crate::{Code, Metadata, Payload, Request, Status};
 
 /// The call a [`Streaming`] belongs to (client side): dropping it ends the call, telling
@@ -27,6 +28,8 @@ pub(crate) trait CallHandle: Send + Sync {}
 /// stream: past it, the next read fails with `DEADLINE_EXCEEDED`.
 pub struct Streaming<T> {
     inbox: Arc<Inbox>,
+    /// The messages taken from the inbox and not read yet.
+    reading: Reading,
     decode: Decoder<T>,
     /// The code a message that does not decode fails with.
     decode_error: Code,
@@ -61,6 +64,7 @@ impl Streaming<Bytes> {
     pub(crate) fn raw(inbox: Arc<Inbox>, decode_error: Code) -> Streaming<Bytes> {
         Streaming {
             inbox,
+            reading: Reading::default(),
             decode: Box::new(Ok),
             decode_error,
             call: None,
@@ -86,6 +90,7 @@ impl Streaming<Bytes> {
         let done = std::mem::replace(&mut self.done, true);
         Streaming {
             inbox: self.inbox.clone(),
+            reading: std::mem::take(&mut self.reading),
             decode: Box::new(decode),
             decode_error: self.decode_error,
             call: self.call.take(),
@@ -167,7 +172,7 @@ impl<T> Stream for Streaming<T> {
         // and then (tokio's task budget), so that the window updates its reading queued
         // go out while it reads on, not once the whole window is read.
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
-        let next = this.inbox.poll_next(cx);
+        let next = this.reading.poll_next(&this.inbox, cx);
         if next.is_ready() {
             coop.made_progress();
         }

@@ -82,6 +82,9 @@ impl SendBuf {
 // `area_mut` borrows `self` mutably), and `advance_mut` checks `cnt` against what is left,
 // so `filled` never passes `cap` and no byte outside the area is ever exposed.
 unsafe impl BufMut for SendBuf {
+    // Inlined across crates: prost encodes a message a byte or a field at a time, each
+    // through these three.
+    #[inline]
     fn remaining_mut(&self) -> usize {
         match &self.target {
             Target::Bytes(b) => b.remaining_mut(),
@@ -89,6 +92,7 @@ unsafe impl BufMut for SendBuf {
         }
     }
 
+    #[inline]
     unsafe fn advance_mut(&mut self, cnt: usize) {
         match &mut self.target {
             // SAFETY: forwarded with the caller's guarantee that `cnt` bytes of the chunk
@@ -104,6 +108,7 @@ unsafe impl BufMut for SendBuf {
         }
     }
 
+    #[inline]
     fn chunk_mut(&mut self) -> &mut UninitSlice {
         match &mut self.target {
             Target::Bytes(b) => b.chunk_mut(),

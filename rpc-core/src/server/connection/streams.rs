@@ -153,6 +153,8 @@ impl<C: Connection> StreamSender<C> {
         use futures_util::StreamExt;
         // A message pulled for a batch that it did not fit: the next one's first.
         let mut carry: Option<(BoxMessage, usize)> = None;
+        // Where a batch is encoded before it is copied into the transport's buffer.
+        let mut scratch = Vec::new();
         loop {
             let (message, len) = match carry.take() {
                 Some(carried) => carried,
@@ -178,7 +180,7 @@ impl<C: Connection> StreamSender<C> {
             }
             let mut batch = vec![(message, len)];
             let (bytes, end) = self.gather(&mut stream, &mut batch, &mut carry);
-            self.send_batch(&batch, bytes).await?;
+            self.send_batch(&batch, bytes, &mut scratch).await?;
             match end {
                 Some(Ok(())) => return Ok(()),
                 Some(Err(status)) => return Err(status),
@@ -234,16 +236,28 @@ impl<C: Connection> StreamSender<C> {
         (bytes, end)
     }
 
-    /// Sends `batch` (of `bytes` in frames) in one buffer.
-    async fn send_batch(&self, batch: &[(BoxMessage, usize)], bytes: usize) -> Result<(), Status> {
+    /// Sends `batch` (of `bytes` in frames) in one buffer: encoded into `scratch`, where
+    /// each message is written without a dynamic call per byte, then copied in at once.
+    async fn send_batch(
+        &self,
+        batch: &[(BoxMessage, usize)],
+        bytes: usize,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), Status> {
         use bytes::BufMut;
         let mut buf = self.conn.alloc(bytes).await.map_err(unavailable)?;
+        scratch.clear();
+        scratch.resize(bytes, 0);
+        let mut at = 0;
         for (message, len) in batch {
             let mut header = Header::new(FrameKind::Message, self.call_id);
             header.payload_len = *len as u32;
-            buf.put_slice(&header.encode());
-            message.encode_to(&mut buf);
+            scratch[at..at + HEADER_LEN].copy_from_slice(&header.encode());
+            at += HEADER_LEN;
+            message.encode_to_slice(&mut scratch[at..at + len]);
+            at += len;
         }
+        buf.put_slice(&scratch[..at]);
         self.conn.send(buf).await.map_err(unavailable)
     }
 }
