@@ -60,6 +60,19 @@ pub trait Connection: Send + Sync + 'static {
         let _ = (out, max);
     }
 
+    /// As [`Connection::recv_ready`], but a run of small stream messages (at least two
+    /// plain `Message` frames back to back, see [`crate::wire::message_run`]) that comes
+    /// next is returned whole, as one buffer, rather than as a buffer per frame: the
+    /// frames before it are appended to `out` and the run follows them. For transports
+    /// whose frames lie back to back in their memory (a byte stream's read buffer): the
+    /// receiver then splits the messages out as their stream is read, with no buffer,
+    /// header check or queue entry per message on the way. The default is `recv_ready`
+    /// and no run.
+    fn recv_ready_run(&self, out: &mut Vec<Self::RecvBuf>, max: usize) -> Option<Bytes> {
+        self.recv_ready(out, max);
+        None
+    }
+
     /// Starts closing the connection: pending and future `recv`/`send` calls fail or
     /// return `None` soon after.
     fn close(&self);

@@ -315,6 +315,10 @@ impl Connection for TcpConnection {
         self.recv_ready_each(max.saturating_sub(out.len()), |frame| out.push(frame));
     }
 
+    fn recv_ready_run(&self, out: &mut Vec<Bytes>, max: usize) -> Option<Bytes> {
+        self.recv_ready_run_each(max.saturating_sub(out.len()), |frame| out.push(frame))
+    }
+
     fn close(&self) {
         self.closing.close();
     }
@@ -360,6 +364,13 @@ impl TcpConnection {
         if let Ok(mut reader) = self.reader.try_lock() {
             reader.ready(max, each);
         }
+    }
+
+    /// As [`TcpConnection::recv_ready_each`], but a run of stream messages that comes
+    /// next is returned as one buffer ([`Connection::recv_ready_run`]).
+    pub fn recv_ready_run_each(&self, max: usize, each: impl FnMut(Bytes)) -> Option<Bytes> {
+        let mut reader = self.reader.try_lock().ok()?;
+        reader.ready_run(max, each)
     }
 }
 

@@ -213,6 +213,19 @@ impl FrameDecoder {
         Ok(None)
     }
 
+    /// A run of at least two complete small stream messages at the front of the shared
+    /// buffer (see [`rdmarpc_core::wire::message_run`]; each shorter than [`KEEP_MIN`],
+    /// at most `max_bytes` in all), split off as one buffer; `None` when the next frame
+    /// does not begin one (then [`FrameDecoder::decode`] as usual).
+    pub fn decode_message_run(&mut self, max_bytes: usize) -> Option<Bytes> {
+        if self.own_frame.is_some() || self.discard > 0 {
+            return None;
+        }
+        let (len, frames) =
+            rdmarpc_core::wire::message_run(&self.buf, self.max_message_size, KEEP_MIN, max_bytes);
+        (frames >= 2).then(|| self.buf.split_to(len).freeze())
+    }
+
     /// Skips an oversized frame's body without buffering it: its header alone.
     fn discard_body(&mut self, header: Header) -> Bytes {
         self.buf.advance(HEADER_LEN);

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::closing::Closing;
-use crate::decoder::{FrameDecoder, PROCESS_ALLOWANCE};
+use crate::decoder::{FrameDecoder, PROCESS_ALLOWANCE, READ_CHUNK};
 use crate::socket::ReadHalf;
 use crate::TcpConfig;
 
@@ -130,6 +130,30 @@ impl Reader {
                 Ok(None) | Err(_) => return,
             }
         }
+    }
+
+    /// As [`Reader::ready`], but stops at a run of stream messages and returns it as
+    /// one buffer (see [`FrameDecoder::decode_message_run`]).
+    pub(crate) fn ready_run(&mut self, max: usize, mut each: impl FnMut(Bytes)) -> Option<Bytes> {
+        if self.socket.is_none() || *self.closed.borrow() {
+            return None;
+        }
+        for _ in 0..max {
+            if let Some(run) = self.decoder.decode_message_run(READ_CHUNK) {
+                self.first_frame_deadline = None;
+                self.frame_waited = Duration::ZERO;
+                return Some(run);
+            }
+            match self.parse() {
+                Ok(Some(frame)) => {
+                    self.first_frame_deadline = None;
+                    self.frame_waited = Duration::ZERO;
+                    each(frame);
+                }
+                Ok(None) | Err(_) => return None,
+            }
+        }
+        None
     }
 
     /// A complete frame from the decoder, if there is one.

@@ -36,9 +36,8 @@ pub(crate) struct Inbox {
 }
 
 pub(super) struct InboxState {
-    /// Payloads with the window bytes each was charged and what each holds of the
-    /// account.
-    pub(super) queue: VecDeque<(Bytes, u32, u32)>,
+    /// Messages the peer sent and the reader has not taken.
+    pub(super) queue: VecDeque<Queued>,
     /// Window bytes of the messages the reader took from the queue and has not settled
     /// (see [`Reading`](super::reading::Reading)): still unconsumed for the window.
     pub(super) lent: u64,
@@ -60,6 +59,19 @@ pub(super) struct InboxState {
     pub(super) headers: Option<Metadata>,
     pub(super) end: End,
     pub(super) waker: Option<Waker>,
+}
+
+/// A queued message, or a run of them.
+#[derive(Debug)]
+pub(super) struct Queued {
+    /// A message's payload, or (`frames`) whole message frames back to back.
+    pub(super) bytes: Bytes,
+    /// The window bytes it was charged (its frames' length).
+    pub(super) charged: u32,
+    /// What it holds of the account.
+    pub(super) held: u32,
+    /// Whether `bytes` holds frames (a run from [`Inbox::push_frames`]).
+    pub(super) frames: bool,
 }
 
 pub(super) enum End {
@@ -188,7 +200,7 @@ impl Inbox {
         let queued: u64 = state
             .queue
             .iter()
-            .map(|(_, c, _)| u64::from(*c))
+            .map(|queued| u64::from(queued.charged))
             .sum::<u64>()
             + state.lent;
         let unused = state.holding.saturating_sub(queued);
@@ -274,7 +286,12 @@ impl Inbox {
                         }
                     }
                 }
-                state.queue.push_back((payload, charged as u32, held));
+                state.queue.push_back(Queued {
+                    bytes: payload,
+                    charged: charged as u32,
+                    held,
+                    frames: false,
+                });
             }
             Ok(())
         })();
@@ -282,6 +299,44 @@ impl Inbox {
         drop(state);
         retry(waiting);
         result
+    }
+
+    /// A run of this stream's messages as whole frames back to back in `frames` (a copy
+    /// of them made for this stream: see [`crate::wire::message_run`]), the last of them
+    /// `last_len` bytes long: one queue entry, which the reader splits, charged as the
+    /// messages would be one by one. Where a message of the run breaks the rules or the
+    /// account has no room for all of it, the run is queued message by message, as
+    /// [`Inbox::push_run`] does.
+    ///
+    /// # Errors
+    /// As [`Inbox::push_run`].
+    pub(crate) fn push_frames(&self, frames: Bytes, last_len: usize) -> Result<(), Violation> {
+        let total = frames.len();
+        let mut state = self.state.lock();
+        // Each message was sent while the window was positive: the last one too.
+        let fits = matches!(state.end, End::Open)
+            && total <= u32::MAX as usize
+            && state.window - (total - last_len) as i64 > 0;
+        let charge = match &self.account {
+            _ if !fits => None,
+            None => Some(Charge::none()),
+            Some(account) => account.try_charge(Resource::Bytes, total).ok(),
+        };
+        let Some(charge) = charge else {
+            drop(state);
+            return self.push_run(super::payloads::split_frames(frames));
+        };
+        state.window -= total as i64;
+        let held = charge.amount() as u32;
+        state.held.merge(charge);
+        state.queue.push_back(Queued {
+            bytes: frames,
+            charged: total as u32,
+            held,
+            frames: true,
+        });
+        wake(&mut state);
+        Ok(())
     }
 
     /// The peer closed its side; `trailers` end a response stream.
@@ -397,7 +452,7 @@ impl Inbox {
         state
             .queue
             .iter()
-            .map(|(_, c, _)| *c as usize)
+            .map(|queued| queued.charged as usize)
             .sum::<usize>()
             + state.lent as usize
     }

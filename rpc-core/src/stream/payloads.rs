@@ -87,3 +87,29 @@ pub(crate) fn take_payloads<B: Deref<Target = [u8]>>(
         })
         .collect()
 }
+
+/// The first message of a run of whole message frames (see
+/// [`crate::wire::message_run`]), split off `frames`: its payload, a slice of them, and
+/// its frame's length; `None` when `frames` is empty (or, which the run's checks rule
+/// out, does not begin with a whole frame: the rest is then dropped).
+pub(crate) fn next_message(frames: &mut Bytes) -> Option<(Bytes, usize)> {
+    use crate::wire::{Header, HEADER_LEN};
+    use bytes::Buf;
+    // The run's headers were checked when it was queued.
+    let lengths = Header::lengths_of_checked(frames)
+        .map(|(meta, payload)| (HEADER_LEN + meta, HEADER_LEN + meta + payload))
+        .filter(|&(_, len)| len <= frames.len());
+    let Some((start, len)) = lengths else {
+        debug_assert!(frames.is_empty(), "a run of whole frames");
+        *frames = Bytes::new();
+        return None;
+    };
+    let payload = frames.slice(start..len);
+    frames.advance(len);
+    Some((payload, len))
+}
+
+/// The messages of a run of whole message frames, each with its frame's length.
+pub(crate) fn split_frames(mut frames: Bytes) -> impl Iterator<Item = (usize, Bytes)> {
+    std::iter::from_fn(move || next_message(&mut frames).map(|(payload, len)| (len, payload)))
+}

@@ -13,7 +13,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 
 use super::budget::{retry, WaitsForRoom};
-use super::inbox::{End, Inbox, InboxState};
+use super::inbox::{End, Inbox, InboxState, Queued};
+use super::payloads::next_message;
 use crate::account::Charge;
 use crate::Status;
 
@@ -21,8 +22,12 @@ use crate::Status;
 /// and has not settled.
 #[derive(Debug, Default)]
 pub(crate) struct Reading {
-    /// Taken and not read: payload, window bytes charged, bytes held of the account.
-    taken: VecDeque<(Bytes, u32, u32)>,
+    /// Taken and not read.
+    taken: VecDeque<Queued>,
+    /// What is left of the run of frames being read (see [`Inbox::push_frames`]).
+    run: Bytes,
+    /// What that run holds of the account (given back with its last message).
+    run_held: u32,
     /// What the taken messages hold of the account (each read gives its part back).
     held: Charge,
     /// Window bytes of the messages read since the last settlement.
@@ -40,12 +45,14 @@ impl Reading {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, Status>>> {
         loop {
-            if !self.taken.is_empty() && inbox.discarded.load(Ordering::Acquire) {
+            let holding = !self.taken.is_empty() || !self.run.is_empty();
+            if holding && inbox.discarded.load(Ordering::Acquire) {
                 // The stream failed and its messages are of no use any more.
                 self.taken.clear();
+                self.run = Bytes::new();
                 self.held = Charge::none();
             }
-            if let Some((payload, charged, held)) = self.taken.pop_front() {
+            if let Some((payload, charged, held)) = self.next_taken() {
                 if held > 0 {
                     self.held.release(held as usize);
                 }
@@ -63,7 +70,7 @@ impl Reading {
             if !state.queue.is_empty() {
                 std::mem::swap(&mut self.taken, &mut state.queue);
                 self.held.merge(std::mem::take(&mut state.held));
-                state.lent = self.taken.iter().map(|(_, c, _)| u64::from(*c)).sum();
+                state.lent = self.taken.iter().map(|q| u64::from(q.charged)).sum();
                 drop(state);
                 retry(waiting);
                 continue;
@@ -84,6 +91,27 @@ impl Reading {
             drop(state);
             retry(waiting);
             return end;
+        }
+    }
+
+    /// The next message taken: its payload, the window bytes and the account bytes it
+    /// gives back once read.
+    fn next_taken(&mut self) -> Option<(Bytes, u32, u32)> {
+        loop {
+            if let Some((payload, len)) = next_message(&mut self.run) {
+                let held = if self.run.is_empty() {
+                    std::mem::take(&mut self.run_held)
+                } else {
+                    0
+                };
+                return Some((payload, len as u32, held));
+            }
+            let queued = self.taken.pop_front()?;
+            if !queued.frames {
+                return Some((queued.bytes, queued.charged, queued.held));
+            }
+            self.run = queued.bytes;
+            self.run_held = queued.held;
         }
     }
 

@@ -294,3 +294,60 @@ async fn a_sender_waits_for_its_window_and_stops_when_the_call_ends() {
         "past 2^31 - 1"
     );
 }
+
+/// Stream message frames back to back, as a run (the payloads `0..count` repeated).
+fn frames(call_id: u64, payloads: &[&[u8]]) -> (Bytes, usize) {
+    let mut out = Vec::new();
+    let mut last = 0;
+    for payload in payloads {
+        let mut header = crate::wire::Header::new(FrameKind::Message, call_id);
+        header.payload_len = payload.len() as u32;
+        let before = out.len();
+        crate::wire::encode_head(&mut header, &Metadata::new(), &mut out);
+        out.extend_from_slice(payload);
+        last = out.len() - before;
+    }
+    (Bytes::from(out), last)
+}
+
+#[tokio::test]
+async fn a_run_of_frames_is_read_message_by_message_and_charged_as_its_messages() {
+    let budget = Arc::new(Budget::new(1 << 20));
+    let control = Arc::new(ControlQueue::default());
+    let account = account(3000);
+    let inbox = Inbox::with_budget(1, control, 8000, budget.clone(), account.clone());
+    inbox.grant_rest();
+    let mut stream = Streaming::raw(inbox.clone(), Code::InvalidArgument);
+    let (run, last) = frames(1, &[&[1; 960], &[2; 960]]);
+    inbox.push_frames(run, last).unwrap();
+    assert_eq!(account.held(Resource::Bytes, Scope::Peer), 2000);
+    assert_eq!(inbox.buffered(), 2000);
+    assert_eq!(stream.next().await.unwrap().unwrap(), vec![1; 960]);
+    assert_eq!(stream.next().await.unwrap().unwrap(), vec![2; 960]);
+    assert_eq!(account.held(Resource::Bytes, Scope::Peer), 0, "all read");
+    // The account has room for one of the next two: the run goes message by message,
+    // and the stream fails after the one that fit.
+    let other = account.try_charge(Resource::Bytes, 1500).unwrap();
+    let (run, last) = frames(1, &[&[3; 960], &[4; 960]]);
+    inbox.push_frames(run, last).unwrap();
+    assert_eq!(stream.next().await.unwrap().unwrap()[0], 3);
+    let status = stream.next().await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    drop(other);
+    drop(stream);
+    assert_eq!(account.held(Resource::Bytes, Scope::Connection), 0);
+    assert_eq!(budget.committed(), 0);
+}
+
+#[tokio::test]
+async fn a_failed_stream_drops_the_run_its_reader_took() {
+    let (inbox, _control) = inbox(1 << 20, 1 << 20);
+    let (run, last) = frames(7, &[b"a", b"b", b"c"]);
+    inbox.push_frames(run, last).unwrap();
+    let mut stream = Streaming::raw(inbox.clone(), Code::Internal);
+    assert_eq!(stream.message().await.unwrap().unwrap(), "a");
+    // The reader holds the rest of the run; a failure that discards ends it now.
+    inbox.fail(Status::resource_exhausted("too large"), true);
+    let status = stream.message().await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+}

@@ -191,6 +191,16 @@ impl Header {
         b
     }
 
+    /// The metadata and payload lengths of the frame at the start of `buf`, whose
+    /// header was decoded (checked) before: read without checking it again.
+    pub(crate) fn lengths_of_checked(buf: &[u8]) -> Option<(usize, usize)> {
+        let field = |at: usize| -> Option<usize> {
+            let bytes: [u8; 4] = buf.get(at..at + 4)?.try_into().ok()?;
+            Some(u32::from_le_bytes(bytes) as usize)
+        };
+        Some((field(28)?, field(32)?))
+    }
+
     /// Decodes a header from the start of `buf`.
     ///
     /// # Returns

@@ -6,6 +6,7 @@
 mod error;
 mod frame;
 mod header;
+mod run;
 #[cfg(test)]
 mod tests;
 
@@ -14,3 +15,4 @@ pub use frame::{encode_head, Frame};
 pub use header::{
     Flags, FrameKind, Header, HEADER_LEN, INITIAL_STREAM_WINDOW, MAGIC, MAX_STREAM_WINDOW, VERSION,
 };
+pub use run::{is_plain_message, message_run};

@@ -172,3 +172,51 @@ fn a_large_frame_that_arrived_whole_moves_out_of_the_shared_buffer() {
     assert_eq!(frames[0][..], large[..]);
     assert_eq!(frames[1][..], small[..]);
 }
+
+/// A stream message frame of call `id` (no metadata, or `flags`).
+fn message(id: u64, flags: Flags, payload: &[u8]) -> Vec<u8> {
+    let mut header = Header::new(FrameKind::Message, id);
+    header.flags = flags;
+    header.payload_len = payload.len() as u32;
+    let mut out = Vec::new();
+    encode_head(&mut header, &Metadata::new(), &mut out);
+    out.extend_from_slice(payload);
+    out
+}
+
+#[test]
+fn complete_small_stream_messages_come_out_as_one_run_and_anything_else_ends_it() {
+    let mut decoder = FrameDecoder::new(1 << 20, &[], &AMPLE);
+    let (a, b) = (
+        message(1, Flags::default(), b"a"),
+        message(2, Flags::default(), b"bb"),
+    );
+    let end = message(1, Flags::END_STREAM, b"");
+    let request = frame(3, b"r");
+    let large = message(1, Flags::default(), &vec![0; KEEP_MIN]);
+    let mut bytes = [&a[..], &b, &a, &end, &a, &request, &a, &a, &large, &a].concat();
+    let cut = bytes.len() - 3; // the last message is incomplete
+    let tail = bytes.split_off(cut);
+    decoder.push(&bytes);
+    // Messages of any calls, up to the END_STREAM frame.
+    let run = decoder.decode_message_run(usize::MAX).expect("a run");
+    assert_eq!(run, [&a[..], &b, &a].concat());
+    // One message alone is no run: frame by frame.
+    assert!(decoder.decode_message_run(usize::MAX).is_none());
+    assert_eq!(decoder.decode().unwrap().unwrap(), end);
+    assert!(decoder.decode_message_run(usize::MAX).is_none());
+    assert_eq!(decoder.decode().unwrap().unwrap(), a);
+    assert_eq!(decoder.decode().unwrap().unwrap(), request);
+    // Bounded by `max_bytes`; a large frame is never in a run (it is kept alone).
+    assert!(decoder.decode_message_run(a.len()).is_none());
+    assert_eq!(
+        decoder.decode_message_run(usize::MAX).unwrap(),
+        [&a[..], &a].concat()
+    );
+    assert!(decoder.decode_message_run(usize::MAX).is_none());
+    assert_eq!(decoder.decode().unwrap().unwrap(), large);
+    // An incomplete frame is not in a run until it is complete.
+    assert!(decoder.decode_message_run(usize::MAX).is_none());
+    decoder.push(&tail);
+    assert_eq!(decoder.decode().unwrap().unwrap(), a);
+}

@@ -229,6 +229,18 @@ impl Connection for AnyConnection {
         }
     }
 
+    fn recv_ready_run(&self, out: &mut Vec<RecvBuf>, max: usize) -> Option<bytes::Bytes> {
+        match self {
+            AnyConnection::Tcp(c) => c.recv_ready_run_each(max.saturating_sub(out.len()), |b| {
+                out.push(glue::received(b))
+            }),
+            _ => {
+                self.recv_ready(out, max);
+                None
+            }
+        }
+    }
+
     fn push_to(&self, sink: std::sync::Arc<dyn rdmarpc_core::FrameSink<RecvBuf>>) -> bool {
         let _ = &sink; // used by RDMA only
         match self {

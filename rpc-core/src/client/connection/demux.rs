@@ -9,13 +9,14 @@
 
 use std::ops::Deref;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::client::calls::{CallTable, Waiter};
 use crate::control::ControlQueue;
 use crate::stream::{Inbox, Keep};
 use crate::violation::Violation;
-use crate::wire::{Flags, Frame, FrameKind, Header};
+use crate::wire::{is_plain_message, Flags, Frame, FrameError, FrameKind, Header, HEADER_LEN};
 use crate::{Code, Metadata, Status};
 
 /// What the shell learns from a frame besides what the demultiplexer did.
@@ -102,6 +103,50 @@ impl<B: Deref<Target = [u8]>, K: Keep<B>> Demux<'_, B, K> {
             inbox.push_run(payloads)?;
         }
         Ok(heard)
+    }
+
+    /// Hands a run of stream messages (whole plain `Message` frames back to back, from
+    /// [`Connection::recv_ready_run`](crate::Connection::recv_ready_run)) to their
+    /// streams: each stream's consecutive messages are copied together out of the
+    /// transport's buffer (which they must not pin while they wait to be read) and
+    /// queued as one entry that the reader splits.
+    ///
+    /// # Errors
+    /// The run is not what the transport promised (a frame that is not a whole plain
+    /// message), or a stream's rules are broken.
+    pub(crate) fn messages(&self, run: &[u8]) -> Result<Heard, Violation> {
+        let mut at = 0;
+        while at < run.len() {
+            let start = at;
+            let (call_id, mut last_len) = plain_message(&run[at..])?;
+            at += last_len;
+            // A bad frame ends the run (and the connection) after the messages before it.
+            let mut bad = Ok(());
+            while at < run.len() {
+                match plain_message(&run[at..]) {
+                    Ok((next, len)) if next == call_id => {
+                        at += len;
+                        last_len = len;
+                    }
+                    Ok(_) => break,
+                    Err(violation) => {
+                        bad = Err(violation);
+                        break;
+                    }
+                }
+            }
+            match self.calls.lock().get(call_id) {
+                Some(Waiter::Stream(inbox, _)) => inbox.clone(),
+                _ => {
+                    tracing::trace!(call_id, "messages for a stream no longer open");
+                    bad?;
+                    continue;
+                }
+            }
+            .push_frames(Bytes::copy_from_slice(&run[start..at]), last_len)?;
+            bad?;
+        }
+        Ok(Heard::Frame)
     }
 
     /// Hands one received frame to its call, or answers it (PING, GOAWAY).
@@ -234,6 +279,22 @@ fn stream_response(inbox: &Inbox, buf: &[u8], end: bool) -> Result<(), Violation
             inbox.fail(Status::internal(status), false);
             Ok(())
         }
+    }
+}
+
+/// The call and the length of the frame at the front of a run of stream messages.
+///
+/// # Errors
+/// The run does not begin with a whole plain message frame (which the transport
+/// promised).
+fn plain_message(run: &[u8]) -> Result<(u64, usize), Violation> {
+    let header = Header::decode(run)?.filter(|h| is_plain_message(h) && h.frame_len() <= run.len());
+    match header {
+        Some(header) => Ok((header.call_id, header.frame_len())),
+        None => Err(Violation::Malformed(FrameError::LengthMismatch {
+            declared: HEADER_LEN,
+            actual: run.len(),
+        })),
     }
 }
 

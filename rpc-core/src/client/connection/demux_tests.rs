@@ -316,3 +316,82 @@ fn a_run_stops_at_the_first_violation() {
     );
     assert_eq!(drain(&inbox).0, ["1"]);
 }
+
+/// Frames back to back in one buffer, as a byte stream's read buffer holds them.
+fn concat(frames: &[Bytes]) -> Vec<u8> {
+    frames.iter().flat_map(|f| f.iter().copied()).collect()
+}
+
+#[test]
+fn a_run_of_messages_in_one_buffer_reaches_each_stream_in_order() {
+    let client = Client::new();
+    let (a, inbox_a, _) = client.stream(1 << 20, None);
+    let (b, inbox_b, _) = client.stream(1 << 20, None);
+    let (gone, inbox_gone, _) = client.stream(1 << 20, None);
+    client.calls.lock().take(gone);
+    let message = |id, payload: &[u8]| plain(FrameKind::Message, id, Flags::default(), payload);
+    let run = concat(&[
+        message(a, b"a1"),
+        message(a, b"a2"),
+        message(b, b"b1"),
+        message(gone, b"lost"),
+        frame(FrameKind::Message, a, Flags::default(), &meta(), b"a3"),
+    ]);
+    assert_eq!(client.demux().messages(&run), Ok(Heard::Frame));
+    let (messages, end) = drain(&inbox_a);
+    assert_eq!(messages, ["a1", "a2", "a3"]);
+    assert!(end.is_none());
+    assert_eq!(drain(&inbox_b).0, ["b1"]);
+    assert!(drain(&inbox_gone).0.is_empty(), "a stream no longer open");
+    // Each message is charged its frame, as one by one.
+    let (c, inbox_c, _) = client.stream(1 << 20, None);
+    let frames = [message(c, b"x"), message(c, b"yy")];
+    assert_eq!(client.demux().messages(&concat(&frames)), Ok(Heard::Frame));
+    assert_eq!(inbox_c.buffered(), frames[0].len() + frames[1].len());
+}
+
+fn meta() -> Metadata {
+    let mut md = Metadata::new();
+    md.append("k", "v");
+    md
+}
+
+#[test]
+fn a_run_past_a_streams_window_queues_what_the_window_allowed_then_is_a_violation() {
+    let client = Client::new();
+    let (id, inbox, _) = client.stream(100, None);
+    let message = plain(FrameKind::Message, id, Flags::default(), &[7; 40]);
+    // 80 bytes a frame: the second is sent at 20 left (allowed), the third at -60.
+    let run = concat(&[message.clone(), message.clone(), message]);
+    assert_eq!(
+        client.demux().messages(&run),
+        Err(Violation::PastWindow { call_id: id })
+    );
+    assert_eq!(drain(&inbox).0.len(), 2);
+}
+
+#[test]
+fn a_run_that_is_not_whole_plain_messages_is_a_violation() {
+    let client = Client::new();
+    let (id, inbox, _) = client.stream(1 << 20, None);
+    let message = plain(FrameKind::Message, id, Flags::default(), b"m");
+    for bad in [
+        concat(&[
+            message.clone(),
+            plain(FrameKind::Response, id, Flags::END_STREAM, b""),
+        ]),
+        concat(&[
+            message.clone(),
+            plain(FrameKind::Message, id, Flags::END_STREAM, b""),
+        ]),
+        concat(&[message.clone(), message.slice(..message.len() - 1)]),
+        b"not a frame".to_vec(),
+    ] {
+        assert!(
+            matches!(client.demux().messages(&bad), Err(Violation::Malformed(_))),
+            "{bad:?}"
+        );
+    }
+    // What came before the bad frame was delivered.
+    assert_eq!(drain(&inbox).0.len(), 3);
+}

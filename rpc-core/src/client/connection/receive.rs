@@ -13,6 +13,10 @@ use crate::Status;
 /// Most frames the receive loop handles as one run.
 pub(super) const MAX_RUN: usize = 256;
 
+/// Most runs (of frames, then of stream messages in one buffer) the receive loop hands
+/// on after one `recv` before it receives again.
+pub(super) const MAX_TURNS: usize = 16;
+
 /// The connection's demultiplexer.
 fn demux<C: Connection>(shared: &Shared<C>) -> Demux<'_, C::RecvBuf, C> {
     Demux {
@@ -48,6 +52,15 @@ pub(super) fn dispatch_run<C: Connection>(
 ) -> Result<(), Status> {
     shared.heard.store(true, Ordering::Relaxed);
     heard(shared, demux(shared).run(run))
+}
+
+/// Hands a run of stream messages in one buffer to their streams.
+pub(super) fn dispatch_messages<C: Connection>(
+    shared: &Shared<C>,
+    run: &[u8],
+) -> Result<(), Status> {
+    shared.heard.store(true, Ordering::Relaxed);
+    heard(shared, demux(shared).messages(run))
 }
 
 /// Hands one received frame to its caller, or to the control queue.

@@ -10,7 +10,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use tracing::Instrument;
 
-use super::receive::{dispatch_run, ended, Dispatch, MAX_RUN};
+use super::receive::{dispatch_messages, dispatch_run, ended, Dispatch, MAX_RUN, MAX_TURNS};
 use super::{Shared, Watcher};
 use crate::client::calls::CallTable;
 use crate::control::ControlQueue;
@@ -64,10 +64,10 @@ pub(super) async fn receive_loop<C: Connection>(conn: Arc<C>, shared: std::sync:
         };
         match received {
             Ok(Some(buf)) => {
-                // The frames that arrived with it are handled as one run.
+                // The frames that arrived with it are handled as one run, and a run of
+                // stream messages that follows them in one buffer.
                 run.push(buf);
-                conn.recv_ready(&mut run, MAX_RUN);
-                if let Err(reason) = dispatch_run(&strong, &mut run) {
+                if let Err(reason) = dispatch_ready(&*conn, &strong, &mut run) {
                     break reason;
                 }
             }
@@ -79,6 +79,26 @@ pub(super) async fn receive_loop<C: Connection>(conn: Arc<C>, shared: std::sync:
         ended(&strong, reason);
     }
     conn.close();
+}
+
+/// Hands on `run` and the frames that arrived after it: runs of frames and runs of
+/// stream messages in one buffer, as the transport has them, a few turns' worth.
+fn dispatch_ready<C: Connection>(
+    conn: &C,
+    shared: &Shared<C>,
+    run: &mut Vec<C::RecvBuf>,
+) -> Result<(), Status> {
+    for _ in 0..MAX_TURNS {
+        let messages = conn.recv_ready_run(run, MAX_RUN);
+        if !run.is_empty() {
+            dispatch_run(shared, run)?;
+        }
+        match messages {
+            Some(messages) => dispatch_messages(shared, &messages)?,
+            None => break,
+        }
+    }
+    Ok(())
 }
 
 /// Sends control frames queued from synchronous contexts, until the channel's state is
