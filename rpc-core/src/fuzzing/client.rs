@@ -2,8 +2,9 @@
 //! unary call, a client-streaming call, a server-streaming call and a bidirectional one.
 //!
 //! Played twice: frame by frame, with each frame's outcome checked against the
-//! protocol's rules, and with runs (the receive loop's batches); both plays must end the
-//! same way.
+//! protocol's rules, and with runs (the receive loop's batches, with runs of plain stream
+//! messages in one buffer as a byte-stream transport hands them over); both plays must
+//! end the same way.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use crate::client::connection::demux::{Demux, Heard};
 use crate::control::{Control, ControlQueue};
 use crate::stream::{Inbox, Outbox};
 use crate::violation::Violation;
-use crate::wire::{Flags, Frame, FrameKind, Header, MAX_STREAM_WINDOW};
+use crate::wire::{is_plain_message, Flags, Frame, FrameKind, Header, MAX_STREAM_WINDOW};
 use crate::{Code, Metadata, Status};
 
 /// One call of the script, and what its caller saw.
@@ -186,8 +187,7 @@ impl Play {
             }
         }
         let heard = if runs && !frames.is_empty() {
-            let mut run = frames;
-            self.demux().run(&mut run)
+            self.feed_runs(frames)
         } else {
             let mut heard = Ok(Heard::Frame);
             for frame in frames {
@@ -217,6 +217,34 @@ impl Play {
         batch.sort_unstable_by_key(|&(kind, id, credits)| (kind as u8, id, credits));
         self.trace.control.push(batch);
         ok
+    }
+
+    /// Feeds `frames` as the receive loop gets them from a byte-stream transport: runs
+    /// of two or more plain stream messages as one buffer
+    /// ([`Demux::messages`]), the frames between them as runs ([`Demux::run`]).
+    fn feed_runs(&self, frames: Vec<Bytes>) -> Result<Heard, Violation> {
+        let plain = |frame: &Bytes| matches!(Header::decode(frame), Ok(Some(h)) if is_plain_message(&h) && h.frame_len() == frame.len());
+        let mut heard = Heard::Frame;
+        let mut frames = frames.into_iter().peekable();
+        let mut others = Vec::new();
+        while let Some(frame) = frames.next() {
+            if !(plain(&frame) && frames.peek().is_some_and(plain)) {
+                others.push(frame);
+                continue;
+            }
+            if !others.is_empty() {
+                heard = heard.or(self.demux().run(&mut others)?);
+            }
+            let mut messages = frame.to_vec();
+            while let Some(next) = frames.next_if(plain) {
+                messages.extend_from_slice(&next);
+            }
+            heard = heard.or(self.demux().messages(&messages)?);
+        }
+        if !others.is_empty() {
+            heard = heard.or(self.demux().run(&mut others)?);
+        }
+        Ok(heard)
     }
 
     /// Reads every stream (granting window back) and collects unary outcomes.

@@ -31,7 +31,7 @@ pub(crate) enum Heard {
 }
 
 impl Heard {
-    fn or(self, other: Heard) -> Heard {
+    pub(crate) fn or(self, other: Heard) -> Heard {
         if self == Heard::Draining {
             self
         } else {
