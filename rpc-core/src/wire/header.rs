@@ -91,6 +91,11 @@ impl FrameKind {
     }
 }
 
+/// Where an encoded header holds its metadata length (u32, little-endian).
+const META_LEN_AT: usize = 28;
+/// Where an encoded header holds its payload length (u32, little-endian).
+pub(crate) const PAYLOAD_LEN_AT: usize = 32;
+
 /// Frame flags (a bit set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Flags(pub u8);
@@ -185,8 +190,8 @@ impl Header {
         b[8..16].copy_from_slice(&self.call_id.to_le_bytes());
         b[16..24].copy_from_slice(&self.timeout_us.to_le_bytes());
         b[24..28].copy_from_slice(&self.method_id.to_le_bytes());
-        b[28..32].copy_from_slice(&self.meta_len.to_le_bytes());
-        b[32..36].copy_from_slice(&self.payload_len.to_le_bytes());
+        b[META_LEN_AT..META_LEN_AT + 4].copy_from_slice(&self.meta_len.to_le_bytes());
+        b[PAYLOAD_LEN_AT..PAYLOAD_LEN_AT + 4].copy_from_slice(&self.payload_len.to_le_bytes());
         b[36..40].copy_from_slice(&self.credits.to_le_bytes());
         b
     }
@@ -198,7 +203,7 @@ impl Header {
             let bytes: [u8; 4] = buf.get(at..at + 4)?.try_into().ok()?;
             Some(u32::from_le_bytes(bytes) as usize)
         };
-        Some((field(28)?, field(32)?))
+        Some((field(META_LEN_AT)?, field(PAYLOAD_LEN_AT)?))
     }
 
     /// Decodes a header from the start of `buf`.

@@ -12,6 +12,7 @@ mod tests;
 
 pub use error::FrameError;
 pub use frame::{encode_head, Frame};
+pub(crate) use header::PAYLOAD_LEN_AT;
 pub use header::{
     Flags, FrameKind, Header, HEADER_LEN, INITIAL_STREAM_WINDOW, MAGIC, MAX_STREAM_WINDOW, VERSION,
 };

@@ -14,7 +14,7 @@ use crate::service::{
 };
 use crate::stream::{Inbox, Outbox};
 use crate::transport::Connection;
-use crate::wire::{FrameKind, Header, HEADER_LEN};
+use crate::wire::{FrameKind, Header, HEADER_LEN, PAYLOAD_LEN_AT};
 use crate::{Metadata, Response, Status};
 
 /// Handlers running for one connection, by call id, so that a CANCEL can drop them; with
@@ -246,13 +246,17 @@ impl<C: Connection> StreamSender<C> {
     ) -> Result<(), Status> {
         use bytes::BufMut;
         let mut buf = self.conn.alloc(bytes).await.map_err(unavailable)?;
-        scratch.clear();
-        scratch.resize(bytes, 0);
+        // Written over, not cleared: what the last batch left is overwritten.
+        if scratch.len() < bytes {
+            scratch.resize(bytes, 0);
+        }
+        // Every frame's header is this one but for its payload length.
+        let template = Header::new(FrameKind::Message, self.call_id).encode();
         let mut at = 0;
         for (message, len) in batch {
-            let mut header = Header::new(FrameKind::Message, self.call_id);
-            header.payload_len = *len as u32;
-            scratch[at..at + HEADER_LEN].copy_from_slice(&header.encode());
+            scratch[at..at + HEADER_LEN].copy_from_slice(&template);
+            let payload_len = at + PAYLOAD_LEN_AT..at + PAYLOAD_LEN_AT + 4;
+            scratch[payload_len].copy_from_slice(&(*len as u32).to_le_bytes());
             at += HEADER_LEN;
             message.encode_to_slice(&mut scratch[at..at + len]);
             at += len;
