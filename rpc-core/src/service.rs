@@ -94,9 +94,10 @@ pub trait EncodeMessage: Send + Sync + 'static {
     /// Writes exactly [`EncodeMessage::encoded_len`] bytes.
     fn encode_to(&self, buf: &mut dyn BufMut);
     /// Writes exactly [`EncodeMessage::encoded_len`] bytes into `out`, which is at least
-    /// that long. The same bytes as [`EncodeMessage::encode_to`], without a dynamic call
-    /// per field or byte (prost writes a varint a byte at a time): a stream's run of small
-    /// messages is encoded this way.
+    /// that long. The same bytes as [`EncodeMessage::encode_to`]; the implementations for
+    /// prost messages write them without a dynamic call per field or byte (prost writes a
+    /// varint a byte at a time), the default goes through `encode_to`. A stream's batch of
+    /// small messages is encoded this way.
     fn encode_to_slice(&self, out: &mut [u8]) {
         let mut out = out;
         self.encode_to(&mut out);

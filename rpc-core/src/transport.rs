@@ -65,9 +65,10 @@ pub trait Connection: Send + Sync + 'static {
     /// next is returned whole, as one buffer, rather than as a buffer per frame: the
     /// frames before it are appended to `out` and the run follows them. For transports
     /// whose frames lie back to back in their memory (a byte stream's read buffer): the
-    /// receiver then splits the messages out as their stream is read, with no buffer,
-    /// header check or queue entry per message on the way. The default is `recv_ready`
-    /// and no run.
+    /// receiver then splits the messages out as their stream is read, with no buffer or
+    /// queue entry per message on the way. Every frame of a run must be whole, plain and
+    /// within the transport's maximum message size (the receiver checks the first two
+    /// and trusts the last). The default is `recv_ready` and no run.
     fn recv_ready_run(&self, out: &mut Vec<Self::RecvBuf>, max: usize) -> Option<Bytes> {
         self.recv_ready(out, max);
         None

@@ -30,7 +30,8 @@ pub(crate) struct Inbox {
     /// bytes, charged to the connection, its peer and the server until consumed.
     account: Option<Account>,
     /// Set once the queue was emptied for good ([`Inbox::fail`] discarding, or
-    /// [`Inbox::abandon`]): a reader drops the messages it took and has not read.
+    /// [`Inbox::abandon`]): the reader drops the messages it took and has not read on
+    /// its next poll (their account charge went back at once, with the queue's).
     pub(super) discarded: AtomicBool,
     pub(super) state: Mutex<InboxState>,
 }

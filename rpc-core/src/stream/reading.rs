@@ -15,7 +15,6 @@ use bytes::Bytes;
 use super::budget::{retry, WaitsForRoom};
 use super::inbox::{End, Inbox, InboxState, Queued};
 use super::payloads::next_message;
-use crate::account::Charge;
 use crate::Status;
 
 /// The messages a consumer took from its inbox and has not read yet, and what it read
@@ -28,8 +27,10 @@ pub(crate) struct Reading {
     run: Bytes,
     /// What that run holds of the account (given back with its last message).
     run_held: u32,
-    /// What the taken messages hold of the account (each read gives its part back).
-    held: Charge,
+    /// Account bytes of the messages read since the last settlement: their charge stays
+    /// with the inbox (which gives it all back at once if the stream is discarded) and
+    /// is given back when they are settled.
+    read_held: u64,
     /// Window bytes of the messages read since the last settlement.
     read: u64,
     /// Once `read` reaches it, window is due back to the peer: settle then.
@@ -50,12 +51,10 @@ impl Reading {
                 // The stream failed and its messages are of no use any more.
                 self.taken.clear();
                 self.run = Bytes::new();
-                self.held = Charge::none();
+                self.read_held = 0;
             }
             if let Some((payload, charged, held)) = self.next_taken() {
-                if held > 0 {
-                    self.held.release(held as usize);
-                }
+                self.read_held += u64::from(held);
                 self.read += u64::from(charged);
                 if self.read >= self.due {
                     let mut state = inbox.state.lock();
@@ -69,7 +68,7 @@ impl Reading {
             let waiting = self.settle(inbox, &mut state);
             if !state.queue.is_empty() {
                 std::mem::swap(&mut self.taken, &mut state.queue);
-                self.held.merge(std::mem::take(&mut state.held));
+                debug_assert_eq!(state.lent, 0, "one reader, settled before it takes more");
                 state.lent = self.taken.iter().map(|q| u64::from(q.charged)).sum();
                 drop(state);
                 retry(waiting);
@@ -121,6 +120,10 @@ impl Reading {
     #[must_use]
     fn settle(&mut self, inbox: &Inbox, state: &mut InboxState) -> Vec<Weak<dyn WaitsForRoom>> {
         let read = std::mem::take(&mut self.read);
+        let read_held = std::mem::take(&mut self.read_held);
+        if read_held > 0 {
+            state.held.release(read_held as usize);
+        }
         let half = u64::from(state.target / 2);
         let mut waiting = Vec::new();
         if read > 0 {
@@ -137,6 +140,8 @@ impl Reading {
         // takes it again.
         self.due = if inbox.has_budget() {
             1
+        } else if !matches!(state.end, End::Open) {
+            u64::MAX // nothing more to grant
         } else {
             half.saturating_sub(state.unreturned).max(1)
         };

@@ -138,6 +138,8 @@ impl<T> Streaming<T> {
 
     pub(super) fn finish(&mut self) {
         self.done = true;
+        // What it took and will not read is freed now, not when the stream is dropped.
+        self.reading = Reading::default();
         self.call = None; // cancels the call if it still runs
         self.deadline = None;
     }

@@ -351,3 +351,27 @@ async fn a_failed_stream_drops_the_run_its_reader_took() {
     let status = stream.message().await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted);
 }
+
+#[tokio::test]
+async fn a_discarded_stream_gives_back_what_its_reader_took_at_once() {
+    let budget = Arc::new(Budget::new(1 << 20));
+    let control = Arc::new(ControlQueue::default());
+    let account = account(1 << 20);
+    let inbox = Inbox::with_budget(1, control, 8000, budget.clone(), account.clone());
+    inbox.grant_rest();
+    let mut stream = Streaming::raw(inbox.clone(), Code::InvalidArgument);
+    for i in 0..3u8 {
+        inbox.push(100, Bytes::from(vec![i; 60])).unwrap();
+    }
+    // The reader takes all three, reads one, and the call ends (the handler keeps its
+    // stream): the two it took and did not read are no longer held.
+    assert_eq!(stream.next().await.unwrap().unwrap()[0], 0);
+    assert_eq!(account.held(Resource::Bytes, Scope::Connection), 200);
+    inbox.fail(Status::cancelled("the call ended"), true);
+    assert_eq!(account.held(Resource::Bytes, Scope::Connection), 0);
+    assert_eq!(budget.committed(), 0);
+    assert_eq!(
+        stream.next().await.unwrap().unwrap_err().code(),
+        Code::Cancelled
+    );
+}

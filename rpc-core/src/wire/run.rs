@@ -7,9 +7,10 @@
 use super::{Flags, FrameKind, Header};
 
 /// Whether `header` is a plain stream message: a `Message` frame with no flags (not the
-/// end of its stream, not discarded, not a remote descriptor).
+/// end of its stream, not discarded, not a remote descriptor) and no metadata (which a
+/// stream message does not use, and which a queued run would otherwise keep alive).
 pub fn is_plain_message(header: &Header) -> bool {
-    header.kind == FrameKind::Message && header.flags == Flags::default()
+    header.kind == FrameKind::Message && header.flags == Flags::default() && header.meta_len == 0
 }
 
 /// The front of `buf` that is a run of complete plain stream messages (see

@@ -135,15 +135,17 @@ impl<B: Deref<Target = [u8]>, K: Keep<B>> Demux<'_, B, K> {
                     }
                 }
             }
-            match self.calls.lock().get(call_id) {
-                Some(Waiter::Stream(inbox, _)) => inbox.clone(),
-                _ => {
-                    tracing::trace!(call_id, "messages for a stream no longer open");
-                    bad?;
-                    continue;
-                }
-            }
-            .push_frames(Bytes::copy_from_slice(&run[start..at]), last_len)?;
+            // The call table's lock is let go before the copy.
+            let inbox = match self.calls.lock().get(call_id) {
+                Some(Waiter::Stream(inbox, _)) => Some(inbox.clone()),
+                _ => None,
+            };
+            let Some(inbox) = inbox else {
+                tracing::trace!(call_id, "messages for a stream no longer open");
+                bad?;
+                continue;
+            };
+            inbox.push_frames(Bytes::copy_from_slice(&run[start..at]), last_len)?;
             bad?;
         }
         Ok(Heard::Frame)
