@@ -33,14 +33,20 @@ fn unbounded() -> Account {
     account(1 << 30)
 }
 
-#[tokio::test]
-async fn queued_messages_are_held_bytes_of_the_account_until_read() {
+/// A server's request stream: an inbox of an 8,000-byte window from a 1 MiB budget,
+/// charging `account`, granted its window, and the handler's view of it.
+fn server_stream(account: Account) -> (Arc<Budget>, Account, Arc<Inbox>, Streaming<Bytes>) {
     let budget = Arc::new(Budget::new(1 << 20));
     let control = Arc::new(ControlQueue::default());
-    let account = account(3000);
     let inbox = Inbox::with_budget(1, control, 8000, budget.clone(), account.clone());
     inbox.grant_rest();
-    let mut stream = Streaming::raw(inbox.clone(), Code::InvalidArgument);
+    let stream = Streaming::raw(inbox.clone(), Code::InvalidArgument);
+    (budget, account, inbox, stream)
+}
+
+#[tokio::test]
+async fn queued_messages_are_held_bytes_of_the_account_until_read() {
+    let (budget, account, inbox, mut stream) = server_stream(account(3000));
     inbox.push(1000, Bytes::from(vec![1; 960])).unwrap();
     inbox.push(1000, Bytes::from(vec![2; 960])).unwrap();
     assert_eq!(account.held(Resource::Bytes, Scope::Peer), 2000);
@@ -312,12 +318,7 @@ fn frames(call_id: u64, payloads: &[&[u8]]) -> (Bytes, usize) {
 
 #[tokio::test]
 async fn a_run_of_frames_is_read_message_by_message_and_charged_as_its_messages() {
-    let budget = Arc::new(Budget::new(1 << 20));
-    let control = Arc::new(ControlQueue::default());
-    let account = account(3000);
-    let inbox = Inbox::with_budget(1, control, 8000, budget.clone(), account.clone());
-    inbox.grant_rest();
-    let mut stream = Streaming::raw(inbox.clone(), Code::InvalidArgument);
+    let (budget, account, inbox, mut stream) = server_stream(account(3000));
     let (run, last) = frames(1, &[&[1; 960], &[2; 960]]);
     inbox.push_frames(run, last).unwrap();
     assert_eq!(account.held(Resource::Bytes, Scope::Peer), 2000);
@@ -354,12 +355,7 @@ async fn a_failed_stream_drops_the_run_its_reader_took() {
 
 #[tokio::test]
 async fn a_discarded_stream_gives_back_what_its_reader_took_at_once() {
-    let budget = Arc::new(Budget::new(1 << 20));
-    let control = Arc::new(ControlQueue::default());
-    let account = account(1 << 20);
-    let inbox = Inbox::with_budget(1, control, 8000, budget.clone(), account.clone());
-    inbox.grant_rest();
-    let mut stream = Streaming::raw(inbox.clone(), Code::InvalidArgument);
+    let (budget, account, inbox, mut stream) = server_stream(account(1 << 20));
     for i in 0..3u8 {
         inbox.push(100, Bytes::from(vec![i; 60])).unwrap();
     }

@@ -341,6 +341,9 @@ fn a_run_of_messages_in_one_buffer_reaches_each_stream_in_order() {
     let (messages, end) = drain(&inbox_a);
     assert_eq!(messages, ["a1", "a2", "a3"]);
     assert!(end.is_none());
+    // Copied out: a queued message never keeps the transport's read buffer alive.
+    let read_buffer = run.as_ptr_range();
+    assert!(messages.iter().all(|m| !read_buffer.contains(&m.as_ptr())));
     assert_eq!(drain(&inbox_b).0, ["b1"]);
     assert!(drain(&inbox_gone).0.is_empty(), "a stream no longer open");
     // Each message is charged its frame, as one by one.
