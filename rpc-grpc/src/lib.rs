@@ -45,6 +45,7 @@ mod frames;
 #[cfg(any(test, feature = "unstable-fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod inplace;
 mod linger;
 mod progress;
 mod server;

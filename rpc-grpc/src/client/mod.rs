@@ -143,6 +143,7 @@ impl ClientConnection {
             .enable_push(false)
             .initial_window_size(config.stream_window)
             .initial_connection_window_size(config.connection_window)
+            .max_frame_size(config.frame_size())
             .max_header_list_size((MAX_METADATA_LEN + 16 * 1024) as u32)
             .max_send_buffer_size(64 * 1024);
         let (h2, mut connection) = builder

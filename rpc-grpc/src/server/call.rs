@@ -1,4 +1,4 @@
-//! One gRPC call's task: translates its HTTP/2 stream into the server's frames and the
+//! One gRPC call (a future its connection's driver polls): translates its HTTP/2 stream into the server's frames and the
 //! server's frames into the HTTP/2 response.
 
 use std::sync::Arc;
@@ -113,7 +113,7 @@ pub(super) enum Wait {
     Idle,
 }
 
-/// Why a call's task stops early.
+/// Why a call stops early.
 pub(super) enum Stop {
     /// The client reset the call or the connection went: the server is told (CANCEL).
     Cancelled,

@@ -2,19 +2,22 @@
 //! their calls, watches its progress and keepalive, answers rapid reset and GOAWAY, and
 //! closes the socket lingering.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use h2::server::SendResponse;
 use h2::RecvStream;
 use http::Request;
 use rdmarpc_core::account::Charge;
 use rdmarpc_core::wire::FrameKind;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
 use super::call::call;
 use super::rewind::Rewind;
@@ -27,9 +30,11 @@ use crate::progress::{Activity, Timers, Watched};
 /// the client goes, the server closes, a graceful shutdown completes, or the connection
 /// misbehaves (writes make no progress, a keepalive PING goes unanswered, rapid reset).
 ///
-/// A stream is accepted only while fewer than `max_concurrent_streams` of this
-/// connection's calls' tasks are alive: a client that resets streams frees HTTP/2's
-/// count at once, not the handlers it started.
+/// The connection's calls are futures this driver polls beside the HTTP/2 connection
+/// (no task per call: a call's HTTP/2 work and the connection's I/O take turns on one
+/// task, not hand each other over between threads). A stream is accepted only while
+/// fewer than `max_concurrent_streams` of them are unfinished: a client that resets
+/// streams frees HTTP/2's count at once, not the calls it started.
 pub(super) async fn drive<T>(
     mut connection: h2::server::Connection<Watched<Returned<Rewind<T>>>, Bytes>,
     returned: oneshot::Receiver<Rewind<T>>,
@@ -48,18 +53,16 @@ pub(super) async fn drive<T>(
     }
     let config = &shared.config;
     let mut timers = Timers::new(config, activity, connection.ping_pong());
-    let slots = Arc::new(Semaphore::new(config.max_concurrent_streams.max(1) as usize));
-    let mut slot = None;
+    let max_calls = config.max_concurrent_streams.max(1) as usize;
+    let mut calls = FuturesUnordered::new();
     let mut going_away = false;
     // Whether the server's last frames are for the client to read (a GOAWAY with a
     // reason, the end of a graceful shutdown): then the socket is closed lingering.
     let mut linger = false;
     loop {
-        if slot.is_none() {
-            slot = slots.clone().try_acquire_owned().ok();
-        }
+        let room = calls.len() < max_calls;
         tokio::select! {
-            accepted = next_stream(&mut connection, slot.is_some()) => match accepted {
+            accepted = next_stream(&mut connection, room) => match accepted {
                 // A stream that crossed the GOAWAY (opened during HTTP/2's graceful
                 // shutdown, before the client knew): refused, so that the client sends
                 // it again elsewhere. The server is no longer reading new calls.
@@ -67,7 +70,7 @@ pub(super) async fn drive<T>(
                     respond.send_reset(h2::Reason::REFUSED_STREAM);
                 }
                 Some(Ok((request, respond))) => {
-                    spawn_call(&shared, &tx, (request, respond), slot.take());
+                    calls.push(start_call(&shared, &tx, (request, respond)));
                 }
                 Some(Err(e)) => {
                     tracing::debug!("HTTP/2 connection ended: {e}");
@@ -78,7 +81,7 @@ pub(super) async fn drive<T>(
                     break;
                 }
             },
-            permit = slots.clone().acquire_owned(), if slot.is_none() => slot = permit.ok(),
+            Some(()) = calls.next(), if !calls.is_empty() => {}
             why = timers.closing() => {
                 tracing::debug!("HTTP/2 connection closed: {why}");
                 break;
@@ -99,34 +102,26 @@ pub(super) async fn drive<T>(
             }
         }
     }
+    // The calls still open go with the connection (their streams are gone with it).
+    drop(calls);
     drop(connection);
     if let (true, Ok(io)) = (linger, returned.await) {
         linger::close(io, linger::LINGER).await;
     }
     shared.ended.send_replace(true);
-    // The calls' tasks end with their streams; the server sees the end once they and this
-    // sender are gone.
+    // The server sees the end once the calls and this sender are gone.
 }
 
-/// Starts the task of an accepted call, holding `slot` (one of the connection's stream
-/// slots) for as long as it runs.
-fn spawn_call(
+/// The future of an accepted call, polled by the driver. Built on the heap once: it
+/// holds the call's whole state (about 2 KiB), which then never moves.
+fn start_call(
     shared: &Arc<Shared>,
     tx: &mpsc::Sender<ToServer>,
     (request, respond): Accepted,
-    slot: Option<OwnedSemaphorePermit>,
-) {
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
     shared.resets.lock().accepted();
     let call_id = shared.next_call.fetch_add(1, Ordering::Relaxed);
-    let (shared, tx) = (shared.clone(), tx.clone());
-    // The call's future (about 2 KiB) is built on the heap once, in its task: the spawned
-    // future holds only the arguments and a pointer, so spawning copies those, not the
-    // whole state (perf: the copies of the call's future were 2-3 % of a small call's
-    // server CPU).
-    tokio::spawn(async move {
-        Box::pin(call(shared, tx, call_id, request, respond)).await;
-        drop(slot);
-    });
+    Box::pin(call(shared.clone(), tx.clone(), call_id, request, respond))
 }
 
 /// Waits until the server told its methods (true) or closed the connection first.

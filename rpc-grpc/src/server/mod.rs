@@ -1,15 +1,16 @@
 //! The server side: an HTTP/2 connection from a gRPC client, as a [`Connection`] whose
 //! frames are its calls.
 //!
-//! A driver task runs the HTTP/2 connection and starts a task per gRPC call. The call's
-//! task turns the request into the framework's frames for the server (`recv`), and the
-//! server's frames for the call (`send`, routed to it by call id) into the HTTP/2
-//! response: headers, length-prefixed messages, trailers with `grpc-status`. Bounds:
-//! the HTTP/2 windows (stream and connection) bound what a client may send before the
-//! server reads it; a call's task holds at most one window's worth of request messages
-//! the server has not been granted yet, and sends response messages only as HTTP/2 flow
-//! control lets it, granting the server a message's window back once it went out, so a
-//! client that does not read holds at most the server's stream window per call.
+//! A driver task runs the HTTP/2 connection and, beside it, a future per gRPC call (no
+//! task per call: `driver.rs`). The call's future turns the request into the
+//! framework's frames for the server (`recv`), and the server's frames for the call
+//! (`send`, routed to it by call id) into the HTTP/2 response: headers, length-prefixed
+//! messages, trailers with `grpc-status`. Bounds: the HTTP/2 windows (stream and
+//! connection) bound what a client may send before the server reads it; a call holds at
+//! most one window's worth of request messages the server has not been granted yet, and
+//! sends response messages only as HTTP/2 flow control lets it, granting the server a
+//! message's window back once it went out, so a client that does not read holds at most
+//! the server's stream window per call.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::calm::ResetBudget;
+use crate::inplace::InPlace;
 use crate::linger::Returned;
 use crate::progress::{Activity, Watched};
 mod call;
@@ -114,7 +116,7 @@ struct Held {
 type ToServer = (Bytes, Charge);
 
 /// Frames queued for the server (`recv`) across all calls: a server that stops reading
-/// stops the calls' tasks, which stop reading their bodies (HTTP/2 flow control).
+/// stops the calls, which stop reading their bodies (HTTP/2 flow control).
 const INCOMING_FRAMES: usize = 256;
 
 impl ServerConnection {
@@ -140,6 +142,7 @@ impl ServerConnection {
             .max_concurrent_streams(config.max_concurrent_streams)
             .initial_window_size(config.stream_window)
             .initial_connection_window_size(config.connection_window)
+            .max_frame_size(config.frame_size())
             .max_header_list_size((MAX_METADATA_LEN + 16 * 1024) as u32)
             .max_send_buffer_size(64 * 1024)
             // Resets of streams not yet accepted (h2 counts them) and streams h2 itself
@@ -165,7 +168,8 @@ impl ServerConnection {
             resets: Mutex::new(ResetBudget::new(config.max_concurrent_streams)),
             calm: watch::channel(false).0,
         });
-        tokio::spawn(drive(connection, returned, shared.clone(), tx, activity));
+        let driver = drive(connection, returned, shared.clone(), tx, activity);
+        tokio::spawn(InPlace::new(driver));
         let peer = match peer_addr {
             Some(addr) => format!("grpc://{addr}"),
             None => "grpc://?".into(),

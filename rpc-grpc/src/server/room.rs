@@ -3,8 +3,9 @@
 
 use rdmarpc_core::account::{Account, Charge, Resource};
 
-/// The largest DATA frame a client may send (HTTP/2's default `SETTINGS_MAX_FRAME_SIZE`,
-/// which this server keeps): the most one chunk of a body can be.
+/// The largest DATA frame a client may send under HTTP/2's default
+/// `SETTINGS_MAX_FRAME_SIZE`: the most one chunk of a body can be unless the server
+/// advertised more ([`Room::chunks_up_to`]).
 pub(super) const CHUNK: usize = 16 * 1024;
 
 /// Room on the connection's account for a request stream's next body chunk, taken
@@ -15,6 +16,8 @@ pub(crate) struct Room {
     pub(super) account: Account,
     pub(super) reserved: Charge,
     pub(super) waiting: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Charge> + Send>>>,
+    /// The largest chunk a client may send: the room taken before each read.
+    chunk: usize,
 }
 
 impl Room {
@@ -23,7 +26,14 @@ impl Room {
             account,
             reserved: Charge::none(),
             waiting: None,
+            chunk: CHUNK,
         }
+    }
+
+    /// Chunks of up to `max_frame_size` bytes (what the server advertised as
+    /// `SETTINGS_MAX_FRAME_SIZE`): the room taken before a read covers the largest.
+    pub(crate) fn chunks_up_to(&mut self, max_frame_size: usize) {
+        self.chunk = max_frame_size.max(CHUNK);
     }
 
     /// Whether a chunk may be read now, `held` being what the call's message in
@@ -34,11 +44,11 @@ impl Room {
         }
         let limit = self.account.limit(Resource::Bytes);
         let room = limit.saturating_sub(held.amount() + self.reserved.amount());
-        if self.reserved.amount() >= CHUNK || room == 0 {
+        if self.reserved.amount() >= self.chunk || room == 0 {
             // Room for a chunk, or a message charged as the whole of the limit already.
             return true;
         }
-        let want = (CHUNK - self.reserved.amount()).min(room);
+        let want = (self.chunk - self.reserved.amount()).min(room);
         match self.account.try_charge(Resource::Bytes, want) {
             Ok(more) => {
                 self.reserved.merge(more);

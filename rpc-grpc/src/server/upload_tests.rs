@@ -192,3 +192,21 @@ fn a_unary_request_larger_than_the_account_reads_to_its_end() {
     assert_eq!(message.len(), limit + 100);
     assert_eq!(charge.amount(), limit);
 }
+
+/// With 64 KiB frames advertised, the room taken before a read covers a 64 KiB chunk:
+/// the account holds every byte that arrived while the message is in progress (with the
+/// default 16 KiB of room a 64 KiB chunk was charged short).
+#[test]
+fn room_taken_before_a_read_covers_the_largest_frame_advertised() {
+    let account = account(1 << 20);
+    let mut up = Upload::new(None, account.clone());
+    up.room.chunks_up_to(64 * 1024);
+    let body = frame(&[3; 300 * 1024]);
+    let mut read = 0;
+    for piece in body.chunks(64 * 1024).take(3) {
+        assert!(up.wants_body(usize::MAX), "room for a chunk");
+        up.push_chunk(piece, MAX).unwrap();
+        read += piece.len();
+        assert!(held(&account) >= read, "held {} of {read}", held(&account));
+    }
+}
