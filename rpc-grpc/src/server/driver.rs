@@ -62,6 +62,30 @@ pub(super) async fn drive<T>(
     loop {
         let room = calls.len() < max_calls;
         tokio::select! {
+            // In this order: the connection's end and timers (cheap to ask, and never
+            // starved by a busy connection), then the calls, then HTTP/2 itself, so that
+            // what the calls hand it goes out in one write for all of them (writes were
+            // a quarter of a small call's server CPU).
+            biased;
+            () = set(&mut closed) => {
+                connection.abrupt_shutdown(h2::Reason::NO_ERROR);
+                break;
+            }
+            () = set(&mut calm) => {
+                tracing::debug!("HTTP/2 connection closed: the client resets the streams it opens");
+                calm_down(&mut connection).await;
+                linger = true;
+                break;
+            }
+            () = set(&mut goaway), if !going_away => {
+                going_away = true;
+                go_away(&mut connection, &tx);
+            }
+            why = timers.closing() => {
+                tracing::debug!("HTTP/2 connection closed: {why}");
+                break;
+            }
+            Some(()) = calls.next(), if !calls.is_empty() => {}
             accepted = next_stream(&mut connection, room) => match accepted {
                 // A stream that crossed the GOAWAY (opened during HTTP/2's graceful
                 // shutdown, before the client knew): refused, so that the client sends
@@ -81,25 +105,6 @@ pub(super) async fn drive<T>(
                     break;
                 }
             },
-            Some(()) = calls.next(), if !calls.is_empty() => {}
-            why = timers.closing() => {
-                tracing::debug!("HTTP/2 connection closed: {why}");
-                break;
-            }
-            () = set(&mut calm) => {
-                tracing::debug!("HTTP/2 connection closed: the client resets the streams it opens");
-                calm_down(&mut connection).await;
-                linger = true;
-                break;
-            }
-            () = set(&mut goaway), if !going_away => {
-                going_away = true;
-                go_away(&mut connection, &tx);
-            }
-            () = set(&mut closed) => {
-                connection.abrupt_shutdown(h2::Reason::NO_ERROR);
-                break;
-            }
         }
     }
     // The calls still open go with the connection (their streams are gone with it).
