@@ -1,6 +1,8 @@
 //! gRPC's length-prefixed messages in an HTTP/2 body: one byte of flags (bit 0:
 //! compressed), four bytes of length (big endian), the message.
 
+use std::collections::VecDeque;
+
 use bytes::{Buf, Bytes, BytesMut};
 use rdmarpc_core::Status;
 
@@ -9,10 +11,22 @@ use crate::compress::{Encoding, MIN_COMPRESSED};
 /// The prefix of each message.
 pub(crate) const PREFIX_LEN: usize = 5;
 
-/// Cuts messages out of the chunks of a body as they arrive.
+/// Chunks at least this long are kept as they came (slices of HTTP/2's read buffer,
+/// whose allocation a chunk this size mostly fills); shorter ones are copied together,
+/// so that many small slices never keep many large buffers alive.
+const KEEP: usize = 16 * 1024;
+
+/// Cuts messages out of the chunks of a body as they arrive. A message is copied once,
+/// into a buffer of exactly its size, when it is complete (not grown as it arrives); a
+/// long message that lies within one chunk is a slice of it.
 #[derive(Debug, Default)]
 pub(crate) struct Deframer {
-    buf: BytesMut,
+    /// What arrived and was not cut yet, in order, ending with `tail`.
+    parts: VecDeque<Bytes>,
+    /// Short chunks copied together, after `parts`.
+    tail: BytesMut,
+    /// Bytes in `parts` and `tail`.
+    held: usize,
     /// Cuts responses (a client's), not requests: for the errors' words.
     responses: bool,
     /// How the peer compresses the messages whose flag says so (`grpc-encoding`).
@@ -26,10 +40,8 @@ impl Deframer {
     /// A deframer of a response body, on a client.
     pub(crate) fn for_responses() -> Deframer {
         Deframer {
-            buf: BytesMut::new(),
             responses: true,
-            encoding: None,
-            consumed: 0,
+            ..Deframer::default()
         }
     }
 
@@ -38,14 +50,27 @@ impl Deframer {
         self.encoding = encoding;
     }
 
-    /// Adds a chunk of the body.
+    /// Adds a chunk of the body (copied).
     pub(crate) fn push(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
+        self.tail.extend_from_slice(chunk);
+        self.held += chunk.len();
+    }
+
+    /// Adds a chunk of the body, kept as it is when it is long (see [`KEEP`]).
+    pub(crate) fn push_bytes(&mut self, chunk: Bytes) {
+        if chunk.len() < KEEP {
+            return self.push(&chunk);
+        }
+        if !self.tail.is_empty() {
+            self.parts.push_back(self.tail.split().freeze());
+        }
+        self.held += chunk.len();
+        self.parts.push_back(chunk);
     }
 
     /// Bytes held (a message in progress).
     pub(crate) fn held(&self) -> usize {
-        self.buf.len()
+        self.held
     }
 
     /// Bytes of the body cut into messages since the last call: what the messages
@@ -73,11 +98,13 @@ impl Deframer {
         max: usize,
         charge: &mut dyn FnMut(usize) -> Result<(), Status>,
     ) -> Result<Option<Bytes>, Status> {
-        if self.buf.len() < PREFIX_LEN {
+        if self.held < PREFIX_LEN {
             return Ok(None);
         }
-        let flags = self.buf[0];
-        let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]) as usize;
+        let mut prefix = [0u8; PREFIX_LEN];
+        self.peek(&mut prefix);
+        let flags = prefix[0];
+        let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
         if flags & 1 != 0 && self.encoding.is_none() {
             return Err(Status::internal(
                 "a compressed message, but no grpc-encoding was sent",
@@ -93,16 +120,78 @@ impl Deframer {
                 "{what} message of {len} bytes exceeds the maximum of {max}"
             )));
         }
-        if self.buf.len() < PREFIX_LEN + len {
+        if self.held < PREFIX_LEN + len {
             return Ok(None);
         }
-        self.buf.advance(PREFIX_LEN);
-        let message = self.buf.split_to(len).freeze();
+        self.skip(PREFIX_LEN);
+        let message = self.take(len);
         self.consumed += PREFIX_LEN + len;
         match (flags & 1, self.encoding) {
             (1, Some(encoding)) => encoding.decompress(&message, max, charge).map(Some),
             _ => Ok(Some(message)),
         }
+    }
+
+    /// Copies the first `out.len()` bytes held into `out` (there are that many).
+    fn peek(&self, out: &mut [u8]) {
+        let mut at = 0;
+        for piece in self.parts.iter().map(|b| &b[..]).chain([&self.tail[..]]) {
+            let n = (out.len() - at).min(piece.len());
+            out[at..at + n].copy_from_slice(&piece[..n]);
+            at += n;
+            if at == out.len() {
+                return;
+            }
+        }
+    }
+
+    /// Drops the first `n` bytes held (there are that many).
+    fn skip(&mut self, mut n: usize) {
+        self.held -= n;
+        while n > 0 {
+            match self.parts.front_mut() {
+                Some(first) if first.len() <= n => {
+                    n -= first.len();
+                    self.parts.pop_front();
+                }
+                Some(first) => {
+                    first.advance(n);
+                    return;
+                }
+                None => return self.tail.advance(n),
+            }
+        }
+    }
+
+    /// The first `len` bytes held (there are that many): a slice of the chunk they lie
+    /// in if they are long (a short message may wait long, and must not keep a long
+    /// chunk alive), else one copy of them.
+    fn take(&mut self, len: usize) -> Bytes {
+        self.held -= len;
+        match self.parts.front_mut() {
+            Some(first) if first.len() >= len && len >= KEEP => {
+                let message = first.split_to(len);
+                if first.is_empty() {
+                    self.parts.pop_front();
+                }
+                return message;
+            }
+            None => return self.tail.split_to(len).freeze(),
+            Some(_) => {}
+        }
+        let mut message = BytesMut::with_capacity(len);
+        while message.len() < len {
+            let want = len - message.len();
+            match self.parts.front_mut() {
+                Some(first) if first.len() <= want => {
+                    message.extend_from_slice(first);
+                    self.parts.pop_front();
+                }
+                Some(first) => message.extend_from_slice(&first.split_to(want)),
+                None => message.extend_from_slice(&self.tail.split_to(want)),
+            }
+        }
+        message.freeze()
     }
 }
 
@@ -113,8 +202,7 @@ pub(crate) fn frame_with(message: &[u8], encoding: Option<Encoding>) -> Bytes {
         Some(encoding) if message.len() >= MIN_COMPRESSED => {
             let compressed = encoding.compress(message);
             let mut out = BytesMut::with_capacity(PREFIX_LEN + compressed.len());
-            out.extend_from_slice(&[1]);
-            out.extend_from_slice(&(compressed.len() as u32).to_be_bytes());
+            out.extend_from_slice(&prefix(compressed.len(), true));
             out.extend_from_slice(&compressed);
             out.freeze()
         }
@@ -125,10 +213,15 @@ pub(crate) fn frame_with(message: &[u8], encoding: Option<Encoding>) -> Bytes {
 /// `message` with its prefix (not compressed).
 pub(crate) fn frame(message: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(PREFIX_LEN + message.len());
-    out.extend_from_slice(&[0]);
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(&prefix(message.len(), false));
     out.extend_from_slice(message);
     out.freeze()
+}
+
+/// The prefix of a message of `len` bytes, `compressed` or not.
+pub(crate) fn prefix(len: usize, compressed: bool) -> [u8; PREFIX_LEN] {
+    let len = (len as u32).to_be_bytes();
+    [u8::from(compressed), len[0], len[1], len[2], len[3]]
 }
 
 #[cfg(test)]
@@ -155,5 +248,46 @@ mod tests {
         let mut c = Deframer::default();
         c.push(&[1, 0, 0, 0, 1, 7]);
         assert_eq!(c.next(100).unwrap_err().code(), Code::Internal);
+    }
+
+    /// Long chunks are kept as they came, short ones copied together, in order: a long
+    /// message within one chunk is a slice of it, one across chunks a single copy, a
+    /// short one a copy (it must not keep the long chunk alive).
+    #[test]
+    fn kept_and_copied_chunks_cut_the_same_messages() {
+        let big = vec![9u8; 40_000];
+        let messages: Vec<Vec<u8>> = vec![b"a".to_vec(), big.clone(), vec![], b"tail".to_vec()];
+        let body: Vec<u8> = messages.iter().flat_map(|m| frame(m).to_vec()).collect();
+        for cut in [1, 3, 5, 4096, KEEP, KEEP + 1, 30_000, body.len()] {
+            let mut d = Deframer::default();
+            let mut got = Vec::new();
+            for piece in body.chunks(cut) {
+                d.push_bytes(Bytes::copy_from_slice(piece));
+                while let Some(m) = d.next(1 << 20).unwrap() {
+                    got.push(m.to_vec());
+                }
+            }
+            assert_eq!(got, messages, "chunks of {cut}");
+            assert_eq!(d.held(), 0);
+            assert_eq!(d.take_consumed(), body.len());
+        }
+        // The big message alone in one long chunk: a slice of it, no copy.
+        let framed = frame(&big);
+        let mut d = Deframer::default();
+        d.push(&framed[..PREFIX_LEN]);
+        let chunk = framed.slice(PREFIX_LEN..);
+        let at = chunk.as_ptr();
+        d.push_bytes(chunk);
+        let m = d.next(1 << 20).unwrap().unwrap();
+        assert_eq!(m.as_ptr(), at, "a slice of the chunk");
+        let mut d = Deframer::default();
+        let chunk = Bytes::from([frame(b"short").to_vec(), vec![0; KEEP]].concat());
+        let range = chunk.as_ptr_range();
+        d.push_bytes(chunk);
+        let m = d.next(1 << 20).unwrap().unwrap();
+        assert!(
+            !range.contains(&m.as_ptr()),
+            "a short message is copied out"
+        );
     }
 }

@@ -196,7 +196,7 @@ fn body_chunk(
 ) -> bool {
     let before = expected.len();
     reference.push(chunk);
-    let got = up.push_chunk(chunk, max);
+    let got = up.push_chunk(Bytes::copy_from_slice(chunk), max);
     let wanted = drain(reference, max, expected);
     if let Err(status) = got {
         // A unary body's second message, refused at its first byte.

@@ -59,7 +59,7 @@ impl Call {
                 Ok(Some(chunk)) => {
                     let chunk = chunk.map_err(|_| None)?;
                     let _ = self.body.flow_control().release_capacity(chunk.len());
-                    up.push_chunk(&chunk, max).map_err(Some)?;
+                    up.push_chunk(chunk, max).map_err(Some)?;
                 }
             }
         }
@@ -119,7 +119,7 @@ impl Call {
                         Some(Ok(chunk)) => {
                             last_chunk = tokio::time::Instant::now();
                             let _ = self.body.flow_control().release_capacity(chunk.len());
-                            if let Err(status) = up.push_chunk(&chunk, max) {
+                            if let Err(status) = up.push_chunk(chunk, max) {
                                 // The server's call is told to stop; the client gets the reason.
                                 self.cancel_server().await;
                                 self.fail(&status);

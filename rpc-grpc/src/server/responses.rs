@@ -86,9 +86,9 @@ impl Call {
         .await
     }
 
-    /// Sends what HTTP/2 now allows of the queued messages, in one DATA frame (clients
-    /// refuse floods of small ones); each message that went out whole gives the server
-    /// its window back.
+    /// Sends what HTTP/2 now allows of the queued messages (short ones joined into one
+    /// DATA frame: clients refuse floods of small ones); each message that went out whole
+    /// gives the server its window back.
     pub(super) async fn sent(&mut self, wait: Wait) -> Result<(), Stop> {
         let capacity = match wait {
             Wait::Capacity(capacity) => capacity,
@@ -102,9 +102,12 @@ impl Call {
             }
         };
         let stream = self.sending.as_mut().expect("capacity needs a stream");
-        let (data, granted) = self.response.take(capacity);
-        if stream.send_data(data, false).is_err() {
-            return Err(Stop::Cancelled);
+        let mut frames = Vec::new();
+        let granted = self.response.take_frames(capacity, &mut frames);
+        for data in frames {
+            if stream.send_data(data, false).is_err() {
+                return Err(Stop::Cancelled);
+            }
         }
         if granted > 0 {
             let mut grant = Header::new(FrameKind::WindowUpdate, self.call_id);

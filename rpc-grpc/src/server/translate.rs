@@ -14,7 +14,7 @@ use rdmarpc_core::wire::{Flags, Frame, FrameKind};
 use rdmarpc_core::{Code, Metadata, Status};
 
 use super::status::status_headers;
-use crate::compress::{Encoding, ACCEPT};
+use crate::compress::{Encoding, ACCEPT, MIN_COMPRESSED};
 use crate::deframe;
 use crate::text;
 
@@ -33,9 +33,16 @@ pub(crate) enum H2 {
     Refuse,
 }
 
-/// A response message waiting for HTTP/2 flow control: its bytes (prefixed), the window
-/// it took from the server, and what it holds (`P`) until HTTP/2 takes it.
-type Outgoing<P> = (Bytes, usize, P);
+/// A piece of a response message waiting for HTTP/2 flow control: its bytes, the window
+/// it took from the server, and what it holds (`P`) until HTTP/2 takes it. A message is
+/// one piece (prefixed), or a long one two: its prefix (holding nothing) and its bytes
+/// as the server's frame carried them (no copy).
+type Outgoing<P> = (Bytes, usize, Option<P>);
+
+/// Messages at least this long go out as the server's frame carried them, after a DATA
+/// frame of their own for the prefix; shorter ones are copied behind their prefix, and
+/// pieces that go out together are joined into one DATA frame.
+const LONG: usize = 16 * 1024;
 
 /// The response side of one call: see the module docs.
 #[derive(Debug)]
@@ -101,8 +108,7 @@ impl<P> Responder<P> {
                 if !self.headers_sent {
                     self.headers(&Metadata::new(), actions);
                 }
-                let data = deframe::frame_with(frame.payload, self.encoding);
-                self.out.push_back((data, header.frame_len(), held));
+                self.queue(&buf, frame.payload, header.frame_len(), held);
             }
             FrameKind::Response if !self.done => {
                 if header.flags.contains(Flags::END_STREAM) {
@@ -120,35 +126,57 @@ impl<P> Responder<P> {
         None
     }
 
-    /// What HTTP/2 now lets go (`capacity` bytes) of the queued messages, as one DATA
-    /// frame (clients refuse floods of small ones), and the window the messages that
+    /// Queues the message `payload` (within the server's frame `buf`), which took
+    /// `charged` of the server's window and holds `held`.
+    fn queue(&mut self, buf: &Bytes, payload: &[u8], charged: usize, held: P) {
+        let compressed = self.encoding.is_some() && payload.len() >= MIN_COMPRESSED;
+        if compressed || payload.len() < LONG {
+            let data = deframe::frame_with(payload, self.encoding);
+            self.out.push_back((data, charged, Some(held)));
+            return;
+        }
+        let prefix = deframe::prefix(payload.len(), false);
+        self.out
+            .push_back((Bytes::copy_from_slice(&prefix), 0, None));
+        self.out
+            .push_back((buf.slice_ref(payload), charged, Some(held)));
+    }
+
+    /// What HTTP/2 now lets go (`capacity` bytes) of the queued messages, as DATA frames
+    /// into `frames`: one for short pieces together (clients refuse floods of small
+    /// ones), one for each long piece (not copied). Returns the window the messages that
     /// went out whole give back to the server.
-    pub(crate) fn take(&mut self, mut capacity: usize) -> (Bytes, usize) {
-        let mut pieces = Vec::new();
+    pub(crate) fn take_frames(&mut self, mut capacity: usize, frames: &mut Vec<Bytes>) -> usize {
         let mut granted = 0usize;
+        let mut short = Vec::new();
         while capacity > 0 {
             let Some((data, charged, _)) = self.out.front_mut() else {
                 break;
             };
             let n = capacity.min(data.len());
-            pieces.push(data.split_to(n));
+            let piece = data.split_to(n);
             capacity -= n;
             if data.is_empty() {
                 granted += *charged;
                 self.out.pop_front();
             }
-        }
-        let data = match pieces.len() {
-            1 => pieces.pop().expect("one"),
-            _ => {
-                let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
-                for piece in &pieces {
-                    joined.extend_from_slice(piece);
-                }
-                joined.freeze()
+            if piece.len() >= LONG {
+                frames.extend(join(&mut short));
+                frames.push(piece);
+            } else {
+                short.push(piece);
             }
-        };
-        (data, granted)
+        }
+        frames.extend(join(&mut short));
+        granted
+    }
+
+    /// [`Responder::take_frames`], the frames joined into one.
+    #[cfg(any(test, feature = "unstable-fuzzing"))]
+    pub(crate) fn take(&mut self, capacity: usize) -> (Bytes, usize) {
+        let mut frames = Vec::new();
+        let granted = self.take_frames(capacity, &mut frames);
+        (join(&mut frames).unwrap_or_default(), granted)
     }
 
     /// Once every queued message went out: the final status (and with a unary or
@@ -198,8 +226,7 @@ impl<P> Responder<P> {
             self.headers(&metadata, actions);
         }
         text::append_metadata(&mut trailers, &app_trailers);
-        let data = deframe::frame_with(frame.payload, self.encoding);
-        self.out.push_back((data, 0, held));
+        self.queue(&buf, frame.payload, 0, held);
         self.trailers = Some(trailers);
     }
 
@@ -234,6 +261,22 @@ impl<P> Responder<P> {
         text::append_metadata(&mut headers, metadata);
         self.headers_sent = true;
         actions.push(H2::Headers(headers));
+    }
+}
+
+/// `pieces` as one buffer (copied together if there are several), emptied; none if
+/// there were none.
+fn join(pieces: &mut Vec<Bytes>) -> Option<Bytes> {
+    match pieces.len() {
+        0 => None,
+        1 => pieces.pop(),
+        _ => {
+            let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+            for piece in pieces.drain(..) {
+                joined.extend_from_slice(&piece);
+            }
+            Some(joined.freeze())
+        }
     }
 }
 

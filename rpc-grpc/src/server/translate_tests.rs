@@ -225,3 +225,36 @@ fn window_updates_pass_through_and_malformed_frames_are_dropped() {
     );
     assert!(actions.is_empty());
 }
+
+/// A long message goes out as the server's frame carried it (not copied), after a DATA
+/// frame of its prefix; short ones before it are joined into that frame; its window
+/// comes back once its last byte went out.
+#[test]
+fn a_long_message_goes_out_uncopied_after_its_prefix() {
+    let mut r = Responder::new(MethodKind::ServerStreaming, None);
+    let mut actions = Vec::new();
+    let short = message(b"hi");
+    let payload = vec![5u8; 40_000];
+    let long = message(&payload);
+    let at = long.as_ptr_range();
+    r.on_frame(short.clone(), (), &mut actions);
+    r.on_frame(long.clone(), (), &mut actions);
+    let mut frames = Vec::new();
+    let granted = r.take_frames(7 + 5 + 30_000, &mut frames);
+    assert_eq!(frames.len(), 2, "short pieces joined, the long one apart");
+    assert_eq!(
+        &frames[0][..],
+        b"\x00\x00\x00\x00\x02hi\x00\x00\x00\x9c\x40"
+    );
+    assert_eq!(frames[1].len(), 30_000);
+    assert!(
+        at.contains(&frames[1].as_ptr()),
+        "a slice of the server's frame"
+    );
+    assert_eq!(granted, short.len(), "the long message is not out yet");
+    frames.clear();
+    let granted = r.take_frames(usize::MAX, &mut frames);
+    assert_eq!(frames.len(), 1);
+    assert_eq!(&frames[0][..], &payload[30_000..]);
+    assert_eq!(granted, long.len());
+}

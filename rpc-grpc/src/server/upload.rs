@@ -113,9 +113,9 @@ impl Upload {
     /// # Errors
     /// A malformed, oversized (past `max`) or over-account message: the status that ends
     /// the call.
-    pub(crate) fn push_chunk(&mut self, chunk: &[u8], max: usize) -> Result<(), Status> {
+    pub(crate) fn push_chunk(&mut self, chunk: Bytes, max: usize) -> Result<(), Status> {
         self.room.take(&mut self.held, chunk.len());
-        self.deframer.push(chunk);
+        self.deframer.push_bytes(chunk);
         loop {
             if self.single && !self.queued.is_empty() && self.in_message() {
                 return Err(more_than_one());

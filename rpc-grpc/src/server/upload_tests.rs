@@ -21,7 +21,7 @@ fn held(account: &Account) -> usize {
 fn push(up: &mut Upload, body: &[u8], chunk: usize) -> Result<(), rdmarpc_core::Status> {
     for piece in body.chunks(chunk) {
         assert!(up.wants_body(usize::MAX), "room for a chunk");
-        up.push_chunk(piece, MAX)?;
+        up.push_chunk(Bytes::copy_from_slice(piece), MAX)?;
     }
     Ok(())
 }
@@ -111,14 +111,18 @@ fn oversized_and_malformed_messages_end_the_call() {
     let mut prefix = vec![0u8];
     prefix.extend_from_slice(&((MAX + 1) as u32).to_be_bytes());
     assert_eq!(
-        up.push_chunk(&prefix, MAX).unwrap_err().code(),
+        up.push_chunk(Bytes::copy_from_slice(&prefix), MAX)
+            .unwrap_err()
+            .code(),
         Code::ResourceExhausted
     );
     // A compressed message where no encoding was negotiated.
     let mut up = Upload::new(None, account(1 << 20));
     let compressed = frame_with(&vec![1u8; 4096], Some(Encoding::Gzip));
     assert_eq!(
-        up.push_chunk(&compressed, MAX).unwrap_err().code(),
+        up.push_chunk(Bytes::copy_from_slice(&compressed), MAX)
+            .unwrap_err()
+            .code(),
         Code::Internal
     );
 }
@@ -136,7 +140,7 @@ fn the_body_waits_while_messages_wait_for_the_server() {
     let _ = up.next_message();
     assert!(up.wants_body(3000));
     assert!(!up.in_message());
-    up.push_chunk(&frame(&[0; 100])[..50], MAX).unwrap();
+    up.push_chunk(frame(&[0; 100]).slice(..50), MAX).unwrap();
     assert!(up.in_message(), "half a message arrived");
 }
 
@@ -205,7 +209,7 @@ fn room_taken_before_a_read_covers_the_largest_frame_advertised() {
     let mut read = 0;
     for piece in body.chunks(64 * 1024).take(3) {
         assert!(up.wants_body(usize::MAX), "room for a chunk");
-        up.push_chunk(piece, MAX).unwrap();
+        up.push_chunk(Bytes::copy_from_slice(piece), MAX).unwrap();
         read += piece.len();
         assert!(held(&account) >= read, "held {} of {read}", held(&account));
     }
