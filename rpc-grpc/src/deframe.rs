@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rdmarpc_core::Status;
 
 use crate::compress::{Encoding, MIN_COMPRESSED};
@@ -98,14 +98,57 @@ impl Deframer {
         max: usize,
         charge: &mut dyn FnMut(usize) -> Result<(), Status>,
     ) -> Result<Option<Bytes>, Status> {
+        let Some((compressed, len)) = self.complete(max)? else {
+            return Ok(None);
+        };
+        let message = self.take(len);
+        match (compressed, self.encoding) {
+            (true, Some(encoding)) => encoding.decompress(&message, max, charge).map(Some),
+            _ => Ok(Some(message)),
+        }
+    }
+
+    /// [`Deframer::next_charged`], the message in a buffer of its own after `headroom`
+    /// zero bytes (room for what goes in front of it: one copy in all, as it completes).
+    ///
+    /// # Errors
+    /// As [`Deframer::next_charged`].
+    pub(crate) fn next_with_headroom(
+        &mut self,
+        max: usize,
+        headroom: usize,
+        charge: &mut dyn FnMut(usize) -> Result<(), Status>,
+    ) -> Result<Option<BytesMut>, Status> {
+        let Some((compressed, len)) = self.complete(max)? else {
+            return Ok(None);
+        };
+        let mut out = BytesMut::with_capacity(headroom + len);
+        out.put_bytes(0, headroom);
+        match (compressed, self.encoding) {
+            (true, Some(encoding)) => {
+                let message = self.take(len);
+                let inflated = encoding.decompress(&message, max, charge)?;
+                out.extend_from_slice(&inflated);
+            }
+            _ => {
+                self.held -= len;
+                self.copy_out(len, &mut out);
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Whether a whole message is here: if so, its prefix is dropped and its flag and
+    /// length returned (it is the next `len` bytes held).
+    fn complete(&mut self, max: usize) -> Result<Option<(bool, usize)>, Status> {
         if self.held < PREFIX_LEN {
             return Ok(None);
         }
         let mut prefix = [0u8; PREFIX_LEN];
         self.peek(&mut prefix);
-        let flags = prefix[0];
+        let compressed = prefix[0] & 1 != 0;
         let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-        if flags & 1 != 0 && self.encoding.is_none() {
+        if compressed && self.encoding.is_none() {
             return Err(Status::internal(
                 "a compressed message, but no grpc-encoding was sent",
             ));
@@ -124,12 +167,8 @@ impl Deframer {
             return Ok(None);
         }
         self.skip(PREFIX_LEN);
-        let message = self.take(len);
         self.consumed += PREFIX_LEN + len;
-        match (flags & 1, self.encoding) {
-            (1, Some(encoding)) => encoding.decompress(&message, max, charge).map(Some),
-            _ => Ok(Some(message)),
-        }
+        Ok(Some((compressed, len)))
     }
 
     /// Copies the first `out.len()` bytes held into `out` (there are that many).
@@ -180,18 +219,25 @@ impl Deframer {
             Some(_) => {}
         }
         let mut message = BytesMut::with_capacity(len);
-        while message.len() < len {
-            let want = len - message.len();
+        self.copy_out(len, &mut message);
+        message.freeze()
+    }
+
+    /// Moves the first `len` bytes held (there are that many, already taken off `held`)
+    /// to the end of `out`.
+    fn copy_out(&mut self, len: usize, out: &mut BytesMut) {
+        let end = out.len() + len;
+        while out.len() < end {
+            let want = end - out.len();
             match self.parts.front_mut() {
                 Some(first) if first.len() <= want => {
-                    message.extend_from_slice(first);
+                    out.extend_from_slice(first);
                     self.parts.pop_front();
                 }
-                Some(first) => message.extend_from_slice(&first.split_to(want)),
-                None => message.extend_from_slice(&self.tail.split_to(want)),
+                Some(first) => out.extend_from_slice(&first.split_to(want)),
+                None => out.extend_from_slice(&self.tail.split_to(want)),
             }
         }
-        message.freeze()
     }
 }
 

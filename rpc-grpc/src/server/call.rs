@@ -18,7 +18,7 @@ use super::status::{refuse, status_headers};
 use super::translate::Responder;
 use super::{Held, Shared, ToCall, ToServer};
 use crate::compress::{Encoding, ACCEPT};
-use crate::frames::{control, frame};
+use crate::frames::control;
 
 use super::head::{read_head, Refusal};
 
@@ -140,7 +140,7 @@ impl Call {
             self.stream_requests(header, metadata, &mut frames, max)
                 .await
         } else {
-            match self.one_request(max).await {
+            match self.one_request(max, metadata).await {
                 Ok((message, held)) => {
                     header.flags = Flags::END_STREAM;
                     // The deadline ran from the request's headers: the server gets what
@@ -152,7 +152,7 @@ impl Call {
                     // Held by this call until it ends (the transport charges requests
                     // for the server: `Connection::charges_requests`).
                     self.request_bytes = held;
-                    self.to_server(frame(header, metadata, &message), Charge::none())
+                    self.to_server(message.into_frame(header, metadata), Charge::none())
                         .await
                 }
                 Err(Some(status)) => {

@@ -3,7 +3,6 @@
 //! stream read into it, waiting for room and for the server's window, handing the
 //! server what it lets go.
 
-use bytes::Bytes;
 use rdmarpc_core::account::Charge;
 use rdmarpc_core::wire::{Flags, FrameKind, Header};
 use rdmarpc_core::{Code, Metadata, Status};
@@ -11,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::call::{Call, Stop};
 use super::status::stalled;
-use super::upload::Upload;
+use super::upload::{Message, Upload};
 use super::ToCall;
 use crate::frames::frame;
 
@@ -27,8 +26,10 @@ impl Call {
     pub(super) async fn one_request(
         &mut self,
         max: usize,
-    ) -> Result<(Bytes, Charge), Option<Status>> {
+        metadata: &Metadata,
+    ) -> Result<(Message, Charge), Option<Status>> {
         let mut up = Upload::single(self.request_encoding, self.account().clone());
+        up.metadata_len(metadata.encoded_len());
         up.room
             .chunks_up_to(self.shared.config.frame_size() as usize);
         let body_deadline = tokio::time::Instant::now() + self.shared.config.body_timeout;
@@ -152,7 +153,7 @@ impl Call {
     async fn forward(&mut self, up: &mut Upload) -> Result<(), Stop> {
         while let Some((message, charge)) = up.next_message() {
             let m = Header::new(FrameKind::Message, self.call_id);
-            self.to_server(frame(m, &Metadata::new(), &message), charge)
+            self.to_server(message.into_frame(m, &Metadata::new()), charge)
                 .await?;
         }
         Ok(())

@@ -8,10 +8,10 @@
 
 use std::collections::VecDeque;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use rdmarpc_core::account::{Account, Charge, Resource};
-use rdmarpc_core::wire::HEADER_LEN;
-use rdmarpc_core::Status;
+use rdmarpc_core::wire::{encode_head, Header, HEADER_LEN};
+use rdmarpc_core::{Metadata, Status};
 
 use super::room::Room;
 use crate::compress::Encoding;
@@ -40,13 +40,49 @@ pub(crate) fn inflate(
     Ok(())
 }
 
+/// A request message in a buffer of its own, with room in front of it for its frame's
+/// head: it becomes the server's frame without another copy.
+#[derive(Debug)]
+pub(crate) struct Message {
+    buf: BytesMut,
+    headroom: usize,
+}
+
+impl Message {
+    /// The message's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf[self.headroom..]
+    }
+
+    /// The message as a frame with `header` and `metadata` (in place when they fill the
+    /// room in front of it, as they do when the upload was told their length).
+    pub(crate) fn into_frame(mut self, mut header: Header, metadata: &Metadata) -> Bytes {
+        header.payload_len = self.bytes().len() as u32;
+        if HEADER_LEN + metadata.encoded_len() != self.headroom {
+            return crate::frames::frame(header, metadata, self.bytes());
+        }
+        let mut head = &mut self.buf[..self.headroom];
+        encode_head(&mut header, metadata, &mut head);
+        debug_assert!(head.is_empty(), "the head fills the room");
+        self.buf.freeze()
+    }
+}
+
+impl PartialEq<Bytes> for Message {
+    fn eq(&self, other: &Bytes) -> bool {
+        self.bytes() == &other[..]
+    }
+}
+
 /// A request body's state while its call reads it.
 pub(crate) struct Upload {
     account: Account,
     deframer: Deframer,
     /// Messages waiting for the server's window, each with what it holds on the
     /// connection's account (its bytes as received, or as inflated).
-    queued: VecDeque<(Bytes, Charge)>,
+    queued: VecDeque<(Message, Charge)>,
+    /// Room in front of each message for its frame's head.
+    headroom: usize,
     /// Frame bytes of the queued messages.
     queued_bytes: usize,
     /// What the deframer holds (a message in progress) on the account.
@@ -72,6 +108,7 @@ impl Upload {
             account,
             deframer,
             queued: VecDeque::new(),
+            headroom: HEADER_LEN,
             queued_bytes: 0,
             held: Charge::none(),
             window: 0,
@@ -87,6 +124,12 @@ impl Upload {
             single: true,
             ..Upload::new(encoding, account)
         }
+    }
+
+    /// The messages' frames carry `metadata_len` bytes of metadata (a unary call's one
+    /// message): the room in front of each message.
+    pub(crate) fn metadata_len(&mut self, metadata_len: usize) {
+        self.headroom = HEADER_LEN + metadata_len;
     }
 
     /// Whether to read the body now: it goes on, the messages waiting for the server's
@@ -124,9 +167,15 @@ impl Upload {
             let (account, held) = (&self.account, &self.held);
             let next = self
                 .deframer
-                .next_charged(max, &mut |n| inflate(account, held, &mut inflated, n))?;
-            let Some(message) = next else {
+                .next_with_headroom(max, self.headroom, &mut |n| {
+                    inflate(account, held, &mut inflated, n)
+                })?;
+            let Some(buf) = next else {
                 return Ok(());
+            };
+            let message = Message {
+                buf,
+                headroom: self.headroom,
             };
             // As received, or as inflated (the compressed bytes are gone then).
             let received = self.held.split(self.deframer.take_consumed());
@@ -135,7 +184,7 @@ impl Upload {
             } else {
                 received
             };
-            self.queued_bytes += HEADER_LEN + message.len();
+            self.queued_bytes += HEADER_LEN + message.bytes().len();
             self.queued.push_back((message, charge));
         }
     }
@@ -155,7 +204,7 @@ impl Upload {
     ///
     /// # Errors
     /// The body ended inside a message, or with none.
-    pub(crate) fn the_one(&mut self) -> Result<(Bytes, Charge), Status> {
+    pub(crate) fn the_one(&mut self) -> Result<(Message, Charge), Status> {
         debug_assert!(self.single && self.queued.len() <= 1);
         if self.in_message() {
             return Err(Status::internal("the request ended inside a message"));
@@ -164,7 +213,7 @@ impl Upload {
             .queued
             .pop_front()
             .ok_or_else(|| Status::unimplemented("no request message"))?;
-        self.queued_bytes -= HEADER_LEN + message.len();
+        self.queued_bytes -= HEADER_LEN + message.bytes().len();
         Ok((message, charge))
     }
 
@@ -180,12 +229,12 @@ impl Upload {
 
     /// The next message the server's window lets go (it may overdraw it, as a sender
     /// does), with what it holds on the account until the server takes it.
-    pub(crate) fn next_message(&mut self) -> Option<(Bytes, Charge)> {
+    pub(crate) fn next_message(&mut self) -> Option<(Message, Charge)> {
         if self.window <= 0 {
             return None;
         }
         let (message, charge) = self.queued.pop_front()?;
-        let frame_len = HEADER_LEN + message.len();
+        let frame_len = HEADER_LEN + message.bytes().len();
         self.queued_bytes -= frame_len;
         self.window -= frame_len as i64;
         Some((message, charge))

@@ -46,7 +46,11 @@ fn messages_cut_across_chunks_go_whole_and_in_order_within_the_window() {
     assert_eq!(first, messages[0]);
     assert!(up.next_message().is_none(), "the window is spent");
     up.grant(1 << 20);
-    let rest: Vec<Bytes> = std::iter::from_fn(|| up.next_message().map(|(m, _)| m)).collect();
+    let rest: Vec<Bytes> = std::iter::from_fn(|| {
+        up.next_message()
+            .map(|(m, _)| Bytes::copy_from_slice(m.bytes()))
+    })
+    .collect();
     assert_eq!(rest, messages[1..]);
     assert!(!up.finished(), "the body goes on");
     up.body_ended();
@@ -65,7 +69,7 @@ fn a_queued_message_holds_its_bytes_until_the_server_takes_it() {
     assert!(held(&account) >= 1000, "held {}", held(&account));
     up.grant(1 << 20);
     let (message, charge) = up.next_message().unwrap();
-    assert_eq!(message.len(), 1000);
+    assert_eq!(message.bytes().len(), 1000);
     assert!(charge.amount() >= 1000);
     drop(charge);
     drop(up);
@@ -83,7 +87,7 @@ fn a_compressed_message_is_charged_at_its_inflated_size() {
         push(&mut up, &body, 16 * 1024).unwrap();
         up.grant(1);
         let (got, charge) = up.next_message().unwrap();
-        assert_eq!(got, message);
+        assert_eq!(got.bytes(), &message[..]);
         assert!(
             charge.amount() >= 200_000,
             "{encoding:?}: {}",
@@ -152,7 +156,7 @@ fn a_unary_request_is_its_one_message_with_its_charge() {
     push(&mut up, &frame_with(&message, Some(Encoding::Zstd)), 100).unwrap();
     up.body_ended();
     let (got, charge) = up.the_one().unwrap();
-    assert_eq!(got, message);
+    assert_eq!(got.bytes(), &message[..]);
     assert!(charge.amount() >= 100_000, "charged {}", charge.amount());
     drop(up);
     assert!(held(&account) >= 100_000, "the message holds its charge");
@@ -193,7 +197,7 @@ fn a_unary_request_larger_than_the_account_reads_to_its_end() {
     assert!(up.wants_body(usize::MAX), "waits for room only it holds");
     up.body_ended();
     let (message, charge) = up.the_one().unwrap();
-    assert_eq!(message.len(), limit + 100);
+    assert_eq!(message.bytes().len(), limit + 100);
     assert_eq!(charge.amount(), limit);
 }
 
@@ -212,5 +216,35 @@ fn room_taken_before_a_read_covers_the_largest_frame_advertised() {
         up.push_chunk(Bytes::copy_from_slice(piece), MAX).unwrap();
         read += piece.len();
         assert!(held(&account) >= read, "held {} of {read}", held(&account));
+    }
+}
+
+/// A unary message is cut with room for its frame's head (header and the call's
+/// metadata) in front: the frame is that buffer, written in place, not a copy; metadata
+/// of another length than announced still makes a right frame (a copy).
+#[test]
+fn a_message_becomes_its_frame_in_place() {
+    use rdmarpc_core::wire::{Frame, FrameKind, Header};
+    use rdmarpc_core::Metadata;
+    let mut md = Metadata::new();
+    md.append("x-trace", "abc");
+    for announced in [md.encoded_len(), 0] {
+        let mut up = Upload::single(None, account(1 << 20));
+        up.metadata_len(announced);
+        push(&mut up, &frame(&[4; 3000]), 1000).unwrap();
+        up.body_ended();
+        let (message, _) = up.the_one().unwrap();
+        let at = message.bytes().as_ptr();
+        let buf = message.into_frame(Header::new(FrameKind::Request, 9), &md);
+        let parsed = Frame::parse(&buf).unwrap();
+        assert_eq!(parsed.header.call_id, 9);
+        assert_eq!(parsed.payload, &[4; 3000][..]);
+        assert_eq!(Metadata::decode(parsed.metadata).unwrap(), md);
+        let in_place = std::ptr::eq(parsed.payload.as_ptr(), at);
+        assert_eq!(
+            in_place,
+            announced == md.encoded_len(),
+            "announced {announced}"
+        );
     }
 }
