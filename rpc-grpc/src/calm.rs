@@ -2,7 +2,7 @@
 //! after the server accepted it makes the server start a handler per reset. This counts
 //! the client's resets of accepted streams over a sliding window of recent streams and
 //! tells when they are past the budget: the connection then gets GOAWAY with
-//! `ENHANCE_YOUR_CALM` and is closed. Sans-IO: the driver and the calls' tasks feed it.
+//! `ENHANCE_YOUR_CALM` and is closed. Sans-IO: the driver and the calls feed it.
 
 /// Resets of accepted streams over a window of recently accepted streams.
 ///
@@ -31,7 +31,7 @@ impl ResetBudget {
         }
     }
 
-    /// A stream was accepted (a call task started for it).
+    /// A stream was accepted (a call started for it).
     pub(crate) fn accepted(&mut self) {
         self.accepted += 1;
         if self.accepted > self.window {

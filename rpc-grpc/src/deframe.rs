@@ -11,9 +11,11 @@ use crate::compress::{Encoding, MIN_COMPRESSED};
 /// The prefix of each message.
 pub(crate) const PREFIX_LEN: usize = 5;
 
-/// Chunks at least this long are kept as they came (slices of HTTP/2's read buffer,
-/// whose allocation a chunk this size mostly fills); shorter ones are copied together,
-/// so that many small slices never keep many large buffers alive.
+/// Chunks at least this long (by default) are kept as they came: slices of HTTP/2's
+/// read buffer, whose allocation a chunk of the largest frame size mostly fills (h2
+/// reserves a frame's length as its header arrives); shorter ones are copied together,
+/// so that small slices never keep large buffers alive. [`Deframer::keep_from`] raises it
+/// to the frame size advertised.
 const KEEP: usize = 16 * 1024;
 
 /// Cuts messages out of the chunks of a body as they arrive. A message is copied once,
@@ -27,6 +29,8 @@ pub(crate) struct Deframer {
     tail: BytesMut,
     /// Bytes in `parts` and `tail`.
     held: usize,
+    /// Chunks this long or longer are kept as they came (0: [`KEEP`]).
+    keep: usize,
     /// Cuts responses (a client's), not requests: for the errors' words.
     responses: bool,
     /// How the peer compresses the messages whose flag says so (`grpc-encoding`).
@@ -56,9 +60,15 @@ impl Deframer {
         self.held += chunk.len();
     }
 
+    /// Keeps chunks as they came only if they are `frame_size` long or longer (the
+    /// largest frame the peer may send), so a kept chunk fills most of its buffer.
+    pub(crate) fn keep_from(&mut self, frame_size: usize) {
+        self.keep = frame_size.max(KEEP);
+    }
+
     /// Adds a chunk of the body, kept as it is when it is long (see [`KEEP`]).
     pub(crate) fn push_bytes(&mut self, chunk: Bytes) {
-        if chunk.len() < KEEP {
+        if chunk.len() < self.keep.max(KEEP) {
             return self.push(&chunk);
         }
         if !self.tail.is_empty() {

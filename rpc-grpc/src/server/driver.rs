@@ -3,6 +3,7 @@
 //! closes the socket lingering.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use h2::server::SendResponse;
 use h2::RecvStream;
 use http::Request;
@@ -44,11 +46,11 @@ pub(super) async fn drive<T>(
 ) where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let _ended = Ended(shared.clone());
     let mut goaway = shared.goaway.subscribe();
     let mut closed = shared.closed.subscribe();
     let mut calm = shared.calm.subscribe();
     if !ready_or_closed(&shared).await {
-        shared.ended.send_replace(true);
         return;
     }
     let config = &shared.config;
@@ -107,18 +109,32 @@ pub(super) async fn drive<T>(
             },
         }
     }
-    // The calls still open go with the connection (their streams are gone with it).
+    // The calls still open go with the connection (their streams are gone with it), and
+    // so do their routes: the server's frames for them are dropped, not held.
     drop(calls);
+    shared.calls.lock().clear();
     drop(connection);
     if let (true, Ok(io)) = (linger, returned.await) {
         linger::close(io, linger::LINGER).await;
     }
-    shared.ended.send_replace(true);
     // The server sees the end once the calls and this sender are gone.
 }
 
+/// Tells the server the driver is done when it ends, returning or unwinding.
+struct Ended(Arc<Shared>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.0.ended.send_replace(true);
+    }
+}
+
 /// The future of an accepted call, polled by the driver. Built on the heap once: it
-/// holds the call's whole state (about 2 KiB), which then never moves.
+/// holds the call's whole state (about 2 KiB), which then never moves. A call whose
+/// messages are compressed (either way) runs as a task of its own, which the future
+/// waits for: inflating or deflating a large message must not hold up the
+/// connection's other calls and its I/O. A call that panics ends alone, its stream
+/// reset (dropped), as a task's would.
 fn start_call(
     shared: &Arc<Shared>,
     tx: &mpsc::Sender<ToServer>,
@@ -126,7 +142,29 @@ fn start_call(
 ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
     shared.resets.lock().accepted();
     let call_id = shared.next_call.fetch_add(1, Ordering::Relaxed);
-    Box::pin(call(shared.clone(), tx.clone(), call_id, request, respond))
+    let compressed = shared.config.send_compression.is_some()
+        || request
+            .headers()
+            .get("grpc-encoding")
+            .is_some_and(|v| v.as_bytes() != b"identity");
+    let call = call(shared.clone(), tx.clone(), call_id, request, respond);
+    if compressed {
+        let task = tokio::spawn(Box::pin(call));
+        return Box::pin(async move {
+            if let Err(e) = task.await {
+                tracing::error!(call_id, "gRPC call's task failed: {e}");
+            }
+        });
+    }
+    Box::pin(async move {
+        if AssertUnwindSafe(Box::pin(call))
+            .catch_unwind()
+            .await
+            .is_err()
+        {
+            tracing::error!(call_id, "gRPC call panicked");
+        }
+    })
 }
 
 /// Waits until the server told its methods (true) or closed the connection first.

@@ -30,8 +30,7 @@ impl Call {
     ) -> Result<(Message, Charge), Option<Status>> {
         let mut up = Upload::single(self.request_encoding, self.account().clone());
         up.metadata_len(metadata.encoded_len());
-        up.room
-            .chunks_up_to(self.shared.config.frame_size() as usize);
+        up.frames_up_to(self.shared.config.frame_size() as usize);
         let body_deadline = tokio::time::Instant::now() + self.shared.config.body_timeout;
         let (until, why) = match self.deadline {
             Some(deadline) if deadline < body_deadline => (deadline, Code::DeadlineExceeded),
@@ -82,8 +81,7 @@ impl Call {
         self.to_server(frame(header, metadata, &[]), Charge::none())
             .await?;
         let mut up = Upload::new(self.request_encoding, self.account().clone());
-        up.room
-            .chunks_up_to(self.shared.config.frame_size() as usize);
+        up.frames_up_to(self.shared.config.frame_size() as usize);
         // When the last chunk came: a message in progress may stall only so long.
         let mut last_chunk = tokio::time::Instant::now();
         let mut was_reading = true;

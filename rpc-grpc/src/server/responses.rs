@@ -118,8 +118,8 @@ impl Call {
         Ok(())
     }
 
-    /// `first` and the server's frames that came along with it (a run of messages goes
-    /// out as one DATA frame); the window they grant the request stream.
+    /// `first` and the server's frames that came along with it (short messages of a run
+    /// go out together in one DATA frame); the window they grant the request stream.
     pub(super) fn on_server_frames(
         &mut self,
         first: ToCall,

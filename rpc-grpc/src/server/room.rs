@@ -16,8 +16,11 @@ pub(crate) struct Room {
     pub(super) account: Account,
     pub(super) reserved: Charge,
     pub(super) waiting: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Charge> + Send>>>,
-    /// The largest chunk a client may send: the room taken before each read.
+    /// The largest chunk a client may send (its frames may be this long).
     chunk: usize,
+    /// The room taken before each read: [`CHUNK`] until a longer chunk came, then
+    /// `chunk` (a stream that has not sent long frames does not hold room for them).
+    want: usize,
 }
 
 impl Room {
@@ -27,11 +30,13 @@ impl Room {
             reserved: Charge::none(),
             waiting: None,
             chunk: CHUNK,
+            want: CHUNK,
         }
     }
 
     /// Chunks of up to `max_frame_size` bytes (what the server advertised as
-    /// `SETTINGS_MAX_FRAME_SIZE`): the room taken before a read covers the largest.
+    /// `SETTINGS_MAX_FRAME_SIZE`): once a chunk longer than [`CHUNK`] came, the room taken
+    /// before a read covers the largest.
     pub(crate) fn chunks_up_to(&mut self, max_frame_size: usize) {
         self.chunk = max_frame_size.max(CHUNK);
     }
@@ -44,11 +49,11 @@ impl Room {
         }
         let limit = self.account.limit(Resource::Bytes);
         let room = limit.saturating_sub(held.amount() + self.reserved.amount());
-        if self.reserved.amount() >= self.chunk || room == 0 {
+        if self.reserved.amount() >= self.want || room == 0 {
             // Room for a chunk, or a message charged as the whole of the limit already.
             return true;
         }
-        let want = (self.chunk - self.reserved.amount()).min(room);
+        let want = (self.want - self.reserved.amount()).min(room);
         match self.account.try_charge(Resource::Bytes, want) {
             Ok(more) => {
                 self.reserved.merge(more);
@@ -77,8 +82,20 @@ impl Room {
         }
     }
 
-    /// A chunk of `n` bytes arrived: its room moves to `held`.
+    /// A chunk of `n` bytes arrived: its room moves to `held`. A chunk longer than the
+    /// room (the stream's first long frame) is charged for the rest as far as the
+    /// account allows (its bytes were in memory already, within the HTTP/2 windows), and
+    /// from then on the room taken covers the longest frame.
     pub(crate) fn take(&mut self, held: &mut Charge, n: usize) {
+        let reserved = self.reserved.amount();
         held.merge(self.reserved.split(n));
+        if n > reserved {
+            self.want = self.chunk;
+            let limit = self.account.limit(Resource::Bytes);
+            let more = (n - reserved).min(limit.saturating_sub(held.amount()));
+            if let Ok(charge) = self.account.try_charge(Resource::Bytes, more) {
+                held.merge(charge);
+            }
+        }
     }
 }

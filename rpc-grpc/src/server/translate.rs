@@ -1,7 +1,7 @@
 //! A call's response side as a sans-IO translator: the server's frames in; out, the
 //! HTTP/2 actions ([`H2`]: response headers, trailers, a trailers-only answer, a
 //! refusal), the length-prefixed response messages cut to what HTTP/2 flow control
-//! allows, and the window those give back to the server. The call's task
+//! allows, and the window those give back to the server. The call
 //! (`responses.rs`) performs the actions on h2 and waits for its capacity. Unit tests in
 //! `translate_tests.rs`; fuzz target `grpc_response` (through `crate::fuzzing`).
 

@@ -2,7 +2,7 @@
 //! room taken on the connection's account first); out, the gRPC messages deframed (and
 //! inflated), each charged at its size in memory, queued until the server grants window,
 //! then handed over in order within it (a request stream), or the one message of a
-//! unary or server-streaming call once the body ended ([`Upload::single`]). The call's task (`requests.rs`) reads the body,
+//! unary or server-streaming call once the body ended ([`Upload::single`]). The call (`requests.rs`) reads the body,
 //! waits for room and for the server, and sends what this lets go. Unit tests in
 //! `upload_tests.rs`; fuzz target `grpc_request` (through `crate::fuzzing`).
 
@@ -124,6 +124,14 @@ impl Upload {
             single: true,
             ..Upload::new(encoding, account)
         }
+    }
+
+    /// The client's frames are up to `frame_size` bytes long (what the server
+    /// advertised): the room taken before a read covers one once the stream sent a long
+    /// one, and only chunks that long are kept as they came.
+    pub(crate) fn frames_up_to(&mut self, frame_size: usize) {
+        self.room.chunks_up_to(frame_size);
+        self.deframer.keep_from(frame_size);
     }
 
     /// The messages' frames carry `metadata_len` bytes of metadata (a unary call's one

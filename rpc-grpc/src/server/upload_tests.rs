@@ -201,14 +201,22 @@ fn a_unary_request_larger_than_the_account_reads_to_its_end() {
     assert_eq!(charge.amount(), limit);
 }
 
-/// With 64 KiB frames advertised, the room taken before a read covers a 64 KiB chunk:
-/// the account holds every byte that arrived while the message is in progress (with the
-/// default 16 KiB of room a 64 KiB chunk was charged short).
+/// With 64 KiB frames advertised, a stream holds a default chunk's room (16 KiB) until
+/// a long chunk comes; that one is charged whole, and the room taken before each read
+/// covers a 64 KiB chunk from then on: the account holds every byte that arrived while
+/// the message is in progress.
 #[test]
 fn room_taken_before_a_read_covers_the_largest_frame_advertised() {
     let account = account(1 << 20);
     let mut up = Upload::new(None, account.clone());
-    up.room.chunks_up_to(64 * 1024);
+    up.frames_up_to(64 * 1024);
+    // Before a long chunk came, the room is a default chunk's (16 KiB).
+    assert!(up.wants_body(usize::MAX));
+    assert_eq!(
+        held(&account),
+        16 * 1024,
+        "16 KiB held by a stream yet to send"
+    );
     let body = frame(&[3; 300 * 1024]);
     let mut read = 0;
     for piece in body.chunks(64 * 1024).take(3) {
