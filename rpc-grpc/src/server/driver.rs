@@ -114,10 +114,18 @@ pub(super) async fn drive<T>(
     drop(calls);
     shared.calls.lock().clear();
     drop(connection);
+    close(linger, returned).await;
+    // The server sees the end once the calls and this sender are gone.
+}
+
+/// Closes the socket, lingering if the server's last frames are for the client to read.
+async fn close<T: AsyncRead + AsyncWrite + Unpin>(
+    linger: bool,
+    returned: oneshot::Receiver<Rewind<T>>,
+) {
     if let (true, Ok(io)) = (linger, returned.await) {
         linger::close(io, linger::LINGER).await;
     }
-    // The server sees the end once the calls and this sender are gone.
 }
 
 /// Tells the server the driver is done when it ends, returning or unwinding.

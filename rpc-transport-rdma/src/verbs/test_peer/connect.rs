@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{err, HelloLimits, RECV_SLOTS, SLOT};
 use crate::handshake::{Mode, Offer, BLOCK, HELLO, NONE, OKAY};
-use crate::verbs::{CmEventKind, CmId, EventChannel, Init, QueuePair, Rts};
+use crate::verbs::{CmEventKind, CmId, ConnParam, EventChannel, Init, QueuePair, Rts};
 
 /// The queue pair in RTS after rdma_cm's `answer` to the connect request: moved by
 /// this side and established (InfiniBand, RoCE), or by the kernel (iWARP).
@@ -66,6 +66,27 @@ pub(super) fn resolved(
     cm_event(channel, &id, &[CmEventKind::AddrResolved])?;
     id.resolve_route(Duration::from_secs(10)).map_err(err)?;
     cm_event(channel, &id, &[CmEventKind::RouteResolved])?;
+    Ok(id)
+}
+
+/// Sends the connect request on `id`. As the transport's client does: on iWARP an
+/// rdma_cm port is also a host TCP port, which a host socket may hold (`EADDRINUSE`), and
+/// a fresh id (resolved from `local` to `server` again) takes another port.
+pub(super) fn request(
+    channel: &Arc<EventChannel>,
+    mut id: CmId,
+    local: Option<SocketAddr>,
+    server: SocketAddr,
+    param: &ConnParam<'_>,
+) -> Result<CmId, String> {
+    let mut attempt = 1;
+    while let Err(e) = id.connect(param) {
+        if !e.address_in_use() || attempt == crate::cm_service::PORT_ATTEMPTS {
+            return Err(format!("{e} ({attempt} rdma_cm ports tried)"));
+        }
+        attempt += 1;
+        id = resolved(channel, local, server)?;
+    }
     Ok(id)
 }
 

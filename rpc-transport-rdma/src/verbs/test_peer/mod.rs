@@ -162,7 +162,7 @@ impl RawPeer {
         forge(&mut token, &mut server);
         // From the side channel's address, unless the request goes to another family.
         let local = (local.is_ipv4() == server.is_ipv4()).then_some(local);
-        let mut id = resolved(&channel, local, server)?;
+        let id = resolved(&channel, local, server)?;
         let ctx = Arc::new(id.context().map_err(err)?);
         let pd = Arc::new(ProtectionDomain::new(&ctx).map_err(err)?);
         let cq = Arc::new(CompletionQueue::new(&ctx, 1024, None, 0).map_err(err)?);
@@ -186,16 +186,7 @@ impl RawPeer {
             initiator_depth: ctx.max_qp_init_rd_atom().min(MAX_INITIATOR_DEPTH),
             retry_count: 7,
         };
-        // As the transport's client: on iWARP an rdma_cm port is also a host TCP port,
-        // which a host socket may hold (EADDRINUSE); a fresh id takes another port.
-        let mut attempt = 1;
-        while let Err(e) = id.connect(&param) {
-            if !e.address_in_use() || attempt == crate::cm_service::PORT_ATTEMPTS {
-                return Err(format!("{e} ({attempt} rdma_cm ports tried)"));
-            }
-            attempt += 1;
-            id = resolved(&channel, local, server)?;
-        }
+        let id = connect::request(&channel, id, local, server, &param)?;
         let answer = cm_event(
             &channel,
             &id,
