@@ -122,6 +122,16 @@ mod tests {
         }
     }
 
+    /// A task's waker, and the count of its wakes.
+    fn task() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count::default());
+        (count.clone(), Waker::from(count))
+    }
+
+    fn poll<F: Future>(f: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
+        f.poll(&mut Context::from_waker(waker))
+    }
+
     #[test]
     fn a_self_wake_is_polled_again_without_waking_the_task() {
         let polls = Arc::new(AtomicUsize::new(0));
@@ -129,9 +139,8 @@ mod tests {
             left: 5,
             polls: polls.clone(),
         }));
-        let count = Arc::new(Count::default());
-        let waker = Waker::from(count.clone());
-        assert!(f.as_mut().poll(&mut Context::from_waker(&waker)).is_ready());
+        let (count, waker) = task();
+        assert!(poll(f.as_mut(), &waker).is_ready());
         assert_eq!(polls.load(Ordering::SeqCst), 6);
         assert_eq!(
             count.0.load(Ordering::SeqCst),
@@ -147,15 +156,11 @@ mod tests {
             left: MAX_ROUNDS + 3,
             polls: polls.clone(),
         }));
-        let count = Arc::new(Count::default());
-        let waker = Waker::from(count.clone());
-        assert!(f
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_pending());
+        let (count, waker) = task();
+        assert!(poll(f.as_mut(), &waker).is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), MAX_ROUNDS as usize);
         assert_eq!(count.0.load(Ordering::SeqCst), 1, "it yielded: woken once");
-        assert!(f.as_mut().poll(&mut Context::from_waker(&waker)).is_ready());
+        assert!(poll(f.as_mut(), &waker).is_ready());
     }
 
     #[test]
@@ -170,16 +175,12 @@ mod tests {
                 Err(_) => Poll::Pending,
             }
         })));
-        let count = Arc::new(Count::default());
-        let waker = Waker::from(count.clone());
-        assert!(f
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_pending());
+        let (count, waker) = task();
+        assert!(poll(f.as_mut(), &waker).is_pending());
         tx.send(()).unwrap();
         let w = inner_waker.lock().take().expect("registered");
         std::thread::spawn(move || w.wake()).join().unwrap();
         assert_eq!(count.0.load(Ordering::SeqCst), 1, "the task was woken");
-        assert!(f.as_mut().poll(&mut Context::from_waker(&waker)).is_ready());
+        assert!(poll(f.as_mut(), &waker).is_ready());
     }
 }
