@@ -3,9 +3,9 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::endpoint::{Health, Phase};
+use super::endpoint::{EndpointState, Health, Phase};
 use super::{Balancer, Resolution, Sub};
 use crate::client::connection::Shared;
 use crate::transport::Connection;
@@ -25,6 +25,47 @@ pub(super) enum Pick<C: Connection> {
     /// the first resolution).
     Wait,
     Fail(Status),
+}
+
+/// Why an endpoint that no pick could use is not usable now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unusable {
+    /// Something is under way that is worth waiting for: a first dial, a first health
+    /// answer, or a new connection after the last one ended or began draining.
+    Wait,
+    /// Connected, its health watch says (or has not said within the connect timeout)
+    /// it does not serve.
+    NotServing,
+    /// Dials fail (as gRPC's TRANSIENT_FAILURE): fail-fast calls do not wait for it.
+    Failing,
+}
+
+/// Why the endpoint of `state` is not usable (no pick took it): `failed` says its last
+/// dial or connection failed.
+fn unusable(state: &EndpointState, failed: bool, connect_timeout: Duration) -> Unusable {
+    match state.phase.load() {
+        // A first dial: worth waiting for. A dial after failures is not (the endpoint is
+        // failing until it connects).
+        Phase::Connecting if !failed => Unusable::Wait,
+        Phase::Ready => match state.health.load() {
+            Health::Unknown => {
+                let since = *state.health_since.lock();
+                if since.is_none_or(|t| t.elapsed() < connect_timeout) {
+                    Unusable::Wait
+                } else {
+                    Unusable::NotServing
+                }
+            }
+            Health::NotServing => Unusable::NotServing,
+            // Ready and serving, yet no pick took it: its connection just ended or
+            // drains, and its connector is about to dial again (it says Connecting,
+            // then Ready or Failed). Failing calls meanwhile said "no endpoint usable"
+            // with no reason, under load, as a channel connected.
+            Health::Serving if !failed => Unusable::Wait,
+            Health::Serving => Unusable::Failing,
+        },
+        Phase::Connecting | Phase::Failed => Unusable::Failing,
+    }
 }
 
 impl<C: Connection> Balancer<C> {
@@ -85,22 +126,10 @@ impl<C: Connection> Balancer<C> {
         for sub in subs.iter() {
             let state = &sub.state;
             let last_error = state.last_error.lock().clone();
-            match state.phase.load() {
-                // A first dial: worth waiting for. A dial after failures is not (the
-                // endpoint is failing until it connects), as gRPC's TRANSIENT_FAILURE.
-                Phase::Connecting if last_error.is_none() => return Pick::Wait,
-                Phase::Ready => match state.health.load() {
-                    Health::Unknown => {
-                        let since = *state.health_since.lock();
-                        if since.is_none_or(|t| t.elapsed() < self.config.connect_timeout) {
-                            return Pick::Wait;
-                        }
-                        not_serving += 1;
-                    }
-                    Health::NotServing => not_serving += 1,
-                    Health::Serving => {}
-                },
-                Phase::Connecting | Phase::Failed => {}
+            match unusable(state, last_error.is_some(), self.config.connect_timeout) {
+                Unusable::Wait => return Pick::Wait,
+                Unusable::NotServing => not_serving += 1,
+                Unusable::Failing => {}
             }
             if error.is_none() {
                 error = last_error;
@@ -193,4 +222,57 @@ pub(super) fn seed() -> u64 {
     std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::balance::endpoint::{AtomicState, Ejection, EjectionBudget};
+
+    fn state(phase: Phase, health: Health) -> EndpointState {
+        EndpointState {
+            conn_event: tokio::sync::Notify::new(),
+            changed: Arc::default(),
+            phase: AtomicState::new(phase),
+            health: AtomicState::new(health),
+            last_error: parking_lot::Mutex::new(None),
+            health_since: parking_lot::Mutex::new(Some(Instant::now())),
+            failures: std::sync::atomic::AtomicU32::new(0),
+            streak: std::sync::atomic::AtomicU32::new(0),
+            ejection: parking_lot::Mutex::new(Ejection::default()),
+            budget: Arc::new(EjectionBudget::default()),
+            eject_after: 2,
+            ejection_time: Duration::from_secs(10),
+        }
+    }
+
+    /// An endpoint between two connections (ready and serving, but its connection
+    /// ended or drains and its connector has not dialled yet) is waited for, not failed:
+    /// calls failed so with "no endpoint of 2 is usable (0 not serving)" and no reason.
+    #[test]
+    fn an_endpoint_between_connections_is_waited_for() {
+        let timeout = Duration::from_secs(1);
+        let between = state(Phase::Ready, Health::Serving);
+        assert_eq!(unusable(&between, false, timeout), Unusable::Wait);
+        // After a connection that ended at once, or failed dials: failing.
+        assert_eq!(unusable(&between, true, timeout), Unusable::Failing);
+        let failed = state(Phase::Failed, Health::Serving);
+        assert_eq!(unusable(&failed, true, timeout), Unusable::Failing);
+        let first_dial = state(Phase::Connecting, Health::Serving);
+        assert_eq!(unusable(&first_dial, false, timeout), Unusable::Wait);
+        assert_eq!(unusable(&first_dial, true, timeout), Unusable::Failing);
+    }
+
+    /// Health decides for a connected endpoint: not serving counts as such; unknown is
+    /// waited for within the connect timeout only.
+    #[test]
+    fn a_connected_endpoint_is_judged_by_its_health() {
+        let timeout = Duration::from_secs(1);
+        let not_serving = state(Phase::Ready, Health::NotServing);
+        assert_eq!(unusable(&not_serving, false, timeout), Unusable::NotServing);
+        let unknown = state(Phase::Ready, Health::Unknown);
+        assert_eq!(unusable(&unknown, false, timeout), Unusable::Wait);
+        *unknown.health_since.lock() = Some(Instant::now() - 2 * timeout);
+        assert_eq!(unusable(&unknown, false, timeout), Unusable::NotServing);
+    }
 }
