@@ -433,14 +433,28 @@ impl Inbox {
     /// Everything the reader can take now: the messages, then the end if it came.
     #[cfg(test)]
     pub(crate) fn drain_now(&self) -> (Vec<Bytes>, Option<Result<(), Status>>) {
-        let mut cx = Context::from_waker(Waker::noop());
+        /// Counts its wakes: a reader that yields wakes itself first.
+        struct Wakes(std::sync::atomic::AtomicUsize);
+        impl std::task::Wake for Wakes {
+            fn wake(self: Arc<Self>) {
+                self.wake_by_ref();
+            }
+            fn wake_by_ref(self: &Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let wakes = Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
         let mut messages = Vec::new();
         let mut reading = super::reading::Reading::default();
         loop {
+            let before = wakes.0.load(Ordering::Relaxed);
             match reading.poll_next(self, &mut cx) {
                 Poll::Ready(Some(Ok(m))) => messages.push(m),
                 Poll::Ready(Some(Err(status))) => return (messages, Some(Err(status))),
                 Poll::Ready(None) => return (messages, Some(Ok(()))),
+                Poll::Pending if wakes.0.load(Ordering::Relaxed) > before => {} // a yield
                 Poll::Pending => return (messages, None),
             }
         }

@@ -170,14 +170,8 @@ impl<T> Stream for Streaming<T> {
             this.finish();
             return Poll::Ready(Some(Err(status)));
         }
-        // A consumer that always finds a message ready still yields to the runtime now
-        // and then (tokio's task budget), so that the window updates its reading queued
-        // go out while it reads on, not once the whole window is read.
-        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        // (A consumer that always finds a message ready yields now and then: `Reading`.)
         let next = this.reading.poll_next(&this.inbox, cx);
-        if next.is_ready() {
-            coop.made_progress();
-        }
         match next {
             Poll::Ready(Some(Ok(bytes))) => match (this.decode)(bytes) {
                 Ok(message) => Poll::Ready(Some(Ok(message))),

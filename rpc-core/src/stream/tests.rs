@@ -371,3 +371,82 @@ async fn a_discarded_stream_gives_back_what_its_reader_took_at_once() {
         Code::Cancelled
     );
 }
+
+/// A reader that always finds a message ready yields to the runtime once it granted
+/// window back (the update must go out while it reads on) and every 1,024 messages,
+/// not every 128 (tokio's budget; each yield woke a parked worker on a multi-thread
+/// runtime). Every message is read, in order, across the yields.
+#[test]
+fn a_reader_yields_after_a_grant_and_every_1024_messages() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Wakes(AtomicUsize);
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    // A window of 100,000 bytes: 3,000 messages of 10 bytes are 30,000 (no grant).
+    let (inbox, control) = inbox(100_000, 100_000);
+    for i in 0..3000u32 {
+        inbox
+            .push(10, Bytes::from(i.to_le_bytes().to_vec()))
+            .unwrap();
+    }
+    let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+    let waker = Waker::from(wakes.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut reading = reading::Reading::default();
+    let (mut read, mut yields) = (0u32, Vec::new());
+    loop {
+        match reading.poll_next(&inbox, &mut cx) {
+            Poll::Ready(Some(Ok(m))) => {
+                assert_eq!(&m[..], &read.to_le_bytes());
+                read += 1;
+            }
+            Poll::Pending if wakes.0.swap(0, Ordering::Relaxed) == 1 => yields.push(read),
+            other => panic!("{other:?} after {read}"),
+        }
+        if read == 3000 {
+            break;
+        }
+    }
+    assert_eq!(
+        yields,
+        [1024, 2048],
+        "no grant: one yield per 1,024 messages"
+    );
+    // 50,000 more bytes: the grant at half the window (50,000 read) is followed by a
+    // yield before the next message.
+    for i in 0..5000u32 {
+        inbox
+            .push(10, Bytes::from(i.to_le_bytes().to_vec()))
+            .unwrap();
+    }
+    let (mut grants, mut yields) = (Vec::new(), Vec::new());
+    for n in 0..5000u32 {
+        let message = loop {
+            match reading.poll_next(&inbox, &mut cx) {
+                Poll::Ready(Some(Ok(m))) => break m,
+                Poll::Pending if wakes.0.swap(0, Ordering::Relaxed) == 1 => yields.push(n),
+                other => panic!("{other:?} at {n}"),
+            }
+        };
+        assert_eq!(&message[..], &n.to_le_bytes());
+        let batch = control.take_batch().unwrap_or_default();
+        if batch
+            .iter()
+            .any(|c| c.0 == FrameKind::WindowUpdate && c.1 == 7)
+        {
+            grants.push(n + 1);
+        }
+    }
+    assert_eq!(grants.len(), 1, "half the window read: one grant");
+    assert!(
+        yields.contains(&grants[0]),
+        "no yield after the grant: {yields:?}"
+    );
+}
