@@ -441,3 +441,40 @@ async fn a_client_cancelling_its_calls_keeps_its_connection() {
     assert_eq!(dropped, 240);
     assert!(same, "the connection stayed open");
 }
+
+/// Handlers that panic (on their first poll, and after an await) under gRPC: each fails
+/// its own call INTERNAL, while a slower call started before them on the same HTTP/2
+/// connection and the calls after them are served there, and another client meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_only_its_own_grpc_call() {
+    let mut server = ServerProcess::start(&[]);
+    let (mut client, _) = h2_attacker(&server, 0, &h2::client::Builder::new()).await;
+    let slow = EchoRequest {
+        payload: vec![5; 64].into(),
+        delay_ms: 300,
+        ..Default::default()
+    };
+    let (slow_call, _body) = start_echo(&mut client, &slow).await;
+    let mut codes = Vec::new();
+    for delay_ms in [0, 20] {
+        let panics = EchoRequest {
+            panic: true,
+            delay_ms,
+            ..Default::default()
+        };
+        let (response, _body) = start_echo(&mut client, &panics).await;
+        codes.push(grpc_status(response).await);
+    }
+    let (after, _body) = start_echo(&mut client, &reply_of(1000)).await;
+    let after = grpc_status(after).await;
+    let slow = grpc_status(slow_call).await;
+    let other = good_call(server.port).await;
+    report(&format!(
+        "grpc: panicking handlers -> {codes:?}; the call in flight beside them -> {slow:?}, the next one -> {after:?}; other client {other:?}"
+    ));
+    assert_eq!(codes, [Some(13), Some(13)], "INTERNAL, each");
+    assert_eq!(slow, Some(0), "the call in flight beside them");
+    assert_eq!(after, Some(0), "the same connection serves on");
+    other.expect("another client is served");
+    assert!(server.is_alive());
+}
