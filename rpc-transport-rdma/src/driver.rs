@@ -38,16 +38,20 @@ pub(crate) async fn run(inner: Arc<Inner>, mut side: Socket) {
     let mut side_buf = [0u8; 64];
     let mut cm_events = inner.cm.lock().take_events();
     if closed.borrow().is_none() {
-        tokio::select! {
-            read = side.read(&mut side_buf) => {
-                inner.fail(match read {
-                    Ok(0) => Close::PeerClosed,
-                    Ok(_) => Close::Violation(Lie::SideChannelBytes),
-                    Err(e) => Close::Failed(format!("side channel: {e}")),
-                });
+        let why = tokio::select! {
+            read = side.read(&mut side_buf) => Some(match read {
+                Ok(0) => Close::PeerClosed,
+                Ok(_) => Close::Violation(Lie::SideChannelBytes),
+                Err(e) => Close::Failed(format!("side channel: {e}")),
+            }),
+            why = ended(&mut cm_events) => Some(why),
+            _ = closed.changed() => None,
+        };
+        if let Some(why) = why {
+            if matches!(why, Close::PeerClosed) {
+                reap_before_close(&inner);
             }
-            why = ended(&mut cm_events) => inner.fail(why),
-            _ = closed.changed() => {}
+            inner.fail(why);
         }
     }
     // Its frames never answered must not keep the CQ's driver spinning for replies.
@@ -67,6 +71,20 @@ pub(crate) async fn run(inner: Arc<Inner>, mut side: Socket) {
         sink.closed(inner.end_result());
     }
     inner.receiving.wake();
+}
+
+/// The peer closed cleanly: it did so once its last messages were delivered here (a
+/// peer's graceful close waits for its sends to complete), but the close is told out of
+/// band (its side channel ends, or rdma_cm says disconnected) and can come before anyone
+/// polled those messages' completions. They are handed up first, so that the response
+/// to a call is not lost to the close that followed it (a caller that called without
+/// pause on a connection retired by `max_connection_age` failed "connection closed by
+/// peer" so, now and then, in the TCG guest).
+fn reap_before_close(inner: &Inner) {
+    const ROUNDS: usize = 64;
+    if let Err(e) = inner.completion.shared().reap_all(ROUNDS) {
+        tracing::debug!("polling the completion queue at the peer's close: {e}");
+    }
 }
 
 /// Waits for rdma_cm to say the connection ended: on iWARP a peer's provider may drop

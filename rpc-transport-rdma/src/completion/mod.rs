@@ -435,6 +435,21 @@ impl SharedCq {
         }
     }
 
+    /// Polls until the CQ has nothing more (at most `rounds` batches), waiting for a
+    /// poller that holds it meanwhile: what completed before now is handed up when this
+    /// returns. Returns the completions handled here.
+    pub(crate) fn reap_all(&self, rounds: usize) -> Result<usize, String> {
+        let mut poller = self.poller.lock();
+        let mut handled = 0;
+        for _ in 0..rounds {
+            match self.poll(&mut poller)? {
+                0 => break,
+                n => handled += n,
+            }
+        }
+        Ok(handled)
+    }
+
     /// Locks out every other poller while `f` runs (so frames waiting now go up before
     /// any that a poll would hand up).
     pub(crate) fn exclusive<T>(&self, f: impl FnOnce() -> T) -> T {
