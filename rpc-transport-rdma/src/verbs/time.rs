@@ -8,10 +8,11 @@
 //! such pairs), at a rate learnt over the whole time since the first reading. The
 //! anchor is taken again whenever the last one is more than [`REANCHOR`] old by the
 //! counter: three system clock reads per [`REANCHOR`] while the clock is in use, which also
-//! checks the prediction. A prediction further off than [`MAX_ERROR`] (and 1 %) turns
-//! the clock off for good (the system clock answers from then on).
+//! checks the prediction. [`STRIKES`] predictions in a row further off than [`MAX_ERROR`]
+//! (and 1 %, and how far apart the counter's readings around each anchor's clock read
+//! were) turn the clock off for good (the system clock answers from then on).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,10 @@ const CALIBRATION: Duration = Duration::from_millis(20);
 /// of the time since the last anchor) before the counter is deemed unfit as a clock (it
 /// stopped, jumped, or runs at a varying rate).
 const MAX_ERROR: Duration = Duration::from_millis(2);
+/// Predictions off in a row before the counter is deemed unfit: one can be a thread
+/// preempted while it read the clocks, or a rate learnt from noisy first readings (a
+/// loaded, emulated guest), which the next anchors correct.
+const STRIKES: u32 = 3;
 
 /// The first reading of both clocks: the origin of the anchors and of the rate.
 static ORIGIN: OnceLock<(Instant, u64)> = OnceLock::new();
@@ -38,7 +43,12 @@ static AT_CYCLES: AtomicU64 = AtomicU64::new(0);
 static SCALE: AtomicU64 = AtomicU64::new(0);
 /// Set while one thread takes a new anchor.
 static ANCHORING: AtomicBool = AtomicBool::new(false);
-/// Set once a prediction was found too far off.
+/// How far the anchor's clock read may be from the counter's reading it was paired
+/// with, in cycles (half the gap between the counter's readings around it).
+static AT_SLACK: AtomicU64 = AtomicU64::new(0);
+/// Predictions off in a row.
+static MISSES: AtomicU32 = AtomicU32::new(0);
+/// Set once [`STRIKES`] predictions in a row were found too far off.
 static UNFIT: AtomicBool = AtomicBool::new(false);
 
 /// Now, told from the cycle counter, or `None` when it cannot tell (no counter, the rate
@@ -94,8 +104,8 @@ fn cycles_in(length: Duration, scale: u64) -> u64 {
 
 /// The system clock and the counter read together: the counter on both sides of the
 /// clock, three times, and the pair whose two counter readings are closest (the thread
-/// least likely to have been preempted between), with their midpoint.
-fn paired() -> Option<(Instant, u64)> {
+/// least likely to have been preempted between), with their midpoint and half their gap.
+fn paired() -> Option<(Instant, u64, u64)> {
     let mut best: Option<(u64, Instant, u64)> = None;
     for _ in 0..3 {
         let before = counter()?;
@@ -109,7 +119,7 @@ fn paired() -> Option<(Instant, u64)> {
             best = Some((gap, now, before + gap / 2));
         }
     }
-    best.map(|(_, now, cycles)| (now, cycles))
+    best.map(|(gap, now, cycles)| (now, cycles, gap / 2))
 }
 
 /// Takes a new anchor (one thread at a time: `None` when another one is at it), learning
@@ -120,16 +130,17 @@ fn reanchor() -> Option<Instant> {
         return None;
     }
     let taken = paired();
-    if let Some((now, cycles)) = taken {
-        anchor_at(now, cycles);
+    if let Some((now, cycles, slack)) = taken {
+        anchor_at(now, cycles, slack);
     }
     ANCHORING.store(false, Ordering::Release);
-    Some(taken.map_or_else(Instant::now, |(now, _)| now))
+    Some(taken.map_or_else(Instant::now, |(now, _, _)| now))
 }
 
-/// Checks the old anchor's prediction for `now` (read with the counter's `cycles`), and
-/// makes them the anchor once the rate can be learnt. Never moves the anchor backwards.
-fn anchor_at(now: Instant, cycles: u64) {
+/// Checks the old anchor's prediction for `now` (read with the counter's `cycles`, at
+/// most `slack` cycles apart), and makes them the anchor once the rate can be learnt.
+/// Never moves the anchor backwards.
+fn anchor_at(now: Instant, cycles: u64, slack: u64) {
     let &(origin, origin_cycles) = ORIGIN.get_or_init(|| (now, cycles));
     let elapsed = now.saturating_duration_since(origin);
     let Some((at_ns, at_cycles, scale)) = anchor() else {
@@ -139,15 +150,18 @@ fn anchor_at(now: Instant, cycles: u64) {
         return;
     }
     if scale > 0 {
-        let since = (u128::from(cycles - at_cycles) * u128::from(scale)) >> 32;
+        let to_ns = |c: u64| (u128::from(c) * u128::from(scale)) >> 32;
+        let since = to_ns(cycles - at_cycles);
+        let uncertain = to_ns(slack.saturating_add(AT_SLACK.load(Ordering::Relaxed)));
         let error = (u128::from(at_ns) + since).abs_diff(elapsed.as_nanos());
-        // The rate's own error grows with the time since the anchor (1 % allowed).
-        if error > MAX_ERROR.as_nanos() + since / 100 {
+        let misses = MISSES.load(Ordering::Relaxed);
+        let (misses, unfit) = judge(misses, off(error, since, uncertain));
+        MISSES.store(misses, Ordering::Relaxed);
+        if unfit && !UNFIT.swap(true, Ordering::Relaxed) {
             tracing::debug!(
                 error_ns = u64::try_from(error).unwrap_or(u64::MAX),
                 "the cycle counter is unfit as a clock: the system clock tells the time"
             );
-            UNFIT.store(true, Ordering::Relaxed);
         }
     }
     if elapsed >= CALIBRATION && cycles > origin_cycles {
@@ -158,6 +172,7 @@ fn anchor_at(now: Instant, cycles: u64) {
             Ordering::Release,
         );
         AT_CYCLES.store(cycles, Ordering::Release);
+        AT_SLACK.store(slack, Ordering::Relaxed);
         SCALE.store(
             u64::try_from(scale.max(1)).unwrap_or(u64::MAX),
             Ordering::Release,
@@ -166,9 +181,48 @@ fn anchor_at(now: Instant, cycles: u64) {
     }
 }
 
+/// Whether a prediction `error` ns off, `since` ns after its anchor, is too far off: past
+/// [`MAX_ERROR`], 1 % of `since` (the rate's own error grows with it) and the `uncertain`
+/// ns of the two anchors' pairings.
+fn off(error: u128, since: u128, uncertain: u128) -> bool {
+    error > MAX_ERROR.as_nanos() + since / 100 + uncertain
+}
+
+/// After `misses` predictions off in a row, one that is `off` or not: the misses in a row
+/// now, and whether the counter is unfit (the [`STRIKES`]th in a row).
+fn judge(misses: u32, off: bool) -> (u32, bool) {
+    if !off {
+        return (0, false);
+    }
+    let misses = misses.saturating_add(1);
+    (misses, misses >= STRIKES)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One prediction off (a preempted read, a rate learnt from noisy first readings)
+    /// does not turn the counter off; three in a row do; a good one in between starts the
+    /// count again. The anchors' own uncertainty widens what counts as off.
+    #[test]
+    fn the_counter_is_unfit_after_three_predictions_off_in_a_row() {
+        let ms = |n: u128| n * 1_000_000;
+        assert!(!off(ms(2), ms(100), 0), "within 2 ms");
+        assert!(!off(ms(3), ms(100), 0), "within 2 ms + 1 % of 100 ms");
+        assert!(off(ms(4), ms(100), 0));
+        assert!(!off(ms(4), ms(100), ms(1)), "the pairings' 1 ms of doubt");
+        assert_eq!(judge(0, true), (1, false));
+        assert_eq!(judge(1, true), (2, false));
+        assert_eq!(judge(2, true), (3, true));
+        assert_eq!(judge(2, false), (0, false));
+        let mut misses = 0;
+        for off in [true, true, false, true, true] {
+            let (now, unfit) = judge(misses, off);
+            assert!(!unfit, "never three in a row");
+            misses = now;
+        }
+    }
 
     #[test]
     #[cfg(target_arch = "x86_64")]
