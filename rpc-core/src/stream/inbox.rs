@@ -433,28 +433,16 @@ impl Inbox {
     /// Everything the reader can take now: the messages, then the end if it came.
     #[cfg(test)]
     pub(crate) fn drain_now(&self) -> (Vec<Bytes>, Option<Result<(), Status>>) {
-        /// Counts its wakes: a reader that yields wakes itself first.
-        struct Wakes(std::sync::atomic::AtomicUsize);
-        impl std::task::Wake for Wakes {
-            fn wake(self: Arc<Self>) {
-                self.wake_by_ref();
-            }
-            fn wake_by_ref(self: &Arc<Self>) {
-                self.0.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let wakes = Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0)));
-        let waker = Waker::from(wakes.clone());
+        let (wakes, waker) = Wakes::waker();
         let mut cx = Context::from_waker(&waker);
         let mut messages = Vec::new();
         let mut reading = super::reading::Reading::default();
         loop {
-            let before = wakes.0.load(Ordering::Relaxed);
             match reading.poll_next(self, &mut cx) {
                 Poll::Ready(Some(Ok(m))) => messages.push(m),
                 Poll::Ready(Some(Err(status))) => return (messages, Some(Err(status))),
                 Poll::Ready(None) => return (messages, Some(Ok(()))),
-                Poll::Pending if wakes.0.load(Ordering::Relaxed) > before => {} // a yield
+                Poll::Pending if wakes.take() > 0 => {} // a yield: it woke itself
                 Poll::Pending => return (messages, None),
             }
         }
@@ -470,6 +458,36 @@ impl Inbox {
             .map(|queued| queued.charged as usize)
             .sum::<usize>()
             + state.lent as usize
+    }
+}
+
+/// A waker that counts its wakes (tests): a reader that yields wakes itself first.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Wakes(std::sync::atomic::AtomicUsize);
+
+#[cfg(test)]
+impl Wakes {
+    /// The counter and a waker that counts into it.
+    pub(crate) fn waker() -> (Arc<Wakes>, Waker) {
+        let wakes = Arc::new(Wakes::default());
+        (wakes.clone(), Waker::from(wakes))
+    }
+
+    /// The wakes since the last take.
+    pub(crate) fn take(&self) -> usize {
+        self.0.swap(0, Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+impl std::task::Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
 

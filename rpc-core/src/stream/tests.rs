@@ -378,17 +378,7 @@ async fn a_discarded_stream_gives_back_what_its_reader_took_at_once() {
 /// runtime). Every message is read, in order, across the yields.
 #[test]
 fn a_reader_yields_after_a_grant_and_every_1024_messages() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Context, Poll, Wake, Waker};
-    struct Wakes(AtomicUsize);
-    impl Wake for Wakes {
-        fn wake(self: Arc<Self>) {
-            self.wake_by_ref();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    use std::task::{Context, Poll};
     // A window of 100,000 bytes: 3,000 messages of 10 bytes are 30,000 (no grant).
     let (inbox, control) = inbox(100_000, 100_000);
     for i in 0..3000u32 {
@@ -396,8 +386,7 @@ fn a_reader_yields_after_a_grant_and_every_1024_messages() {
             .push(10, Bytes::from(i.to_le_bytes().to_vec()))
             .unwrap();
     }
-    let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
-    let waker = Waker::from(wakes.clone());
+    let (wakes, waker) = inbox::Wakes::waker();
     let mut cx = Context::from_waker(&waker);
     let mut reading = reading::Reading::default();
     let (mut read, mut yields) = (0u32, Vec::new());
@@ -407,7 +396,7 @@ fn a_reader_yields_after_a_grant_and_every_1024_messages() {
                 assert_eq!(&m[..], &read.to_le_bytes());
                 read += 1;
             }
-            Poll::Pending if wakes.0.swap(0, Ordering::Relaxed) == 1 => yields.push(read),
+            Poll::Pending if wakes.take() == 1 => yields.push(read),
             other => panic!("{other:?} after {read}"),
         }
         if read == 3000 {
@@ -431,7 +420,7 @@ fn a_reader_yields_after_a_grant_and_every_1024_messages() {
         let message = loop {
             match reading.poll_next(&inbox, &mut cx) {
                 Poll::Ready(Some(Ok(m))) => break m,
-                Poll::Pending if wakes.0.swap(0, Ordering::Relaxed) == 1 => yields.push(n),
+                Poll::Pending if wakes.take() == 1 => yields.push(n),
                 other => panic!("{other:?} at {n}"),
             }
         };

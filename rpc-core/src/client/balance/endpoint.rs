@@ -206,6 +206,32 @@ pub struct EndpointStatus {
     pub in_flight: usize,
 }
 
+#[cfg(test)]
+impl EndpointState {
+    /// A state in `phase` and `health`, counted in `budget`, ejected after two failures
+    /// for ten seconds (unit tests).
+    pub(super) fn for_test(
+        phase: Phase,
+        health: Health,
+        budget: Arc<EjectionBudget>,
+    ) -> EndpointState {
+        EndpointState {
+            conn_event: Notify::new(),
+            changed: Arc::default(),
+            phase: AtomicState::new(phase),
+            health: AtomicState::new(health),
+            last_error: Mutex::new(None),
+            health_since: Mutex::new(None),
+            failures: AtomicU32::new(0),
+            streak: AtomicU32::new(0),
+            ejection: Mutex::new(Ejection::default()),
+            budget,
+            eject_after: 2,
+            ejection_time: Duration::from_secs(10),
+        }
+    }
+}
+
 impl Watcher for EndpointState {
     fn connection_changed(&self) {
         self.conn_event.notify_one();

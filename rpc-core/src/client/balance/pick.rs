@@ -227,23 +227,9 @@ pub(super) fn seed() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::balance::endpoint::{AtomicState, Ejection, EjectionBudget};
 
     fn state(phase: Phase, health: Health) -> EndpointState {
-        EndpointState {
-            conn_event: tokio::sync::Notify::new(),
-            changed: Arc::default(),
-            phase: AtomicState::new(phase),
-            health: AtomicState::new(health),
-            last_error: parking_lot::Mutex::new(None),
-            health_since: parking_lot::Mutex::new(Some(Instant::now())),
-            failures: std::sync::atomic::AtomicU32::new(0),
-            streak: std::sync::atomic::AtomicU32::new(0),
-            ejection: parking_lot::Mutex::new(Ejection::default()),
-            budget: Arc::new(EjectionBudget::default()),
-            eject_after: 2,
-            ejection_time: Duration::from_secs(10),
-        }
+        EndpointState::for_test(phase, health, Arc::default())
     }
 
     /// An endpoint between two connections (ready and serving, but its connection

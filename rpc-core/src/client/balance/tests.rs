@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
-use super::endpoint::{AtomicState, Health as HealthState, Phase};
+use super::endpoint::{Health as HealthState, Phase};
 use super::health::HealthCheckResponse;
 use super::*;
 use crate::client::connection::Watcher;
@@ -416,20 +416,7 @@ async fn removing_an_endpoint_with_failing_calls_in_flight_keeps_the_ejection_bu
 fn a_success_after_an_ejection_resets_the_streak() {
     let budget = Arc::new(EjectionBudget::default());
     budget.endpoints.store(4, Ordering::Relaxed);
-    let state = EndpointState {
-        conn_event: tokio::sync::Notify::new(),
-        changed: Arc::default(),
-        phase: AtomicState::new(Phase::Ready),
-        health: AtomicState::new(HealthState::Serving),
-        last_error: parking_lot::Mutex::new(None),
-        health_since: parking_lot::Mutex::new(None),
-        failures: std::sync::atomic::AtomicU32::new(0),
-        streak: std::sync::atomic::AtomicU32::new(0),
-        ejection: parking_lot::Mutex::new(Ejection::default()),
-        budget: budget.clone(),
-        eject_after: 2,
-        ejection_time: Duration::from_secs(10),
-    };
+    let state = EndpointState::for_test(Phase::Ready, HealthState::Serving, budget.clone());
     state.record(Code::Unavailable);
     state.record(Code::Unavailable);
     assert_eq!(state.streak.load(Ordering::Relaxed), 1);
@@ -452,20 +439,7 @@ fn a_success_after_an_ejection_resets_the_streak() {
 fn a_removed_endpoint_is_not_ejected_again() {
     let budget = Arc::new(EjectionBudget::default());
     budget.endpoints.store(2, Ordering::Relaxed);
-    let state = EndpointState {
-        conn_event: tokio::sync::Notify::new(),
-        changed: Arc::default(),
-        phase: AtomicState::new(Phase::Ready),
-        health: AtomicState::new(HealthState::Serving),
-        last_error: parking_lot::Mutex::new(None),
-        health_since: parking_lot::Mutex::new(None),
-        failures: std::sync::atomic::AtomicU32::new(0),
-        streak: std::sync::atomic::AtomicU32::new(0),
-        ejection: parking_lot::Mutex::new(Ejection::default()),
-        budget: budget.clone(),
-        eject_after: 2,
-        ejection_time: Duration::from_secs(10),
-    };
+    let state = EndpointState::for_test(Phase::Ready, HealthState::Serving, budget.clone());
     state.remove(); // removed from the set (Sub::stop)
     state.record(Code::Unavailable); // calls that were in flight on it fail
     state.record(Code::Unavailable);
