@@ -292,6 +292,26 @@ pub enum TransportError {
     /// tokens, a loan held past its timeout): the connection was closed.
     #[error("protocol violation by the peer: {0}")]
     Protocol(String),
+    /// This process cannot pin the memory an RDMA connection needs: its locked-memory
+    /// limit (`RLIMIT_MEMLOCK`) is too low, or taken by the connections already up. The
+    /// text says how to raise it. `auto://` falls back to TCP instead.
+    #[error(
+        "RDMA needs {} KiB of locked memory and {} KiB are left of this process's \
+         limit of {} KiB (RLIMIT_MEMLOCK): raise it (`ulimit -l unlimited`, Docker's \
+         `--ulimit memlock=-1`, systemd's `LimitMEMLOCK=infinity`, or the `IPC_LOCK` \
+         capability) or use tcp://",
+        .needed / 1024,
+        .left / 1024,
+        .limit / 1024
+    )]
+    LockedMemory {
+        /// Bytes the connection needs pinned at least.
+        needed: u64,
+        /// Bytes this process may still pin.
+        left: u64,
+        /// The soft `RLIMIT_MEMLOCK`, bytes.
+        limit: u64,
+    },
     /// A URL that names no endpoint (a channel's `connect`).
     #[error(transparent)]
     Endpoint(#[from] crate::ParseEndpointError),

@@ -211,6 +211,15 @@ impl RdmaConfig {
         (bytes.min(u32::MAX as usize * 1024) / 1024 * 1024).max(64 * 1024)
     }
 
+    /// Locked memory a connection reserves at set-up: both rings at their full size
+    /// (`2 x ring_slots x slot_size`, 1 MiB by default), so that its rings grow without
+    /// failing. A set-up that cannot reserve it within the process's locked-memory limit
+    /// is refused (`auto://` uses TCP instead). Rendezvous buffers are charged beyond it,
+    /// to what the process has left.
+    pub fn pinned_reserve(&self) -> u64 {
+        2 * u64::from(self.ring_slots) * u64::from(self.slot_size)
+    }
+
     /// Largest frame that travels eagerly (SEND); larger ones go by RDMA READ.
     pub fn eager_limit(&self) -> usize {
         let slot = self.slot_size as usize - PREFIX_LEN;

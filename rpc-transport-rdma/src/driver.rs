@@ -222,17 +222,28 @@ fn hand_up(inner: &Inner) -> bool {
 
 /// Grows the rings with use: the receive ring when the peer ran out of credit (the next
 /// message grants the new slots), the send ring when the peer grants more slots than
-/// there are send slots.
+/// there are send slots. A ring that cannot grow within the process's locked memory
+/// stays as it is (fewer messages in flight; the receive ring tries again when the peer
+/// next runs out of credit).
 pub(crate) fn grow(inner: &Inner) -> Result<(), Close> {
     let (grow_recv, peer_slots) = {
         let mut state = inner.state.lock();
         (state.session.take_grow(), state.session.peer_slots())
     };
+    fn kept<T: Default>(inner: &Inner, ring: &str, e: crate::verbs::Error) -> Result<T, Close> {
+        match e {
+            crate::verbs::Error::Memlock(why) => {
+                tracing::debug!(peer = %inner.peer, "the {ring} ring stays as it is: {why}");
+                Ok(T::default())
+            }
+            e => Err(Close::Failed(format!("growing the {ring} ring: {e}"))),
+        }
+    }
     if grow_recv {
         let n = inner
             .rings
             .grow_recv()
-            .map_err(|e| Close::Failed(format!("growing the receive ring: {e}")))?;
+            .or_else(|e| kept(inner, "receive", e))?;
         if n > 0 {
             inner.state.lock().session.grown(n);
             tracing::debug!(peer = %inner.peer, slots = inner.rings.recv_slots(), "receive ring grew");
@@ -242,7 +253,7 @@ pub(crate) fn grow(inner: &Inner) -> Result<(), Close> {
         let slots = inner
             .rings
             .grow_send()
-            .map_err(|e| Close::Failed(format!("growing the send ring: {e}")))?;
+            .or_else(|e| kept(inner, "send", e))?;
         if !slots.is_empty() {
             inner.state.lock().sends.grew(slots);
             inner.space.notify_waiters();

@@ -64,6 +64,7 @@ mod fabric;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+mod memlock;
 /// A hostile raw peer for the project's own tests (feature `unstable-test-peer`): see its
 /// module docs.
 #[cfg(feature = "unstable-test-peer")]

@@ -7,8 +7,11 @@ use rdmarpc_core::TransportError;
 use rdmarpc_transport_tcp::Socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use std::sync::Arc;
+
 use super::{
-    check_named, local_addr, offer, prepare_off_thread, usable_address, Negotiated, Prepared,
+    check_named, local_addr, offer, prepare_off_thread, reserve, usable_address, Negotiated,
+    Prepared,
 };
 use crate::cm_service::{service, Routed, PORT_ATTEMPTS};
 use crate::handshake::{self, Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
@@ -22,7 +25,7 @@ fn local_id(config: &RdmaConfig, stream: &Socket) -> Result<Routed, String> {
     let local = local_addr(stream)?;
     usable_address(local.ip())?;
     let id = service()
-        .map_err(|e| e.to_string())?
+        .map_err(no_access)?
         .new_id()
         .map_err(|e| e.to_string())?;
     id.id()
@@ -31,6 +34,24 @@ fn local_id(config: &RdmaConfig, stream: &Socket) -> Result<Routed, String> {
     let binding = id.id().binding().map_err(|e| e.to_string())?;
     check_named(config, local.ip(), &binding)?;
     Ok(id)
+}
+
+/// Why rdma_cm could not be opened; where for want of access to the device nodes, with
+/// the way out, logged at WARN the first time.
+fn no_access(e: crate::verbs::Error) -> String {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !e.no_access() {
+        return e.to_string();
+    }
+    let text = format!(
+        "no access to the RDMA device nodes ({e}): the user needs read-write access to \
+         /dev/infiniband/rdma_cm and /dev/infiniband/uverbs* (the nodes' group, Docker's \
+         `--device /dev/infiniband/...`, or a Kubernetes RDMA device plugin)"
+    );
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!("{text} (said once)");
+    }
+    text
 }
 
 /// Client side: offers RDMA on `stream`.
@@ -53,6 +74,16 @@ pub(crate) async fn client(
         }
         (Err(e), Mode::Rdma) => return Err(TransportError::Other(format!("RDMA set-up: {e}"))),
     };
+    // The connection's locked memory, before anything is offered: a process that cannot
+    // pin it uses TCP on this socket (auto://) or fails here (rdma://), not on its calls.
+    let account = match (reserve(config), mode) {
+        (Ok(account), _) => account,
+        (Err(e), Mode::Auto) => {
+            e.log_once("auto:// uses TCP");
+            return Ok(Negotiated::Tcp(stream, e.to_string()));
+        }
+        (Err(e), Mode::Rdma) => return Err(e.to_transport()),
+    };
     let work = async {
         let hello = offer(mode, config, 0, [0; 16]).encode(HELLO);
         stream.write_all(&hello).await?;
@@ -71,7 +102,7 @@ pub(crate) async fn client(
                 .map_err(|e| TransportError::Other(format!("RDMA handshake: {e}")))?;
             tokio::time::timeout(
                 config.handshake_timeout,
-                connect(stream, id, config, &remote),
+                connect(stream, id, config, &remote, account),
             )
             .await
             .map_err(|_| TransportError::Other("RDMA connection set-up timed out".into()))?
@@ -121,11 +152,12 @@ async fn connect(
     mut id: Routed,
     config: &RdmaConfig,
     remote: &Offer,
+    account: Arc<crate::memlock::Account>,
 ) -> Result<Negotiated, String> {
     let mut server = stream.peer_addr().map_err(|e| e.to_string())?;
     server.set_port(remote.cm_port);
     resolve(&mut id, server, config).await?;
-    let (id, prepared) = prepare_off_thread(config, id).await?;
+    let (id, prepared) = prepare_off_thread(config, id, account).await?;
     let prepared = prepared?;
     let (id, answer) = request(id, &stream, server, config, &prepared, remote).await?;
     let moved = answer == CmEventKind::Established;

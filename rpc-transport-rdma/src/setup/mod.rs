@@ -18,6 +18,7 @@ use crate::counters::Counters;
 use crate::device::Device;
 use crate::driver::{self, READ_WR_BUDGET};
 use crate::handshake::{Mode, Offer, Token, CM_REJECT};
+use crate::memlock::{Account, Budget, Exhausted};
 use crate::pool::LargePool;
 use crate::protocol::session::{Session, SessionConfig};
 use crate::protocol::{LoanLimit, PREFIX_LEN};
@@ -95,9 +96,23 @@ pub(super) fn check_named(
     Ok(())
 }
 
+/// Reserves a connection's locked memory ([`RdmaConfig::pinned_reserve`]) in this
+/// process's budget.
+///
+/// # Errors
+/// The budget has less left: the set-up is refused.
+fn reserve(config: &RdmaConfig) -> Result<Arc<Account>, Exhausted> {
+    Account::reserve(Budget::process(), config.pinned_reserve())
+}
+
 /// Opens (or shares) the device rdma_cm bound `id` to and prepares a queue pair with its
-/// rings there: blocking verbs calls and registrations, for `spawn_blocking`.
-pub(crate) fn prepare(config: &RdmaConfig, id: &CmId) -> Result<Prepared, String> {
+/// rings there, their registrations charged to `account`: blocking verbs calls and
+/// registrations, for `spawn_blocking`.
+pub(crate) fn prepare(
+    config: &RdmaConfig,
+    id: &CmId,
+    account: Arc<Account>,
+) -> Result<Prepared, String> {
     config.validate()?;
     let device = Device::for_cm(id).map_err(|e| e.to_string())?;
     // Sends and control messages (one per slot) and READs. Lent buffers are registered
@@ -123,7 +138,7 @@ pub(crate) fn prepare(config: &RdmaConfig, id: &CmId) -> Result<Prepared, String
     };
     // A protection domain of its own: the keys of what this connection lends are
     // useless to every other QP (see docs/limits.md, "Memory isolation").
-    let pd = Arc::new(ProtectionDomain::new(&device.context).map_err(|e| e.to_string())?);
+    let pd = Arc::new(ProtectionDomain::new(&device.context, account).map_err(|e| e.to_string())?);
     let rings = PreparedRings::for_cm(&pd, completion.cq(), &qp_config, geometry, id)
         .map_err(|e| e.to_string())?;
     completion.admit(rings.qp_num());
@@ -140,10 +155,11 @@ pub(crate) fn prepare(config: &RdmaConfig, id: &CmId) -> Result<Prepared, String
 async fn prepare_off_thread(
     config: &RdmaConfig,
     id: Routed,
+    account: Arc<Account>,
 ) -> Result<(Routed, Result<Prepared, String>), String> {
     let owned = config.clone();
     tokio::task::spawn_blocking(move || {
-        let prepared = prepare(&owned, id.id());
+        let prepared = prepare(&owned, id.id(), account);
         (id, prepared)
     })
     .await

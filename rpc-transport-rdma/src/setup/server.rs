@@ -6,10 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rdmarpc_transport_tcp::Socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{check_named, local_addr, offer, prepare_off_thread, usable_address};
+use std::sync::Arc;
+
+use super::{check_named, local_addr, offer, prepare_off_thread, reserve, usable_address};
 use crate::cm_service::{service, Expected};
 use crate::connection::RdmaConnection;
 use crate::handshake::{self, Offer, BLOCK, CM_REJECT, HELLO, OKAY, READY};
+use crate::memlock::Account;
 use crate::verbs::CmEventKind;
 use crate::RdmaConfig;
 
@@ -82,12 +85,29 @@ pub(crate) async fn server(
             return Ok(Err(stream));
         }
     };
+    // The connection's locked memory, before the client is told to go on: a server at
+    // its limit refuses new RDMA connections (the client may use TCP on this socket) and
+    // keeps serving those it has.
+    let account = match reserve(config) {
+        Ok(account) => account,
+        Err(e) => {
+            drop(expected);
+            e.log_once("new RDMA connections are refused (the clients are told to use TCP)");
+            handshake::refuse(
+                &mut stream,
+                "the server cannot pin memory for another RDMA connection (its locked-memory limit)",
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            return Ok(Err(stream));
+        }
+    };
     let reply = offer(hello.mode, config, port, expected.token).encode(OKAY);
     stream.write_all(&reply).await.map_err(|e| e.to_string())?;
     stream.flush().await.map_err(|e| e.to_string())?;
     tokio::time::timeout(
         config.handshake_timeout,
-        accept(stream, expected, config, &hello),
+        accept(stream, expected, config, &hello, account),
     )
     .await
     .map_err(|_| "RDMA connection set-up timed out".to_string())?
@@ -102,6 +122,7 @@ async fn accept(
     mut expected: Expected,
     config: &RdmaConfig,
     hello: &Offer,
+    account: Arc<Account>,
 ) -> Result<RdmaConnection, String> {
     let id = expected.request().await?;
     drop(expected);
@@ -120,7 +141,7 @@ async fn accept(
             from.map_or_else(|| "an unknown address".to_owned(), |ip| ip.to_string())
         ));
     }
-    let (id, prepared) = prepare_off_thread(config, id).await?;
+    let (id, prepared) = prepare_off_thread(config, id, account).await?;
     let prepared = match prepared {
         Ok(prepared) => prepared,
         Err(e) => {

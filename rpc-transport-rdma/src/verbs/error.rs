@@ -57,6 +57,10 @@ pub(crate) enum Error {
         /// The limit.
         max: usize,
     },
+    /// Registering would take the process over its locked-memory limit (checked before
+    /// `ibv_reg_mr`, which would fail with `ENOMEM`).
+    #[error(transparent)]
+    Memlock(Box<crate::memlock::Exhausted>),
     /// The memory for a region could not be allocated.
     #[error("allocating {len} bytes for a memory region failed")]
     Alloc {
@@ -94,6 +98,12 @@ impl Error {
     /// (rdma_cm allocates ports in a space of its own).
     pub(crate) fn address_in_use(&self) -> bool {
         matches!(self, Error::Verb { source, .. } if source.kind() == io::ErrorKind::AddrInUse)
+    }
+
+    /// Whether a device node could not be opened for want of access (`EACCES`, `EPERM`)
+    /// or is not there (`ENOENT`: a container without `/dev/infiniband`).
+    pub(crate) fn no_access(&self) -> bool {
+        matches!(self, Error::Verb { source, .. } if matches!(source.kind(), io::ErrorKind::PermissionDenied | io::ErrorKind::NotFound))
     }
 
     /// Wraps `errno` after a verb that returned NULL or -1.

@@ -63,18 +63,19 @@ pub(crate) enum Access {
 /// `&mut self`; concurrent writers to disjoint ranges of a shared region go through the
 /// `unsafe` [`MemoryRegion::range_mut_unchecked`].
 ///
-/// Invariant: `mr` came from `ibv_reg_mr` over exactly `buf[..len]`; the region is
+/// Invariant: `mr` came from `ibv_reg_mr` over exactly `buf[..layout.size()]`; the region is
 /// deregistered in `Drop` before the allocation is freed, and it holds an
 /// `Arc<ProtectionDomain>`, so the PD outlives it.
 #[derive(Debug)]
 pub(crate) struct MemoryRegion {
     mr: NonNull<ibv_mr>,
     buf: NonNull<u8>,
-    len: usize,
-    /// The layout `buf` was allocated with (`len` bytes, page-aligned), to free it.
+    /// The layout `buf` was allocated with: its size is the region's length; page-aligned.
     layout: Layout,
     access: Access,
     pd: Arc<ProtectionDomain>,
+    /// The pinned pages charged to the PD's account; `None` once leaked with the region.
+    charge: Option<crate::memlock::Charge>,
 }
 
 // SAFETY: the registration (`ibv_mr`) is a kernel object with no thread affinity, and
@@ -96,7 +97,9 @@ impl MemoryRegion {
     ///
     /// [`Error::TooLarge`] for `len == 0` or a length that cannot be laid out,
     /// [`Error::Alloc`] if the memory cannot be allocated,
-    /// [`Error::Verb`] if `ibv_reg_mr` fails (`ENOMEM`/`EPERM`: usually the memlock limit).
+    /// [`Error::Memlock`] if the PD's account cannot take the pages (the process's
+    /// locked-memory limit), [`Error::Verb`] if `ibv_reg_mr` fails (`ENOMEM`/`EPERM`:
+    /// a limit the account did not know of).
     pub(crate) fn new(pd: &Arc<ProtectionDomain>, len: usize, access: Access) -> Result<Self> {
         let layout = Layout::from_size_align(len, page_size().max(MR_ALIGN))
             .ok()
@@ -106,6 +109,12 @@ impl MemoryRegion {
                 len,
                 max: isize::MAX as usize,
             })?;
+        // The kernel pins whole pages: charged before it is asked, so that a registration
+        // over the process's limit is refused by name instead of by ENOMEM.
+        let charge = pd
+            .account()
+            .charge(len.next_multiple_of(layout.align()))
+            .map_err(|e| Error::Memlock(Box::new(e)))?;
         // SAFETY: `layout` has a non-zero size (checked above).
         let buf = unsafe { alloc::alloc_zeroed(layout) };
         // A failed allocation is an error of this call or connection, never an abort of
@@ -156,10 +165,10 @@ impl MemoryRegion {
         Ok(MemoryRegion {
             mr,
             buf,
-            len,
             layout,
             access,
             pd: Arc::clone(pd),
+            charge: Some(charge),
         })
     }
 
@@ -194,7 +203,7 @@ impl MemoryRegion {
 
     /// Length in bytes.
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.layout.size()
     }
 
     /// The local key, for SGEs of work requests posted on QPs of the same PD.
@@ -227,11 +236,11 @@ impl MemoryRegion {
     /// [`Error::OutOfBounds`] if it does not.
     pub(crate) fn check_range(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
+            Some(end) if end <= self.layout.size() => Ok(()),
             _ => Err(Error::OutOfBounds {
                 offset,
                 len,
-                region_len: self.len,
+                region_len: self.layout.size(),
             }),
         }
     }
@@ -264,13 +273,13 @@ impl MemoryRegion {
     /// The whole buffer.
     pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: as in `slice`, for the whole allocation.
-        unsafe { slice::from_raw_parts(self.buf.as_ptr(), self.len) }
+        unsafe { slice::from_raw_parts(self.buf.as_ptr(), self.layout.size()) }
     }
 
     /// The whole buffer, mutably.
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `slice_mut`, for the whole allocation.
-        unsafe { slice::from_raw_parts_mut(self.buf.as_ptr(), self.len) }
+        unsafe { slice::from_raw_parts_mut(self.buf.as_ptr(), self.layout.size()) }
     }
 
     #[cfg(test)]
@@ -316,7 +325,9 @@ impl Drop for MemoryRegion {
         if let Err(error) = check_ret("ibv_dereg_mr", ret) {
             // The NIC may still be able to reach the pages: leak them rather than hand them
             // back to the allocator.
-            tracing::error!(%error, len = self.len, "cannot deregister memory region; leaking it");
+            tracing::error!(%error, len = self.layout.size(), "cannot deregister memory region; leaking it");
+            // Its pages stay pinned: so does their charge.
+            std::mem::forget(self.charge.take());
             return;
         }
         // SAFETY: `buf` was allocated in `new` with this very layout and is freed only here,

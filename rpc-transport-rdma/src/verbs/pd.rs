@@ -7,6 +7,7 @@ use rdma_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_pd};
 
 use super::context::Context;
 use super::error::{Error, Result};
+use crate::memlock::Account;
 
 /// A protection domain (`ibv_pd`). A QP can only use memory regions of its own PD.
 ///
@@ -16,6 +17,9 @@ use super::error::{Error, Result};
 pub(crate) struct ProtectionDomain {
     ptr: NonNull<ibv_pd>,
     ctx: Arc<Context>,
+    /// What registrations in this PD are charged to (one connection's share of the
+    /// process's locked memory).
+    account: Arc<Account>,
 }
 
 // SAFETY: an `ibv_pd` is a kernel handle with no thread affinity; the verbs that take one
@@ -25,12 +29,12 @@ unsafe impl Send for ProtectionDomain {}
 unsafe impl Sync for ProtectionDomain {}
 
 impl ProtectionDomain {
-    /// Allocates a protection domain on `ctx`.
+    /// Allocates a protection domain on `ctx`, whose registrations charge `account`.
     ///
     /// # Errors
     ///
     /// [`Error::Verb`] if `ibv_alloc_pd` fails (e.g. out of resources).
-    pub(crate) fn new(ctx: &Arc<Context>) -> Result<Self> {
+    pub(crate) fn new(ctx: &Arc<Context>, account: Arc<Account>) -> Result<Self> {
         // SAFETY: `ctx.as_ptr()` is an open context kept alive by the `Arc` stored below;
         // ibv_alloc_pd(3) returns NULL + errno on failure.
         let ptr = unsafe { ibv_alloc_pd(ctx.as_ptr()) };
@@ -38,7 +42,13 @@ impl ProtectionDomain {
         Ok(ProtectionDomain {
             ptr,
             ctx: Arc::clone(ctx),
+            account,
         })
+    }
+
+    /// What registrations in this PD are charged to.
+    pub(crate) fn account(&self) -> &Arc<Account> {
+        &self.account
     }
 
     /// The device this PD belongs to.

@@ -1,0 +1,346 @@
+//! The locked-memory account: what this process may pin (`RLIMIT_MEMLOCK`, read once by
+//! [`Probe`]), and, within it, what each connection reserved at set-up.
+//!
+//! Every registration charges the [`Account`] of its protection domain before
+//! `ibv_reg_mr` is called (`verbs/mr.rs`), and gives the charge back once deregistered.
+//! A connection's account reserves, at set-up, what the connection needs at least (its
+//! rings at their full size: [`crate::RdmaConfig::pinned_reserve`]): its own registrations
+//! draw from that reserve first and from what the process has left after it. A set-up
+//! that cannot reserve is refused there, before a call is made on it, and nothing of the
+//! connections already up is taken away. Where no limit applies (`CAP_IPC_LOCK`, or an
+//! unlimited `memlock`), the account still counts but never refuses.
+//!
+//! The kernel counts whole pages: so does the account.
+
+mod probe;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+pub(crate) use probe::Probe;
+
+/// The page size the kernel pins by (registrations are page-aligned: `verbs/mr.rs`).
+const PAGE: u64 = 4096;
+
+/// Bytes rounded up to whole pages.
+pub(crate) fn pages(bytes: u64) -> u64 {
+    bytes.div_ceil(PAGE) * PAGE
+}
+
+/// What can be pinned by this process: the room the kernel leaves, less what is charged.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    /// What the kernel allowed when the budget was made; `None`: no limit applies.
+    probe: Option<Probe>,
+    /// Bytes charged so far (reserves and registrations beyond them).
+    used: Mutex<u64>,
+}
+
+/// A charge the budget could not take: what was asked, what is left, and the way out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what} needs {need} KiB of locked memory and {left} KiB are left: this process may \
+     pin {limit} KiB (RLIMIT_MEMLOCK{before}); raise the limit (`ulimit -l unlimited`, \
+     Docker's `--ulimit memlock=-1`, systemd's `LimitMEMLOCK=infinity`, or the \
+     `IPC_LOCK` capability) or use tcp://",
+    need = .need / 1024,
+    left = .left / 1024,
+    limit = .limit / 1024,
+    before = before(*.pinned_before)
+)]
+pub(crate) struct Exhausted {
+    /// What asked: "an RDMA connection", "a registration".
+    pub(crate) what: &'static str,
+    /// Bytes asked for.
+    pub(crate) need: u64,
+    /// Bytes the budget had left.
+    pub(crate) left: u64,
+    /// The soft limit, bytes.
+    pub(crate) limit: u64,
+    /// Bytes pinned before this transport pinned any.
+    pub(crate) pinned_before: u64,
+}
+
+impl Exhausted {
+    /// The transport error a set-up refused for it ends in (`rdma://`).
+    pub(crate) fn to_transport(&self) -> rdmarpc_core::TransportError {
+        rdmarpc_core::TransportError::LockedMemory {
+            needed: self.need,
+            left: self.left,
+            limit: self.limit,
+        }
+    }
+
+    /// Logs the refusal at WARN the first time in this process (with the numbers and
+    /// the way out), then at DEBUG: `then` says what happens instead.
+    pub(crate) fn log_once(&self, then: &str) {
+        static SAID: AtomicBool = AtomicBool::new(false);
+        if SAID.swap(true, Ordering::Relaxed) {
+            tracing::debug!("{self}; {then}");
+        } else {
+            tracing::warn!("{self}; {then} (said once; then at debug)");
+        }
+    }
+}
+
+fn before(pinned: u64) -> String {
+    if pinned == 0 {
+        String::new()
+    } else {
+        format!(", of which {} KiB were pinned before", pinned / 1024)
+    }
+}
+
+impl Budget {
+    /// A budget for what `probe` read; `None`: nothing known, no limit enforced (the
+    /// kernel still refuses what it must).
+    pub(crate) fn new(probe: Option<Probe>) -> Budget {
+        Budget {
+            probe: probe.filter(|p| p.room().is_some()),
+            used: Mutex::new(0),
+        }
+    }
+
+    /// The process's budget, read from `/proc/self` on first use. Changing the limit
+    /// afterwards (`prlimit`) is not seen.
+    pub(crate) fn process() -> &'static Budget {
+        static BUDGET: OnceLock<Budget> = OnceLock::new();
+        BUDGET.get_or_init(|| {
+            let probe = Probe::read()
+                .map_err(|e| tracing::debug!("locked-memory limit unknown: {e}"))
+                .ok();
+            if let Some(p) = probe {
+                tracing::debug!(limit = ?p.limit, pinned = p.pinned, ipc_lock = p.ipc_lock, "locked-memory limit");
+            }
+            Budget::new(probe)
+        })
+    }
+
+    /// Bytes left to charge; `None`: no limit.
+    #[cfg(test)]
+    pub(crate) fn left(&self) -> Option<u64> {
+        let room = self.probe?.room()?;
+        Some(room.saturating_sub(*self.used.lock()))
+    }
+
+    /// Takes `bytes` (whole pages) or says why not.
+    fn take(&self, bytes: u64, what: &'static str) -> Result<(), Exhausted> {
+        let mut used = self.used.lock();
+        if let Some(probe) = self.probe {
+            let room = probe.room().unwrap_or(u64::MAX);
+            let left = room.saturating_sub(*used);
+            if bytes > left {
+                return Err(Exhausted {
+                    what,
+                    need: bytes,
+                    left,
+                    limit: probe.limit.unwrap_or(u64::MAX),
+                    pinned_before: probe.pinned,
+                });
+            }
+        }
+        *used += bytes;
+        Ok(())
+    }
+
+    fn give_back(&self, bytes: u64) {
+        let mut used = self.used.lock();
+        *used = used.saturating_sub(bytes);
+    }
+}
+
+/// One protection domain's (so one connection's) share of a [`Budget`]: a reserve taken
+/// at once, and what its registrations use of it and beyond it.
+#[derive(Debug)]
+pub(crate) struct Account {
+    budget: &'static Budget,
+    reserved: u64,
+    used: Mutex<u64>,
+}
+
+impl Account {
+    /// Reserves `bytes` (rounded up to pages) of `budget` for one connection.
+    ///
+    /// # Errors
+    /// [`Exhausted`] when the budget has less left.
+    pub(crate) fn reserve(budget: &'static Budget, bytes: u64) -> Result<Arc<Account>, Exhausted> {
+        let reserved = pages(bytes);
+        budget.take(reserved, "an RDMA connection")?;
+        Ok(Arc::new(Account {
+            budget,
+            reserved,
+            used: Mutex::new(0),
+        }))
+    }
+
+    /// An account with no reserve: every charge goes to the process's budget (the verbs
+    /// tests, the raw test peer).
+    pub(crate) fn shared() -> Arc<Account> {
+        Arc::new(Account {
+            budget: Budget::process(),
+            reserved: 0,
+            used: Mutex::new(0),
+        })
+    }
+
+    /// Charges `bytes` (rounded up to pages): from the reserve while it lasts, from the
+    /// budget beyond it.
+    ///
+    /// # Errors
+    /// [`Exhausted`] when neither has room; nothing is charged then.
+    pub(crate) fn charge(self: &Arc<Self>, bytes: usize) -> Result<Charge, Exhausted> {
+        let bytes = pages(bytes as u64);
+        let mut used = self.used.lock();
+        let beyond = (*used + bytes).saturating_sub(self.reserved.max(*used));
+        self.budget.take(beyond, "a registration")?;
+        *used += bytes;
+        Ok(Charge {
+            account: self.clone(),
+            bytes,
+        })
+    }
+
+    /// Bytes charged and not given back.
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> u64 {
+        *self.used.lock()
+    }
+
+    fn give_back(&self, bytes: u64) {
+        let mut used = self.used.lock();
+        let beyond_before = used.saturating_sub(self.reserved);
+        *used = used.saturating_sub(bytes);
+        self.budget
+            .give_back(beyond_before - used.saturating_sub(self.reserved));
+    }
+}
+
+impl Drop for Account {
+    fn drop(&mut self) {
+        // Charges hold the account: none is left.
+        self.budget.give_back(self.reserved);
+    }
+}
+
+/// Pinned bytes charged to an [`Account`], given back on drop (a memory region drops its
+/// charge after it is deregistered).
+#[derive(Debug)]
+pub(crate) struct Charge {
+    account: Arc<Account>,
+    bytes: u64,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.account.give_back(self.bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A budget of `room` bytes that lives as long as the test binary (accounts hold
+    /// `&'static`).
+    fn budget(limit: u64, pinned: u64) -> &'static Budget {
+        Box::leak(Box::new(Budget::new(Some(Probe {
+            limit: Some(limit),
+            pinned,
+            ipc_lock: false,
+        }))))
+    }
+
+    #[test]
+    fn charges_come_from_the_reserve_first_then_from_the_budget() {
+        let budget = budget(1 << 20, 0);
+        let account = Account::reserve(budget, 256 << 10).unwrap();
+        assert_eq!(budget.left(), Some(768 << 10));
+        let a = account.charge(100 << 10).unwrap();
+        let b = account.charge(100 << 10).unwrap();
+        assert_eq!(budget.left(), Some(768 << 10), "within the reserve");
+        let c = account.charge(100 << 10).unwrap();
+        // 3 x 100 KiB (25 pages each) = 300 KiB: 44 KiB beyond the reserve.
+        assert_eq!(budget.left(), Some((768 - 44) << 10));
+        drop(a);
+        assert_eq!(budget.left(), Some(768 << 10), "back within the reserve");
+        drop((b, c));
+        assert_eq!(account.used(), 0);
+        drop(account);
+        assert_eq!(
+            budget.left(),
+            Some(1 << 20),
+            "the reserve goes back with the account"
+        );
+    }
+
+    #[test]
+    fn a_reserve_or_a_charge_over_what_is_left_is_refused_and_takes_nothing() {
+        let budget = budget(1 << 20, 256 << 10);
+        let first = Account::reserve(budget, 512 << 10).unwrap();
+        let refused = Account::reserve(budget, 512 << 10).unwrap_err();
+        assert_eq!(
+            refused,
+            Exhausted {
+                what: "an RDMA connection",
+                need: 512 << 10,
+                left: 256 << 10,
+                limit: 1 << 20,
+                pinned_before: 256 << 10,
+            }
+        );
+        let text = refused.to_string();
+        for part in [
+            "512 KiB",
+            "256 KiB are left",
+            "1024 KiB",
+            "ulimit -l",
+            "memlock=-1",
+            "LimitMEMLOCK",
+            "IPC_LOCK",
+        ] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        let kept = first.charge(512 << 10).unwrap();
+        assert!(
+            first.charge(257 << 10).is_err(),
+            "256 KiB left beyond the reserve"
+        );
+        assert_eq!(first.used(), 512 << 10, "a refused charge takes nothing");
+        assert_eq!(budget.left(), Some(256 << 10));
+        let more = first.charge(256 << 10).unwrap();
+        assert_eq!(budget.left(), Some(0));
+        drop((kept, more));
+        assert_eq!(budget.left(), Some(256 << 10));
+    }
+
+    #[test]
+    fn charges_are_whole_pages() {
+        let budget = budget(64 << 10, 0);
+        let account = Account::reserve(budget, 1).unwrap();
+        assert_eq!(budget.left(), Some(60 << 10), "one page reserved");
+        let _one = account.charge(1).unwrap();
+        let _two = account.charge(4097).unwrap();
+        assert_eq!(account.used(), 3 * 4096);
+        assert_eq!(
+            budget.left(),
+            Some(52 << 10),
+            "two pages beyond the reserve"
+        );
+    }
+
+    #[test]
+    fn without_a_limit_nothing_is_refused() {
+        let unlimited: &'static Budget = Box::leak(Box::new(Budget::new(Some(Probe {
+            limit: Some(64 << 10),
+            pinned: 0,
+            ipc_lock: true,
+        }))));
+        assert_eq!(unlimited.left(), None);
+        let account = Account::reserve(unlimited, 1 << 30).unwrap();
+        let _big = account.charge(4 << 30).unwrap();
+        let unknown: &'static Budget = Box::leak(Box::new(Budget::new(None)));
+        assert!(Account::reserve(unknown, u64::MAX / 2).is_ok());
+    }
+}
