@@ -7,6 +7,7 @@
 //! Tests that cut the link or make it lossy take the network lock exclusively; the others
 //! share it, so a cut link never fails an unrelated test.
 
+mod rdma_fork;
 mod rdma_hostile;
 mod rdma_polling;
 mod suite;

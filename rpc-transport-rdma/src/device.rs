@@ -37,6 +37,8 @@ impl Device {
         if let Some(device) = cm_cache().lock().get(&key) {
             return Ok(device.clone());
         }
+        // Before this process registers anything.
+        crate::verbs::ensure_fork_safety();
         let context = Arc::new(id.context()?);
         let choice = context.choice();
         tracing::info!(

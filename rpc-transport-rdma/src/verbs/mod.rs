@@ -9,6 +9,7 @@
 //! | `cm.rs`       | [`CmId`], [`EventChannel`]: rdma_cm's ids and events           |
 //! | `cm_qp.rs`    | QP states through rdma_cm, with this side's own limits         |
 //! | `pd.rs`       | [`ProtectionDomain`]                                           |
+//! | `fork.rs`     | registered memory across `fork`: `ibv_fork_init` where needed  |
 //! | `cq.rs`       | [`CompChannel`], [`CompletionQueue`] set-up and events         |
 //! | `mr.rs`       | [`MemoryRegion`]: an owned, page-aligned, registered buffer    |
 //! | `mw.rs`       | [`MemoryWindow`]: a type-2 window, lent per transfer           |
@@ -67,6 +68,7 @@ mod cq;
 mod cycles;
 mod datapath;
 mod error;
+mod fork;
 mod mr;
 #[cfg(test)]
 mod mw;
@@ -101,6 +103,7 @@ pub(crate) fn install_clock() {
 }
 pub(crate) use datapath::{wc_buffer, RemoteBuf, SendOptions, MAX_RECV_BATCH};
 pub(crate) use error::{Error, Result};
+pub(crate) use fork::ensure_fork_safety;
 pub(crate) use mr::{Access, MemoryRegion};
 #[cfg(test)]
 pub(crate) use mw::MemoryWindow;
