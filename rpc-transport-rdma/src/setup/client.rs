@@ -10,8 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use std::sync::Arc;
 
 use super::{
-    check_named, local_addr, offer, prepare_off_thread, reserve, usable_address, Negotiated,
-    Prepared,
+    access, check_named, local_addr, offer, prepare_off_thread, reserve, usable_address,
+    Negotiated, Prepared,
 };
 use crate::cm_service::{service, Routed, PORT_ATTEMPTS};
 use crate::handshake::{self, Mode, Offer, BLOCK, HELLO, NONE, OKAY, READY};
@@ -25,33 +25,18 @@ fn local_id(config: &RdmaConfig, stream: &Socket) -> Result<Routed, String> {
     let local = local_addr(stream)?;
     usable_address(local.ip())?;
     let id = service()
-        .map_err(no_access)?
+        .map_err(access::cm_unusable)?
         .new_id()
         .map_err(|e| e.to_string())?;
-    id.id()
-        .bind(local)
-        .map_err(|e| format!("no RDMA device holds {}: {e}", local.ip()))?;
+    id.id().bind(local).map_err(|e| {
+        access::verbs_nodes()
+            .err()
+            .unwrap_or_else(|| format!("no RDMA device holds {}: {e}", local.ip()))
+    })?;
     let binding = id.id().binding().map_err(|e| e.to_string())?;
     check_named(config, local.ip(), &binding)?;
+    access::device_node(&binding.0)?;
     Ok(id)
-}
-
-/// Why rdma_cm could not be opened; where for want of access to the device nodes, with
-/// the way out, logged at WARN the first time.
-fn no_access(e: crate::verbs::Error) -> String {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !e.no_access() {
-        return e.to_string();
-    }
-    let text = format!(
-        "no access to the RDMA device nodes ({e}): the user needs read-write access to \
-         /dev/infiniband/rdma_cm and /dev/infiniband/uverbs* (the nodes' group, Docker's \
-         `--device /dev/infiniband/...`, or a Kubernetes RDMA device plugin)"
-    );
-    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        tracing::warn!("{text} (said once)");
-    }
-    text
 }
 
 /// Client side: offers RDMA on `stream`.

@@ -28,6 +28,7 @@ use crate::verbs::{
 };
 use crate::RdmaConfig;
 
+mod access;
 mod client;
 mod server;
 

@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use std::sync::Arc;
 
-use super::{check_named, local_addr, offer, prepare_off_thread, reserve, usable_address};
+use super::{access, check_named, local_addr, offer, prepare_off_thread, reserve, usable_address};
 use crate::cm_service::{service, Expected};
 use crate::connection::RdmaConnection;
 use crate::handshake::{self, Offer, BLOCK, CM_REJECT, HELLO, OKAY, READY};
@@ -27,11 +27,16 @@ fn listen(stream: &Socket, config: &RdmaConfig) -> Result<(u16, Expected), Refus
     config.validate().map_err(no_device)?;
     let local = local_addr(stream).map_err(no_device)?;
     usable_address(local.ip()).map_err(no_device)?;
-    let service = service().map_err(|e| no_device(e.to_string()))?;
-    let (port, binding) = service
-        .listener(local)
-        .map_err(|e| no_device(format!("no RDMA device holds {}: {e}", local.ip())))?;
+    let service = service().map_err(|e| no_device(access::cm_unusable(e)))?;
+    let (port, binding) = service.listener(local).map_err(|e| {
+        no_device(
+            access::verbs_nodes()
+                .err()
+                .unwrap_or_else(|| format!("no RDMA device holds {}: {e}", local.ip())),
+        )
+    })?;
     check_named(config, local.ip(), &binding).map_err(no_device)?;
+    access::device_node(&binding.0).map_err(no_device)?;
     let expected = service
         .expect()
         .map_err(|e| ("the server is setting up too many RDMA connections", e))?;
