@@ -212,12 +212,32 @@ impl RdmaConfig {
     }
 
     /// Locked memory a connection reserves at set-up: both rings at their full size
-    /// (`2 x ring_slots x slot_size`, 1 MiB by default), so that its rings grow without
-    /// failing. A set-up that cannot reserve it within the process's locked-memory limit
-    /// is refused (`auto://` uses TCP instead). Rendezvous buffers are charged beyond it,
-    /// to what the process has left.
+    /// (`2 x ring_slots x slot_size`, each growth step a registration of whole pages),
+    /// so that they grow without failing, and what a hardware provider pins for the
+    /// queue pair's own queues (send and receive work requests, a doorbell page): about
+    /// 1.06 MiB by default. A set-up that cannot reserve it within the process's
+    /// locked-memory limit is refused (`auto://` uses TCP instead). Rendezvous buffers
+    /// are charged beyond it, to what the process has left.
     pub fn pinned_reserve(&self) -> u64 {
-        2 * u64::from(self.ring_slots) * u64::from(self.slot_size)
+        let page = crate::verbs::page_size() as u64;
+        let pages = |bytes: u64| bytes.div_ceil(page) * page;
+        let slot = u64::from(self.slot_size);
+        let max = u64::from(self.ring_slots.max(4));
+        // A ring starts with its initial slots and doubles up to its maximum, one
+        // registration per step (`verbs/tracker/ring.rs`).
+        let mut have = u64::from(self.initial_slots());
+        let mut ring = pages(have * slot);
+        while have < max {
+            let step = have.min(max - have);
+            ring += pages(step * slot);
+            have += step;
+        }
+        // Work requests as large as a provider makes them with inline data (512 bytes a
+        // send, 64 a receive), and a doorbell page: pinned on hardware (mlx5 registers
+        // its queues), not on Soft-RoCE or Soft-iWARP.
+        let send_wrs = max + crate::driver::READ_WR_BUDGET as u64;
+        let queues = pages(send_wrs * 512) + pages(max * 64) + page;
+        2 * ring + queues
     }
 
     /// Largest frame that travels eagerly (SEND); larger ones go by RDMA READ.

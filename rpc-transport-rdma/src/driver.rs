@@ -236,6 +236,13 @@ pub(crate) fn grow(inner: &Inner) -> Result<(), Close> {
                 tracing::debug!(peer = %inner.peer, "the {ring} ring stays as it is: {why}");
                 Ok(T::default())
             }
+            // A limit the account did not know of (the kernel's own count).
+            crate::verbs::Error::Verb { source, .. }
+                if source.raw_os_error() == Some(libc::ENOMEM) =>
+            {
+                tracing::debug!(peer = %inner.peer, "the {ring} ring stays as it is: {source}");
+                Ok(T::default())
+            }
             e => Err(Close::Failed(format!("growing the {ring} ring: {e}"))),
         }
     }

@@ -70,7 +70,7 @@ async fn spawning_children_while_serving_rdma_loses_and_corrupts_no_call() {
     let start = Instant::now();
     let mut calls = 0;
     while start.elapsed() < FOR {
-        // Four calls in flight at once, two of them by rendezvous.
+        // Four calls in flight at once, one of them by rendezvous.
         let replies = futures_util::future::join_all((calls..calls + 4).map(|i| {
             let client = client.clone();
             async move {

@@ -14,7 +14,8 @@
 
 mod probe;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+pub(crate) use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -73,11 +74,11 @@ impl Exhausted {
         }
     }
 
-    /// Logs the refusal at WARN the first time in this process (with the numbers and
-    /// the way out), then at DEBUG: `then` says what happens instead.
-    pub(crate) fn log_once(&self, then: &str) {
-        static SAID: AtomicBool = AtomicBool::new(false);
-        if SAID.swap(true, Ordering::Relaxed) {
+    /// Logs the refusal at WARN the first time `said` is set (one flag per side: a
+    /// process may be a client and a server), with the numbers and the way out, then at
+    /// DEBUG: `then` says what happens instead.
+    pub(crate) fn log_once(&self, then: &str, said: &AtomicBool) {
+        if said.swap(true, Ordering::Relaxed) {
             tracing::debug!("{self}; {then}");
         } else {
             tracing::warn!("{self}; {then} (said once; then at debug)");
@@ -119,10 +120,31 @@ impl Budget {
     }
 
     /// Bytes left to charge; `None`: no limit.
-    #[cfg(test)]
     pub(crate) fn left(&self) -> Option<u64> {
         let room = self.probe?.room()?;
         Some(room.saturating_sub(*self.used.lock()))
+    }
+
+    /// Whether `bytes` could be taken now, or why not (nothing is taken: a check ahead
+    /// of a reservation made later).
+    ///
+    /// # Errors
+    /// [`Exhausted`] when less is left.
+    pub(crate) fn check(&self, bytes: u64, what: &'static str) -> Result<(), Exhausted> {
+        let Some(probe) = self.probe else {
+            return Ok(());
+        };
+        let left = self.left().unwrap_or(u64::MAX);
+        if pages(bytes) > left {
+            return Err(Exhausted {
+                what,
+                need: pages(bytes),
+                left,
+                limit: probe.limit.unwrap_or(u64::MAX),
+                pinned_before: probe.pinned,
+            });
+        }
+        Ok(())
     }
 
     /// Takes `bytes` (whole pages) or says why not.
@@ -141,7 +163,7 @@ impl Budget {
                 });
             }
         }
-        *used += bytes;
+        *used = used.saturating_add(bytes);
         Ok(())
     }
 
@@ -175,11 +197,13 @@ impl Account {
         }))
     }
 
-    /// An account with no reserve: every charge goes to the process's budget (the verbs
-    /// tests, the raw test peer).
-    pub(crate) fn shared() -> Arc<Account> {
+    /// An account with no reserve and no limit (the verbs tests, the raw test peer:
+    /// they test registration itself, whatever this process's limit).
+    #[cfg(any(test, feature = "unstable-test-peer"))]
+    pub(crate) fn unlimited() -> Arc<Account> {
+        static UNLIMITED: OnceLock<Budget> = OnceLock::new();
         Arc::new(Account {
-            budget: Budget::process(),
+            budget: UNLIMITED.get_or_init(|| Budget::new(None)),
             reserved: 0,
             used: Mutex::new(0),
         })
@@ -195,7 +219,7 @@ impl Account {
         let mut used = self.used.lock();
         let beyond = (*used + bytes).saturating_sub(self.reserved.max(*used));
         self.budget.take(beyond, "a registration")?;
-        *used += bytes;
+        *used = used.saturating_add(bytes);
         Ok(Charge {
             account: self.clone(),
             bytes,
@@ -230,6 +254,15 @@ impl Drop for Account {
 pub(crate) struct Charge {
     account: Arc<Account>,
     bytes: u64,
+}
+
+impl Charge {
+    /// Keeps the bytes charged to the process for good (their pages stay pinned: a region
+    /// that could not be deregistered), and lets the account go.
+    pub(crate) fn leak(self) {
+        let mut used = self.account.budget.used.lock();
+        *used = used.saturating_add(self.bytes);
+    }
 }
 
 impl Drop for Charge {
@@ -313,6 +346,18 @@ mod tests {
         assert_eq!(budget.left(), Some(0));
         drop((kept, more));
         assert_eq!(budget.left(), Some(256 << 10));
+    }
+
+    #[test]
+    fn a_check_takes_nothing_and_a_leaked_charge_stays() {
+        let budget = budget(1 << 20, 0);
+        assert!(budget.check(1 << 20, "an RDMA connection").is_ok());
+        assert!(budget.check((1 << 20) + 1, "an RDMA connection").is_err());
+        assert_eq!(budget.left(), Some(1 << 20));
+        let account = Account::reserve(budget, 256 << 10).unwrap();
+        account.charge(300 << 10).unwrap().leak();
+        drop(account);
+        assert_eq!(budget.left(), Some(724 << 10), "300 KiB stay pinned");
     }
 
     #[test]

@@ -64,7 +64,8 @@ pub(crate) async fn client(
     let account = match (reserve(config), mode) {
         (Ok(account), _) => account,
         (Err(e), Mode::Auto) => {
-            e.log_once("auto:// uses TCP");
+            static SAID: crate::memlock::AtomicBool = crate::memlock::AtomicBool::new(false);
+            e.log_once("auto:// uses TCP", &SAID);
             return Ok(Negotiated::Tcp(stream, e.to_string()));
         }
         (Err(e), Mode::Rdma) => return Err(e.to_transport()),

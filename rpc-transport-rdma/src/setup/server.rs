@@ -6,15 +6,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rdmarpc_transport_tcp::Socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use std::sync::Arc;
-
 use super::{access, check_named, local_addr, offer, prepare_off_thread, reserve, usable_address};
 use crate::cm_service::{service, Expected};
 use crate::connection::RdmaConnection;
 use crate::handshake::{self, Offer, BLOCK, CM_REJECT, HELLO, OKAY, READY};
-use crate::memlock::Account;
+use crate::memlock::Budget;
 use crate::verbs::CmEventKind;
 use crate::RdmaConfig;
+
+/// Whether the server said at WARN that its locked memory is spent.
+static MEMLOCK_SAID: AtomicBool = AtomicBool::new(false);
 
 /// Why RDMA is refused: what the client is told, and the details for this server's log.
 type Refusal = (&'static str, String);
@@ -90,14 +91,19 @@ pub(crate) async fn server(
             return Ok(Err(stream));
         }
     };
-    // The connection's locked memory, before the client is told to go on: a server at
-    // its limit refuses new RDMA connections (the client may use TCP on this socket) and
-    // keeps serving those it has.
-    let account = match reserve(config) {
-        Ok(account) => account,
+    // Room for the connection's locked memory, before the client is told to go on: a
+    // server at its limit refuses new RDMA connections (the client may use TCP on this
+    // socket) and keeps serving those it has. Only checked here: it is reserved once the
+    // connect request with the token came (`accept`), so that sockets that say HELLO and
+    // stall hold none of it.
+    match Budget::process().check(config.pinned_reserve(), "an RDMA connection") {
+        Ok(()) => {}
         Err(e) => {
             drop(expected);
-            e.log_once("new RDMA connections are refused (the clients are told to use TCP)");
+            e.log_once(
+                "new RDMA connections are refused (the clients are told to use TCP)",
+                &MEMLOCK_SAID,
+            );
             handshake::refuse(
                 &mut stream,
                 "the server cannot pin memory for another RDMA connection (its locked-memory limit)",
@@ -112,7 +118,7 @@ pub(crate) async fn server(
     stream.flush().await.map_err(|e| e.to_string())?;
     tokio::time::timeout(
         config.handshake_timeout,
-        accept(stream, expected, config, &hello, account),
+        accept(stream, expected, config, &hello),
     )
     .await
     .map_err(|_| "RDMA connection set-up timed out".to_string())?
@@ -127,7 +133,6 @@ async fn accept(
     mut expected: Expected,
     config: &RdmaConfig,
     hello: &Offer,
-    account: Arc<Account>,
 ) -> Result<RdmaConnection, String> {
     let id = expected.request().await?;
     drop(expected);
@@ -146,6 +151,15 @@ async fn accept(
             from.map_or_else(|| "an unknown address".to_owned(), |ip| ip.to_string())
         ));
     }
+    // Another set-up may have taken the room since HELLO: the request is rejected then.
+    let account = match reserve(config) {
+        Ok(account) => account,
+        Err(e) => {
+            let _ = id.id().reject(CM_REJECT);
+            e.log_once("new RDMA connections are refused", &MEMLOCK_SAID);
+            return Err(e.to_string());
+        }
+    };
     let (id, prepared) = prepare_off_thread(config, id, account).await?;
     let prepared = match prepared {
         Ok(prepared) => prepared,

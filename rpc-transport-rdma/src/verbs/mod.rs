@@ -104,7 +104,7 @@ pub(crate) fn install_clock() {
 pub(crate) use datapath::{wc_buffer, RemoteBuf, SendOptions, MAX_RECV_BATCH};
 pub(crate) use error::{Error, Result};
 pub(crate) use fork::ensure_fork_safety;
-pub(crate) use mr::{Access, MemoryRegion};
+pub(crate) use mr::{page_size, Access, MemoryRegion};
 #[cfg(test)]
 pub(crate) use mw::MemoryWindow;
 pub(crate) use pd::ProtectionDomain;

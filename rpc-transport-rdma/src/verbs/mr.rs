@@ -327,7 +327,9 @@ impl Drop for MemoryRegion {
             // back to the allocator.
             tracing::error!(%error, len = self.layout.size(), "cannot deregister memory region; leaking it");
             // Its pages stay pinned: so does their charge.
-            std::mem::forget(self.charge.take());
+            if let Some(charge) = self.charge.take() {
+                charge.leak();
+            }
             return;
         }
         // SAFETY: `buf` was allocated in `new` with this very layout and is freed only here,
@@ -337,7 +339,7 @@ impl Drop for MemoryRegion {
 }
 
 /// The system page size (4 KiB when it cannot be determined).
-fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf(3) only reads a system constant; it returns -1 for unknown names.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(size)

@@ -185,7 +185,7 @@ struct Side {
 impl Side {
     fn new(ctx: &Arc<Context>, big_access: Access) -> (Self, QueuePair<Init>) {
         let pd =
-            Arc::new(ProtectionDomain::new(ctx, crate::memlock::Account::shared()).expect("pd"));
+            Arc::new(ProtectionDomain::new(ctx, crate::memlock::Account::unlimited()).expect("pd"));
         let channel = Arc::new(CompChannel::new(ctx).expect("channel"));
         let cq =
             Arc::new(CompletionQueue::new(ctx, DEFAULT_CQ_DEPTH, Some(&channel), 0).expect("cq"));
@@ -353,7 +353,8 @@ fn a_region_that_cannot_be_allocated_is_an_error_not_an_abort() {
     let Some((ctx, _)) = open_pair_or_skip() else {
         return;
     };
-    let pd = Arc::new(ProtectionDomain::new(&ctx, crate::memlock::Account::shared()).expect("pd"));
+    let pd =
+        Arc::new(ProtectionDomain::new(&ctx, crate::memlock::Account::unlimited()).expect("pd"));
     // 1 TiB: more than the machine has, so the allocation fails (it used to abort).
     match MemoryRegion::new(&pd, 1 << 40, Access::RemoteRead) {
         Err(Error::Alloc { len }) => assert_eq!(len, 1 << 40),
@@ -378,10 +379,12 @@ struct WindowRig {
 
 impl WindowRig {
     fn new(ctx_a: &Arc<Context>, ctx_b: &Arc<Context>) -> WindowRig {
-        let lender_pd =
-            Arc::new(ProtectionDomain::new(ctx_a, crate::memlock::Account::shared()).expect("pd"));
-        let reader_pd =
-            Arc::new(ProtectionDomain::new(ctx_b, crate::memlock::Account::shared()).expect("pd"));
+        let lender_pd = Arc::new(
+            ProtectionDomain::new(ctx_a, crate::memlock::Account::unlimited()).expect("pd"),
+        );
+        let reader_pd = Arc::new(
+            ProtectionDomain::new(ctx_b, crate::memlock::Account::unlimited()).expect("pd"),
+        );
         let reader_ring = MemoryRegion::new(&reader_pd, RING, Access::Local).expect("ring");
         let target = MemoryRegion::new(&reader_pd, 256 * 1024, Access::Local).expect("target");
         WindowRig {

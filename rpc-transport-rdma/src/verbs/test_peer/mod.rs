@@ -164,8 +164,9 @@ impl RawPeer {
         let local = (local.is_ipv4() == server.is_ipv4()).then_some(local);
         let id = resolved(&channel, local, server)?;
         let ctx = Arc::new(id.context().map_err(err)?);
-        let pd =
-            Arc::new(ProtectionDomain::new(&ctx, crate::memlock::Account::shared()).map_err(err)?);
+        let pd = Arc::new(
+            ProtectionDomain::new(&ctx, crate::memlock::Account::unlimited()).map_err(err)?,
+        );
         let cq = Arc::new(CompletionQueue::new(&ctx, 1024, None, 0).map_err(err)?);
         let qp = QueuePair::new(&pd, &cq, &cq, &QpConfig::default())
             .map_err(err)?

@@ -41,7 +41,8 @@ fn expect(channel: &Arc<EventChannel>, key: usize, kinds: &[CmEventKind]) -> cra
 /// the ring's RECVs posted.
 fn side(id: &CmId, big_access: Access) -> (Side, QueuePair<Init>) {
     let ctx = Arc::new(id.context().expect("the id's device"));
-    let pd = Arc::new(ProtectionDomain::new(&ctx, crate::memlock::Account::shared()).expect("pd"));
+    let pd =
+        Arc::new(ProtectionDomain::new(&ctx, crate::memlock::Account::unlimited()).expect("pd"));
     let cq = Arc::new(CompletionQueue::new(&ctx, DEFAULT_CQ_DEPTH, None, 0).expect("cq"));
     let ring = MemoryRegion::new(&pd, RING, Access::Local).expect("ring mr");
     let big = MemoryRegion::new(&pd, MIB, big_access).expect("big mr");
