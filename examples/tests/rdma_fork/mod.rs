@@ -97,12 +97,7 @@ async fn spawning_children_while_serving_rdma_loses_and_corrupts_no_call() {
     // 300 on schedule; an emulated guest may lag behind it.
     assert!(forked >= 100, "only {forked} forks in {FOR:?}");
     assert!(calls >= 100, "only {calls} calls in {FOR:?}");
-    let counters = client
-        .channel()
-        .connection()
-        .unwrap()
-        .rdma_counters()
-        .unwrap();
+    let counters = super::rdma_polling::counters(&client);
     assert!(
         counters.rendezvous_sends > 0 && counters.rendezvous_reads > 0,
         "no rendezvous both ways: {counters:?}"

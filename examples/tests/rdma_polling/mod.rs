@@ -35,7 +35,7 @@ fn request(i: usize, delay_ms: u32) -> EchoRequest {
 }
 
 /// The RDMA counters of a client's connection.
-fn counters(client: &EchoClient<AnyConnection>) -> rdmarpc_transport_rdma::RdmaCounters {
+pub(super) fn counters(client: &EchoClient<AnyConnection>) -> rdmarpc_transport_rdma::RdmaCounters {
     client
         .channel()
         .connection()

@@ -120,6 +120,7 @@ impl Budget {
     }
 
     /// Bytes left to charge; `None`: no limit.
+    #[cfg(test)]
     pub(crate) fn left(&self) -> Option<u64> {
         let room = self.probe?.room()?;
         Some(room.saturating_sub(*self.used.lock()))
@@ -131,39 +132,32 @@ impl Budget {
     /// # Errors
     /// [`Exhausted`] when less is left.
     pub(crate) fn check(&self, bytes: u64, what: &'static str) -> Result<(), Exhausted> {
-        let Some(probe) = self.probe else {
-            return Ok(());
-        };
-        let left = self.left().unwrap_or(u64::MAX);
-        if pages(bytes) > left {
-            return Err(Exhausted {
-                what,
-                need: pages(bytes),
-                left,
-                limit: probe.limit.unwrap_or(u64::MAX),
-                pinned_before: probe.pinned,
-            });
-        }
-        Ok(())
+        self.fits(*self.used.lock(), pages(bytes), what)
     }
 
     /// Takes `bytes` (whole pages) or says why not.
     fn take(&self, bytes: u64, what: &'static str) -> Result<(), Exhausted> {
         let mut used = self.used.lock();
-        if let Some(probe) = self.probe {
-            let room = probe.room().unwrap_or(u64::MAX);
-            let left = room.saturating_sub(*used);
-            if bytes > left {
-                return Err(Exhausted {
-                    what,
-                    need: bytes,
-                    left,
-                    limit: probe.limit.unwrap_or(u64::MAX),
-                    pinned_before: probe.pinned,
-                });
-            }
-        }
+        self.fits(*used, bytes, what)?;
         *used = used.saturating_add(bytes);
+        Ok(())
+    }
+
+    /// Whether `bytes` more fit beside `used`, or why not.
+    fn fits(&self, used: u64, bytes: u64, what: &'static str) -> Result<(), Exhausted> {
+        let Some(probe) = self.probe else {
+            return Ok(());
+        };
+        let left = probe.room().unwrap_or(u64::MAX).saturating_sub(used);
+        if bytes > left {
+            return Err(Exhausted {
+                what,
+                need: bytes,
+                left,
+                limit: probe.limit.unwrap_or(u64::MAX),
+                pinned_before: probe.pinned,
+            });
+        }
         Ok(())
     }
 
