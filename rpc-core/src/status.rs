@@ -293,15 +293,76 @@ impl fmt::Display for Status {
 
 impl std::error::Error for Status {}
 
+/// Why `what` (a message of `len` bytes, its frame flagged
+/// [`DISCARDED`](crate::wire::Flags::DISCARDED)) did not arrive, as the call's status:
+/// over `max`, the receiving side's maximum message size, or (within it) refused by the
+/// receiving transport for want of memory to receive it into (an RDMA receiver at its
+/// locked-memory limit). `None`: the maximum is not known here.
+pub(crate) fn discarded(what: &str, len: u32, max: Option<usize>) -> Status {
+    Status::resource_exhausted(match max {
+        Some(max) if len as usize > max => {
+            format!("{what} of {len} bytes exceeds the maximum of {max}")
+        }
+        Some(_) => format!(
+            "{what} of {len} bytes was refused by the receiving transport: it had no memory \
+             to receive it into (its log says why)"
+        ),
+        None => format!(
+            "{what} of {len} bytes was discarded by the receiving transport: over the \
+             maximum message size, or no memory to receive it into (its log says which)"
+        ),
+    })
+}
+
+/// A transport's failure as a call's status: `RESOURCE_EXHAUSTED` where this one message
+/// was too large or could not be given memory (the connection goes on), `UNAVAILABLE`
+/// otherwise.
 impl From<crate::TransportError> for Status {
     fn from(err: crate::TransportError) -> Status {
-        Status::unavailable(err.to_string())
+        match err {
+            crate::TransportError::TooLarge { .. } | crate::TransportError::LockedMemory { .. } => {
+                Status::resource_exhausted(err.to_string())
+            }
+            err => Status::unavailable(err.to_string()),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_discarded_message_says_whether_it_was_over_the_maximum_or_refused_for_memory() {
+        let over = discarded("request message", 5_000, Some(4_000));
+        assert_eq!(over.code(), Code::ResourceExhausted);
+        assert!(
+            over.message().contains("exceeds the maximum of 4000"),
+            "{over}"
+        );
+        let refused = discarded("request message", 3_000, Some(4_000));
+        assert_eq!(refused.code(), Code::ResourceExhausted);
+        assert!(
+            refused.message().contains("no memory to receive it"),
+            "{refused}"
+        );
+        assert!(!refused.message().contains("exceeds"), "{refused}");
+        let unknown = discarded("stream message", 3_000, None);
+        assert!(unknown.message().contains("or no memory"), "{unknown}");
+        // A transport's failure: this message only, or the connection.
+        let locked = crate::TransportError::LockedMemory {
+            needed: 4 << 20,
+            left: 1 << 20,
+            limit: 8 << 20,
+        };
+        assert_eq!(Status::from(locked).code(), Code::ResourceExhausted);
+        let large = crate::TransportError::TooLarge { len: 2, max: 1 };
+        assert_eq!(Status::from(large).code(), Code::ResourceExhausted);
+        assert_eq!(
+            Status::from(crate::TransportError::Closed).code(),
+            Code::Unavailable
+        );
+    }
 
     #[test]
     fn codes_round_trip_through_u8() {

@@ -50,6 +50,10 @@ pub struct RdmaCounters {
     /// caller's response, an idle server connection's next request. No task hop, no
     /// wake-up.
     pub found_by_spin: u64,
+    /// Rendezvous frames refused unread because this process could not pin memory to
+    /// receive them into (its locked-memory limit was spent): each failed its call with
+    /// `RESOURCE_EXHAUSTED`; the connection and its other calls went on.
+    pub refused_unpinned: u64,
 }
 
 /// The live counters.
@@ -67,6 +71,7 @@ pub(crate) struct Counters {
     pub(crate) kept_frames: AtomicU64,
     pub(crate) lent_in_place: AtomicU64,
     pub(crate) found_by_spin: AtomicU64,
+    pub(crate) refused_unpinned: AtomicU64,
 }
 
 /// Every connection's counters, and what those that are gone counted: a connection's
@@ -126,6 +131,15 @@ pub struct ProcessCounters {
     pub lent_in_place: u64,
     /// See [`RdmaCounters::found_by_spin`].
     pub found_by_spin: u64,
+    /// See [`RdmaCounters::refused_unpinned`].
+    pub refused_unpinned: u64,
+    /// Bytes of locked memory the RDMA transport has pinned or reserved now (every
+    /// connection's reserve, and registrations beyond it).
+    pub locked_bytes: u64,
+    /// What this process may lock (`RLIMIT_MEMLOCK`, less what was locked before the
+    /// transport), bytes; `None`: no limit applies (`CAP_IPC_LOCK`, `unlimited`) or it
+    /// is not known.
+    pub locked_limit: Option<u64>,
     /// RDMA connections whose state is still held (open, or closed with frames the
     /// application still holds).
     pub live_connections: u64,
@@ -145,6 +159,9 @@ impl ProcessCounters {
         kept_frames: 0,
         lent_in_place: 0,
         found_by_spin: 0,
+        refused_unpinned: 0,
+        locked_bytes: 0,
+        locked_limit: None,
         live_connections: 0,
     };
 
@@ -162,6 +179,7 @@ impl ProcessCounters {
         self.kept_frames += get(&c.kept_frames);
         self.lent_in_place += get(&c.lent_in_place);
         self.found_by_spin += get(&c.found_by_spin);
+        self.refused_unpinned += get(&c.refused_unpinned);
     }
 }
 
@@ -176,6 +194,10 @@ pub fn process_counters() -> ProcessCounters {
         total.add(counters);
         total.live_connections += 1;
     }
+    drop(registry);
+    let budget = crate::memlock::Budget::process();
+    total.locked_bytes = budget.used();
+    total.locked_limit = budget.room();
     total
 }
 
@@ -217,6 +239,7 @@ impl Counters {
             lent_in_place: get(&self.lent_in_place),
             kept_bytes,
             found_by_spin: get(&self.found_by_spin),
+            refused_unpinned: get(&self.refused_unpinned),
         }
     }
 }

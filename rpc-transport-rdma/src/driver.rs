@@ -4,7 +4,7 @@
 //! A batch of completions is handled in order: events into the session, then the READs,
 //! frames and control messages the session has due.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -232,15 +232,8 @@ pub(crate) fn grow(inner: &Inner) -> Result<(), Close> {
     };
     fn kept<T: Default>(inner: &Inner, ring: &str, e: crate::verbs::Error) -> Result<T, Close> {
         match e {
-            crate::verbs::Error::Memlock(why) => {
-                tracing::debug!(peer = %inner.peer, "the {ring} ring stays as it is: {why}");
-                Ok(T::default())
-            }
-            // A limit the account did not know of (the kernel's own count).
-            crate::verbs::Error::Verb { source, .. }
-                if source.raw_os_error() == Some(libc::ENOMEM) =>
-            {
-                tracing::debug!(peer = %inner.peer, "the {ring} ring stays as it is: {source}");
+            e if e.is_out_of_locked_memory() => {
+                tracing::debug!(peer = %inner.peer, "the {ring} ring stays as it is: {e}");
                 Ok(T::default())
             }
             e => Err(Close::Failed(format!("growing the {ring} ring: {e}"))),
@@ -478,10 +471,14 @@ fn start_reads(inner: &Inner) -> Result<(), Close> {
             "pulling a rendezvous frame"
         );
         let head = read.head.len();
-        let mut buf = inner
-            .rx_pool
-            .take(head + read.len)
-            .map_err(|e| Close::Failed(format!("rendezvous buffer: {e}")))?;
+        let mut buf = match inner.rx_pool.take(head + read.len) {
+            Ok(buf) => buf,
+            Err(e) if e.is_out_of_locked_memory() => {
+                refuse_unpinned(inner, &read, &e)?;
+                continue;
+            }
+            Err(e) => return Err(Close::Failed(format!("rendezvous buffer: {e}"))),
+        };
         // The frame's first bytes came inline; the lent ones land after them.
         buf.region_mut().as_mut_slice()[..head].copy_from_slice(&read.head);
         let remote = crate::verbs::RemoteBuf {
@@ -495,6 +492,35 @@ fn start_reads(inner: &Inner) -> Result<(), Close> {
             return Err(Close::Failed(format!("posting an RDMA READ failed: {e}")));
         }
     }
+}
+
+/// A frame this process cannot pin memory for (its locked-memory limit is spent, idle
+/// buffers given back already): refused unread, so its call fails with
+/// `RESOURCE_EXHAUSTED` while the connection, its other calls and the lender's loan go
+/// on (the read-done returns it).
+fn refuse_unpinned(
+    inner: &Inner,
+    read: &crate::protocol::session::Read,
+    why: &crate::verbs::Error,
+) -> Result<(), Close> {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let len = read.head.len() + read.len;
+    if SAID.swap(true, Ordering::Relaxed) {
+        tracing::debug!(peer = %inner.peer, len, "a rendezvous frame is refused unread: {why}");
+    } else {
+        tracing::warn!(
+            peer = %inner.peer,
+            len,
+            "a rendezvous frame is refused unread (its call fails with RESOURCE_EXHAUSTED; \
+             the connection stays): {why} (said once; then at debug)"
+        );
+    }
+    Counters::bump(&inner.counters.refused_unpinned, 1);
+    inner
+        .state
+        .lock()
+        .session
+        .refuse_read(read.tag, RecvBuf(Received::Header(refused(read.header))))
 }
 
 /// Runs the session's timers that are due at `now` (pings after silence, the ping

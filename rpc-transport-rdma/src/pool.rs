@@ -4,7 +4,9 @@
 //! registers a buffer (the only registration after connection set-up); after that buffers
 //! are reused, never registered per call. Returned buffers are kept while the pool holds
 //! at most its byte budget and deregistered beyond it, so a burst of huge messages does
-//! not pin memory forever.
+//! not pin memory forever. Idle buffers are also given back whenever the process's
+//! locked-memory budget runs short (`memlock`'s [`Idle`]): a new connection or a message
+//! elsewhere goes before this cache.
 //!
 //! Each connection has two pools, in its own protection domain: one of
 //! [`Access::Lendable`] regions (remote read, addressed from 0) for what it lends to its
@@ -15,6 +17,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
+use crate::memlock::Idle;
 use crate::verbs::{Access, MemoryRegion, ProtectionDomain};
 
 /// Smallest buffer class, bytes.
@@ -53,14 +56,16 @@ pub(crate) struct LargeBuf {
 impl LargePool {
     /// A pool registering in `pd` with `access`, keeping up to `keep_bytes` idle.
     pub(crate) fn new(pd: Arc<ProtectionDomain>, access: Access, keep_bytes: usize) -> LargePool {
-        LargePool {
-            inner: Arc::new(PoolInner {
-                pd,
-                access,
-                keep_bytes,
-                state: Mutex::new(PoolState::default()),
-            }),
-        }
+        let budget = pd.account().budget();
+        let inner = Arc::new(PoolInner {
+            pd,
+            access,
+            keep_bytes,
+            state: Mutex::new(PoolState::default()),
+        });
+        let idle: Weak<dyn Idle> = Arc::downgrade(&inner) as Weak<PoolInner>;
+        budget.keep_idle(idle);
+        LargePool { inner }
     }
 
     /// A buffer of at least `len` bytes.
@@ -127,6 +132,18 @@ impl Drop for LargeBuf {
             state.idle_bytes += class;
         }
         // else: dropped here, deregistered.
+    }
+}
+
+impl Idle for PoolInner {
+    fn release_idle(&self) -> u64 {
+        let released = {
+            let mut state = self.state.lock();
+            state.idle_bytes = 0;
+            std::mem::take(&mut state.free)
+        };
+        // Deregistered here, outside the pool's lock.
+        released.into_iter().flatten().map(|r| r.len() as u64).sum()
     }
 }
 

@@ -115,6 +115,13 @@ async fn send_response<C: Connection>(
             tracing::warn!(call_id, "{}", status.message());
             send_status_flags(conn, call_id, &status, Flags::default()).await
         }
+        // This response only could not be given memory (an RDMA transport at its
+        // locked-memory limit, which said why): the call fails, the connection goes on.
+        Err(e @ TransportError::LockedMemory { .. }) => {
+            let status = Status::from(e);
+            tracing::debug!(call_id, "response not sent: {}", status.message());
+            send_status_flags(conn, call_id, &status, Flags::default()).await
+        }
         other => other,
     }
 }

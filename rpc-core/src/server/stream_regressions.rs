@@ -203,8 +203,8 @@ async fn a_request_over_the_transports_frame_fails_the_stream_at_once() {
         .await;
     assert_eq!(
         unary.unwrap_err().code(),
-        Code::Unavailable,
-        "over the transport's frame"
+        Code::ResourceExhausted,
+        "over the transport's frame: this message fails, as gRPC's over its send limit"
     );
     let mut req = Request::new(futures_util::stream::iter(vec![vec![0u8; 300_000]]));
     req.set_timeout(Duration::from_secs(1));

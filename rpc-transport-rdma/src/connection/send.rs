@@ -166,10 +166,7 @@ impl Inner {
                 inner: self,
                 bytes: reserved,
             };
-            let buf = self
-                .tx_pool
-                .take(len)
-                .map_err(|e| TransportError::Other(format!("rendezvous buffer: {e}")))?;
+            let buf = self.tx_pool.take(len).map_err(unpinned)?;
             std::mem::forget(guard);
             (Some(buf), reserved, charge)
         } else {
@@ -475,6 +472,28 @@ impl Drop for Lending<'_> {
         }
         self.inner.space.notify_waiters();
     }
+}
+
+/// Why a rendezvous buffer could not be had: where memory could not be pinned (the
+/// locked-memory limit; idle buffers were given back first), the message fails
+/// (`RESOURCE_EXHAUSTED` above) and the connection goes on; said once at WARN.
+fn unpinned(e: crate::verbs::Error) -> TransportError {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let error = match &e {
+        crate::verbs::Error::Memlock(exhausted) => exhausted.to_transport(),
+        e => TransportError::Other(format!("rendezvous buffer: {e}")),
+    };
+    if e.is_out_of_locked_memory() {
+        if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::debug!("a message is not sent: {e}");
+        } else {
+            tracing::warn!(
+                "a message is not sent (its call fails with RESOURCE_EXHAUSTED; the \
+                 connection stays): {e} (said once; then at debug)"
+            );
+        }
+    }
+    error
 }
 
 #[cfg(test)]

@@ -11,12 +11,16 @@
 //! unlimited `memlock`), the account still counts but never refuses.
 //!
 //! The kernel counts whole pages: so does the account.
+//!
+//! Registered buffers kept idle for reuse (the rendezvous pools, `pool.rs`) are given
+//! back first when a charge or a reserve finds too little left ([`Idle`]): a cache never
+//! refuses a connection or a message the limit would hold without it.
 
 mod probe;
 
 pub(crate) use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
@@ -37,6 +41,15 @@ pub(crate) struct Budget {
     probe: Option<Probe>,
     /// Bytes charged so far (reserves and registrations beyond them).
     used: Mutex<u64>,
+    /// What holds pinned memory it can give back at once, asked when room runs out.
+    idle: Mutex<Vec<Weak<dyn Idle>>>,
+}
+
+/// Something that keeps registered memory idle for reuse (a rendezvous pool) and gives
+/// it back when the budget runs short.
+pub(crate) trait Idle: Send + Sync + std::fmt::Debug {
+    /// Deregisters what is idle now; the bytes given back.
+    fn release_idle(&self) -> u64;
 }
 
 /// A charge the budget could not take: what was asked, what is left, and the way out.
@@ -101,6 +114,41 @@ impl Budget {
         Budget {
             probe: probe.filter(|p| p.room().is_some()),
             used: Mutex::new(0),
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Asks `idle` to give back what it keeps whenever room runs short, for as long as
+    /// it lives.
+    pub(crate) fn keep_idle(&self, idle: Weak<dyn Idle>) {
+        if self.probe.is_none() {
+            return; // nothing is ever refused: nothing to reclaim for
+        }
+        let mut list = self.idle.lock();
+        list.retain(|i| i.strong_count() > 0);
+        list.push(idle);
+    }
+
+    /// Gives back what every [`Idle`] keeps; the bytes freed. Called with no lock of the
+    /// budget's or an account's held (what is deregistered gives its charge back).
+    fn reclaim(&self) -> u64 {
+        let live: Vec<Arc<dyn Idle>> = self.idle.lock().iter().filter_map(Weak::upgrade).collect();
+        let freed = live.iter().map(|i| i.release_idle()).sum();
+        if freed > 0 {
+            tracing::debug!(bytes = freed, "gave back idle registered buffers for room");
+        }
+        freed
+    }
+
+    /// `attempt`, and once more after idle buffers were given back if it found too
+    /// little room and something was freed.
+    fn or_reclaim<T>(
+        &self,
+        mut attempt: impl FnMut() -> Result<T, Exhausted>,
+    ) -> Result<T, Exhausted> {
+        match attempt() {
+            Err(_) if self.probe.is_some() && self.reclaim() > 0 => attempt(),
+            result => result,
         }
     }
 
@@ -119,6 +167,17 @@ impl Budget {
         })
     }
 
+    /// Bytes charged now (reserves, and registrations beyond them).
+    pub(crate) fn used(&self) -> u64 {
+        *self.used.lock()
+    }
+
+    /// What may be charged in all (the limit less what was pinned before); `None`: no
+    /// limit applies.
+    pub(crate) fn room(&self) -> Option<u64> {
+        self.probe?.room()
+    }
+
     /// Bytes left to charge; `None`: no limit.
     #[cfg(test)]
     pub(crate) fn left(&self) -> Option<u64> {
@@ -132,7 +191,7 @@ impl Budget {
     /// # Errors
     /// [`Exhausted`] when less is left.
     pub(crate) fn check(&self, bytes: u64, what: &'static str) -> Result<(), Exhausted> {
-        self.fits(*self.used.lock(), pages(bytes), what)
+        self.or_reclaim(|| self.fits(*self.used.lock(), pages(bytes), what))
     }
 
     /// Takes `bytes` (whole pages) or says why not.
@@ -183,7 +242,7 @@ impl Account {
     /// [`Exhausted`] when the budget has less left.
     pub(crate) fn reserve(budget: &'static Budget, bytes: u64) -> Result<Arc<Account>, Exhausted> {
         let reserved = pages(bytes);
-        budget.take(reserved, "an RDMA connection")?;
+        budget.or_reclaim(|| budget.take(reserved, "an RDMA connection"))?;
         Ok(Arc::new(Account {
             budget,
             reserved,
@@ -210,14 +269,24 @@ impl Account {
     /// [`Exhausted`] when neither has room; nothing is charged then.
     pub(crate) fn charge(self: &Arc<Self>, bytes: usize) -> Result<Charge, Exhausted> {
         let bytes = pages(bytes as u64);
-        let mut used = self.used.lock();
-        let beyond = (*used + bytes).saturating_sub(self.reserved.max(*used));
-        self.budget.take(beyond, "a registration")?;
-        *used = used.saturating_add(bytes);
+        // The account's lock is not held while idle buffers are given back (their
+        // charges may be this account's).
+        self.budget.or_reclaim(|| {
+            let mut used = self.used.lock();
+            let beyond = (*used + bytes).saturating_sub(self.reserved.max(*used));
+            self.budget.take(beyond, "a registration")?;
+            *used = used.saturating_add(bytes);
+            Ok(())
+        })?;
         Ok(Charge {
             account: self.clone(),
             bytes,
         })
+    }
+
+    /// The budget this account draws from.
+    pub(crate) fn budget(&self) -> &'static Budget {
+        self.budget
     }
 
     /// Bytes charged and not given back.
@@ -352,6 +421,56 @@ mod tests {
         account.charge(300 << 10).unwrap().leak();
         drop(account);
         assert_eq!(budget.left(), Some(724 << 10), "300 KiB stay pinned");
+    }
+
+    /// Charges kept idle, given back when asked (as a pool's idle buffers are).
+    #[derive(Debug, Default)]
+    struct Kept(Mutex<Vec<Charge>>);
+
+    impl Idle for Kept {
+        fn release_idle(&self) -> u64 {
+            let kept = std::mem::take(&mut *self.0.lock());
+            kept.iter().map(|c| c.bytes).sum()
+        }
+    }
+
+    #[test]
+    fn idle_charges_are_given_back_before_a_charge_or_a_reserve_is_refused() {
+        let budget = budget(1 << 20, 0);
+        let a = Account::reserve(budget, 256 << 10).unwrap();
+        let kept = Arc::new(Kept::default());
+        let weak: Weak<dyn Idle> = Arc::downgrade(&(kept.clone() as Arc<dyn Idle>));
+        budget.keep_idle(weak);
+        // 256 KiB reserved, 512 KiB kept idle beyond it (one connection's cache).
+        kept.0.lock().push(a.charge(768 << 10).unwrap());
+        assert_eq!(budget.left(), Some(256 << 10));
+        // Another connection's reserve: room once the idle charge is given back.
+        let b = Account::reserve(budget, 512 << 10).unwrap();
+        assert!(kept.0.lock().is_empty(), "the idle charge went back");
+        assert_eq!(budget.left(), Some(256 << 10));
+        // A charge of the same account whose idle memory goes back (its lock is not
+        // held meanwhile: this would deadlock otherwise).
+        kept.0.lock().push(a.charge(256 << 10).unwrap());
+        kept.0.lock().push(a.charge(256 << 10).unwrap());
+        assert_eq!(budget.left(), Some(0));
+        let big = a.charge(512 << 10).unwrap();
+        assert_eq!(budget.left(), Some(0));
+        assert!(
+            budget.check(4096, "an RDMA connection").is_err(),
+            "nothing idle is left"
+        );
+        // What cannot fit even with everything idle given back is refused, taking nothing.
+        drop(big);
+        kept.0.lock().push(a.charge(512 << 10).unwrap());
+        assert!(a.charge(1 << 20).is_err());
+        assert_eq!(
+            a.used(),
+            0,
+            "the idle charge went back, the refused one took nothing"
+        );
+        assert_eq!(budget.left(), Some(256 << 10));
+        drop((a, b));
+        assert_eq!(budget.left(), Some(1 << 20));
     }
 
     #[test]

@@ -93,6 +93,16 @@ impl Error {
         Error::Verb { verb, source }
     }
 
+    /// Whether memory could not be pinned: the locked-memory account refused it, or the
+    /// kernel did (`ENOMEM` from a registration: a limit the account did not know of).
+    pub(crate) fn is_out_of_locked_memory(&self) -> bool {
+        match self {
+            Error::Memlock(_) => true,
+            Error::Verb { source, .. } => source.raw_os_error() == Some(libc::ENOMEM),
+            _ => false,
+        }
+    }
+
     /// Whether the verb failed with `EADDRINUSE`: on iWARP, an rdma_cm port is also a
     /// TCP port of the host, which a host socket may hold although rdma_cm gave it out
     /// (rdma_cm allocates ports in a space of its own).

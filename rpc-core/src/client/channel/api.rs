@@ -181,7 +181,7 @@ impl<C: Connection> Channel<C> {
             .await?;
         let mut open = open.pump(stream, self.inner.config.max_message_size);
         let result = open.response().await?;
-        decode_response(&result, decode)
+        decode_response(&result, self.inner.config.max_message_size, decode)
     }
 
     /// Makes a bidirectional streaming call of `method`: `request`'s stream is sent as

@@ -75,12 +75,7 @@ impl<C: Connection> OpenStream<C> {
                     // This frame only (e.g. over the transport's frame limit): the call
                     // fails here and the server is told.
                     Err(e) => {
-                        let status = match e {
-                            TransportError::TooLarge { .. } => {
-                                Status::resource_exhausted(e.to_string())
-                            }
-                            e => Status::unavailable(e.to_string()),
-                        };
+                        let status = Status::from(e);
                         let waiter = shared.calls.lock().take(call_id);
                         if let Some(waiter) = waiter {
                             waiter.fail(status);

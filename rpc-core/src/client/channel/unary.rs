@@ -96,15 +96,17 @@ impl<C: Connection> Drop for CallGuard<'_, C> {
 
 pub(super) fn decode_response<B: std::ops::Deref<Target = [u8]>, Resp>(
     inbound: &Inbound<B>,
+    max: usize,
     decode: impl FnOnce(Payload<'_>) -> Result<Resp, prost::DecodeError>,
 ) -> Result<Response<Resp>, Status> {
     let frame = Frame::parse(inbound.bytes())
         .map_err(|e| Status::internal(format!("bad response frame: {e}")))?;
     if frame.is_discarded() {
-        return Err(Status::resource_exhausted(format!(
-            "response message of {} bytes exceeds the maximum",
-            frame.header.payload_len
-        )));
+        return Err(crate::status::discarded(
+            "response message",
+            frame.header.payload_len,
+            Some(max),
+        ));
     }
     let code = Code::from_u8(frame.header.status);
     if code != Code::Ok {
@@ -152,7 +154,7 @@ impl<C: Connection> Channel<C> {
             .exchange(request, method, split, &span)
             .instrument(span.clone())
             .await?;
-        decode_response(&frame, decode)
+        decode_response(&frame, self.inner.config.max_message_size, decode)
     }
 
     /// Sends the request once, on the current connection (on a balanced channel, one

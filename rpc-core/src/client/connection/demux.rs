@@ -214,7 +214,10 @@ impl<B: Deref<Target = [u8]>, K: Keep<B>> Demux<'_, B, K> {
         let inbox = inbox.clone();
         drop(calls);
         if header.flags.contains(Flags::DISCARDED) {
-            inbox.fail(too_large(header.payload_len as usize), true);
+            inbox.fail(
+                crate::status::discarded("stream message", header.payload_len, None),
+                true,
+            );
             if self.calls.lock().take(call_id).is_some() {
                 self.control.cancel_stream(call_id);
             }
@@ -298,11 +301,6 @@ fn plain_message(run: &[u8]) -> Result<(u64, usize), Violation> {
             actual: run.len(),
         })),
     }
-}
-
-/// Why a response stream failed whose message was over the maximum.
-fn too_large(len: usize) -> Status {
-    Status::resource_exhausted(format!("stream message of {len} bytes exceeds the maximum"))
 }
 
 #[cfg(test)]

@@ -109,10 +109,7 @@ impl<K> Demux<'_, K> {
         let max = self.max_message_size;
         if header.flags.contains(Flags::DISCARDED) || header.payload_len as usize > max {
             inbox.fail(
-                Status::resource_exhausted(format!(
-                    "request message of {} bytes exceeds the maximum of {max}",
-                    header.payload_len
-                )),
+                crate::status::discarded("request message", header.payload_len, Some(max)),
                 true,
             );
             return Ok(());

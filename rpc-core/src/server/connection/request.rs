@@ -103,10 +103,11 @@ impl<C: Connection> State<C> {
         let header = &frame.header;
         let max = self.inner.config.max_message_size;
         if frame.is_discarded() || header.payload_len as usize > max {
-            return Err(Status::resource_exhausted(format!(
-                "request message of {} bytes exceeds the maximum of {max}",
-                header.payload_len
-            )));
+            return Err(crate::status::discarded(
+                "request message",
+                header.payload_len,
+                Some(max),
+            ));
         }
         let Some(route) = self.inner.router.get(header.method_id) else {
             return Err(Status::unimplemented(format!(

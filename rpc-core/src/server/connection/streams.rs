@@ -88,19 +88,11 @@ pub(super) fn drive<C: Connection>(
             |_| {},
         )
         .await
-        .map_err(unavailable)?;
+        .map_err(Status::from)?;
         let sender = StreamSender::new(conn, call_id, outbox, max_message_size);
         sender.send_all(stream).await?;
         Ok(Response::from_parts(trailers, Box::new(()) as BoxMessage))
     })
-}
-
-/// A transport's failure to send a stream's message, as the call's status.
-fn unavailable(e: crate::TransportError) -> Status {
-    match e {
-        crate::TransportError::TooLarge { .. } => Status::resource_exhausted(e.to_string()),
-        e => Status::unavailable(e.to_string()),
-    }
 }
 
 /// Sends a handler's response stream as the client's window allows.
@@ -175,7 +167,7 @@ impl<C: Connection> StreamSender<C> {
                 let header = Header::new(FrameKind::Message, self.call_id);
                 send_message(&*self.conn, header, &Metadata::new(), &*message)
                     .await
-                    .map_err(unavailable)?;
+                    .map_err(Status::from)?;
                 continue;
             }
             let mut batch = vec![(message, len)];
@@ -245,7 +237,7 @@ impl<C: Connection> StreamSender<C> {
         scratch: &mut Vec<u8>,
     ) -> Result<(), Status> {
         use bytes::BufMut;
-        let mut buf = self.conn.alloc(bytes).await.map_err(unavailable)?;
+        let mut buf = self.conn.alloc(bytes).await.map_err(Status::from)?;
         // Written over, not cleared: what the last batch left is overwritten.
         if scratch.len() < bytes {
             scratch.resize(bytes, 0);
@@ -262,7 +254,7 @@ impl<C: Connection> StreamSender<C> {
             at += len;
         }
         buf.put_slice(&scratch[..at]);
-        self.conn.send(buf).await.map_err(unavailable)
+        self.conn.send(buf).await.map_err(Status::from)
     }
 }
 

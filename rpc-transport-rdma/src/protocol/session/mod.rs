@@ -24,6 +24,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use rdmarpc_core::wire::Header;
+
 use crate::protocol::{Borrower, Credits, Lender, LoanLimit, Prefix, Rendezvous};
 mod close;
 mod receive;
@@ -74,6 +76,8 @@ pub(crate) struct Read {
     pub(crate) chunk: usize,
     /// The frame's first bytes, carried inline by the descriptor (often empty).
     pub(crate) head: Vec<u8>,
+    /// The frame's header (checked when the descriptor arrived).
+    pub(crate) header: Header,
 }
 
 /// A control message the driver is to send (a send slot and a credit are taken).

@@ -115,6 +115,10 @@ impl<F> Session<F> {
             return None;
         }
         let (tag, d) = self.pending_reads.pop_front().expect("checked");
+        let header = Header::decode(&d.header)
+            .ok()
+            .flatten()
+            .expect("checked when the descriptor arrived");
         self.read_wrs += chunks;
         let len = d.len as usize;
         self.reading.insert(
@@ -133,7 +137,27 @@ impl<F> Session<F> {
             len,
             chunk,
             head: d.head,
+            header,
         })
+    }
+
+    /// The READ tagged `tag` (from [`Session::poll_read`]) was not posted: this side
+    /// could not pin memory to receive the frame into. The frame is refused as one over
+    /// the size limit is: unread, its read-done due at once (the lender's buffer and
+    /// budget come back), and `frame` (its header, flagged DISCARDED: the call fails,
+    /// not the connection) takes its place in the arrival order.
+    ///
+    /// # Errors
+    /// A tag not being read.
+    pub(crate) fn refuse_read(&mut self, tag: u64, frame: F) -> Result<(), Close> {
+        let Some(&Reading { token, lent, .. }) = self.reading.get(&tag) else {
+            return Err(Close::Failed(format!(
+                "refusing an unknown rendezvous read ({tag})"
+            )));
+        };
+        self.handle_read_complete(tag, |_, _, _| frame)?;
+        self.frame_consumed(token, lent);
+        Ok(())
     }
 
     /// The READ tagged `tag` completed; `frame(token, frame_len, lent)` makes the frame
