@@ -1,9 +1,9 @@
 //! Target `rdma_session`: the RDMA transport's session (`rdmarpc-transport-rdma`'s
 //! `protocol/session/`, through `rdmarpc_transport_rdma::fuzzing`), fed by a hostile peer's
 //! script of messages (data, batches, rendezvous descriptors, read-dones) between READs
-//! completing, frames consumed, time passing, control messages sent and loans made; the
-//! invariants (arrival order, the READ budget, the loan limits, read-dones only for what
-//! was lent, only the peer's lies or timers ending it) are checked inside.
+//! completing or refused, frames consumed, time passing, control messages sent and loans
+//! made; the invariants (arrival order, the READ budget, the loan limits, read-dones only
+//! for what was lent, only the peer's lies or timers ending it) are checked inside.
 
 use rdmarpc_core::wire::{FrameKind, Header, HEADER_LEN};
 use rdmarpc_core::Metadata;
@@ -27,7 +27,7 @@ pub fn fields(data: &[u8]) -> Vec<Field> {
         vec![0, 0x15, 0x2a, 0x3f, 0x55, 0xea, 0xff],
     )];
     for (at, op, n) in fuzzing::session_steps(data) {
-        fields.push(Field::new(at - 3, 1, (0..8).collect()));
+        fields.push(Field::new(at - 3, 1, (0..9).collect()));
         if op != 0 {
             fields.push(Field::new(at - 2, 2, vec![0, 1, 100, 250, 700, 1500, 4096]));
             continue;

@@ -293,24 +293,24 @@ impl fmt::Display for Status {
 
 impl std::error::Error for Status {}
 
-/// Why `what` (a message of `len` bytes, its frame flagged
-/// [`DISCARDED`](crate::wire::Flags::DISCARDED)) did not arrive, as the call's status:
-/// over `max`, the receiving side's maximum message size, or (within it) refused by the
-/// receiving transport for want of memory to receive it into (an RDMA receiver at its
-/// locked-memory limit). `None`: the maximum is not known here.
-pub(crate) fn discarded(what: &str, len: u32, max: Option<usize>) -> Status {
+/// Why `what` did not arrive (its frame's `header` flagged
+/// [`DISCARDED`](crate::wire::Flags::DISCARDED) by the receiving transport), as the
+/// call's status: refused for want of memory to receive it into
+/// ([`NO_MEMORY`](crate::wire::Flags::NO_MEMORY): an RDMA receiver at its locked-memory
+/// limit), or over `max` (the receiving side's maximum message size; `None`: not known
+/// here) or the transport's own maximum.
+pub(crate) fn discarded(what: &str, header: &crate::wire::Header, max: Option<usize>) -> Status {
+    let len = header.payload_len;
     Status::resource_exhausted(match max {
-        Some(max) if len as usize > max => {
-            format!("{what} of {len} bytes exceeds the maximum of {max}")
-        }
-        Some(_) => format!(
+        _ if header.flags.contains(crate::wire::Flags::NO_MEMORY) => format!(
             "{what} of {len} bytes was refused by the receiving transport: it had no memory \
              to receive it into (its log says why)"
         ),
-        None => format!(
-            "{what} of {len} bytes was discarded by the receiving transport: over the \
-             maximum message size, or no memory to receive it into (its log says which)"
-        ),
+        Some(max) if len as usize > max => {
+            format!("{what} of {len} bytes exceeds the maximum of {max}")
+        }
+        Some(_) => format!("{what} of {len} bytes exceeds the receiving transport's maximum"),
+        None => format!("{what} of {len} bytes exceeds the maximum"),
     })
 }
 
@@ -334,21 +334,51 @@ mod tests {
 
     #[test]
     fn a_discarded_message_says_whether_it_was_over_the_maximum_or_refused_for_memory() {
-        let over = discarded("request message", 5_000, Some(4_000));
+        use crate::wire::{Flags, FrameKind, Header};
+        let header = |len, flags| {
+            let mut h = Header::new(FrameKind::Request, 1);
+            h.payload_len = len;
+            h.flags = flags;
+            h
+        };
+        let over = discarded(
+            "request message",
+            &header(5_000, Flags::DISCARDED),
+            Some(4_000),
+        );
         assert_eq!(over.code(), Code::ResourceExhausted);
         assert!(
             over.message().contains("exceeds the maximum of 4000"),
             "{over}"
         );
-        let refused = discarded("request message", 3_000, Some(4_000));
+        // Within the runtime's maximum, over the transport's own (set apart).
+        let transport = discarded(
+            "request message",
+            &header(3_000, Flags::DISCARDED),
+            Some(4_000),
+        );
+        assert!(
+            transport
+                .message()
+                .contains("the receiving transport's maximum"),
+            "{transport}"
+        );
+        let refused = discarded(
+            "request message",
+            &header(3_000, Flags::DISCARDED | Flags::NO_MEMORY),
+            Some(4_000),
+        );
         assert_eq!(refused.code(), Code::ResourceExhausted);
         assert!(
             refused.message().contains("no memory to receive it"),
             "{refused}"
         );
         assert!(!refused.message().contains("exceeds"), "{refused}");
-        let unknown = discarded("stream message", 3_000, None);
-        assert!(unknown.message().contains("or no memory"), "{unknown}");
+        let unknown = discarded("stream message", &header(3_000, Flags::DISCARDED), None);
+        assert!(
+            unknown.message().contains("exceeds the maximum"),
+            "{unknown}"
+        );
         // A transport's failure: this message only, or the connection.
         let locked = crate::TransportError::LockedMemory {
             needed: 4 << 20,

@@ -292,9 +292,11 @@ pub enum TransportError {
     /// tokens, a loan held past its timeout): the connection was closed.
     #[error("protocol violation by the peer: {0}")]
     Protocol(String),
-    /// This process cannot pin the memory an RDMA connection needs: its locked-memory
-    /// limit (`RLIMIT_MEMLOCK`) is too low, or taken by the connections already up. The
-    /// text says how to raise it. `auto://` falls back to TCP instead.
+    /// This process cannot pin the memory RDMA needs: its locked-memory limit
+    /// (`RLIMIT_MEMLOCK`) is too low, or taken by what is pinned already. At connect, for
+    /// the connection's rings (`auto://` falls back to TCP instead); on a connection up,
+    /// for one large message's buffer (that call fails `RESOURCE_EXHAUSTED`, the
+    /// connection goes on). The text says how to raise the limit.
     #[error(
         "RDMA needs {} KiB of locked memory and {} KiB are left of this process's \
          limit of {} KiB (RLIMIT_MEMLOCK): raise it (`ulimit -l unlimited`, Docker's \
@@ -305,7 +307,8 @@ pub enum TransportError {
         .limit / 1024
     )]
     LockedMemory {
-        /// Bytes the connection needs pinned at least.
+        /// Bytes asked for (at connect: the connection's reserve; for a message: what its
+        /// buffer needs beyond what the connection had reserved).
         needed: u64,
         /// Bytes this process may still pin.
         left: u64,

@@ -67,6 +67,9 @@ pub(crate) fn service() -> verbs::Result<&'static Service> {
     if let Some(service) = SERVICE.get() {
         return Ok(service);
     }
+    // Before librdmacm opens the devices (it does when an address is bound):
+    // `ibv_fork_init(3)` is to come before any other libibverbs call.
+    verbs::ensure_fork_safety();
     let service: &'static Service = Box::leak(Box::new(Service {
         channel: EventChannel::new()?,
         routes: Mutex::default(),

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use crate::completion::Member;
 use crate::connection::{Inner, Received, RecvBuf, SlotHold, State};
 use crate::counters::Counters;
-use crate::protocol::session::{refused, Close};
+use crate::protocol::session::{refused, refused_unpinned, Close};
 use crate::protocol::{split_batch, Kind, Lie, Prefix, Rendezvous, PREFIX_LEN};
 use crate::verbs::{CmEvent, CmEventKind, Event, RecvSlot, Rings, WcStatus};
 
@@ -516,11 +516,10 @@ fn refuse_unpinned(
         );
     }
     Counters::bump(&inner.counters.refused_unpinned, 1);
-    inner
-        .state
-        .lock()
-        .session
-        .refuse_read(read.tag, RecvBuf(Received::Header(refused(read.header))))
+    inner.state.lock().session.refuse_read(
+        read.tag,
+        RecvBuf(Received::Header(refused_unpinned(read.header))),
+    )
 }
 
 /// Runs the session's timers that are due at `now` (pings after silence, the ping

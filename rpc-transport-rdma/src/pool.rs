@@ -63,8 +63,10 @@ impl LargePool {
             keep_bytes,
             state: Mutex::new(PoolState::default()),
         });
-        let idle: Weak<dyn Idle> = Arc::downgrade(&inner) as Weak<PoolInner>;
-        budget.keep_idle(idle);
+        if keep_bytes > 0 {
+            let idle: Weak<dyn Idle> = Arc::downgrade(&inner) as Weak<PoolInner>;
+            budget.keep_idle(idle);
+        }
         LargePool { inner }
     }
 
@@ -136,14 +138,31 @@ impl Drop for LargeBuf {
 }
 
 impl Idle for PoolInner {
-    fn release_idle(&self) -> u64 {
-        let released = {
+    fn idle_bytes(&self) -> u64 {
+        let idle = self.state.lock().idle_bytes as u64;
+        idle.min(self.pd.account().beyond())
+    }
+
+    fn release_idle(&self, want: u64) -> u64 {
+        let mut released = Vec::new();
+        let mut freed = 0u64;
+        {
             let mut state = self.state.lock();
-            state.idle_bytes = 0;
-            std::mem::take(&mut state.free)
-        };
+            // The largest buffers first: the fewest deregistrations for the room.
+            for class in (0..state.free.len()).rev() {
+                while freed < want {
+                    let Some(region) = state.free[class].pop() else {
+                        break;
+                    };
+                    state.idle_bytes -= region.len();
+                    freed += region.len() as u64;
+                    released.push(region);
+                }
+            }
+        }
         // Deregistered here, outside the pool's lock.
-        released.into_iter().flatten().map(|r| r.len() as u64).sum()
+        drop(released);
+        freed
     }
 }
 

@@ -248,3 +248,5 @@ mod stream_regressions;
 mod stream_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod unsendable_tests;

@@ -115,14 +115,22 @@ async fn send_response<C: Connection>(
             tracing::warn!(call_id, "{}", status.message());
             send_status_flags(conn, call_id, &status, Flags::default()).await
         }
-        // This response only could not be given memory (an RDMA transport at its
-        // locked-memory limit, which said why): the call fails, the connection goes on.
-        Err(e @ TransportError::LockedMemory { .. }) => {
+        // The connection is gone: nothing can be answered on it.
+        Err(
+            e @ (TransportError::Closed
+            | TransportError::Io(_)
+            | TransportError::PeerSilent(_)
+            | TransportError::Protocol(_)),
+        ) => Err(e),
+        // This response only could not be sent (e.g. an RDMA transport at its
+        // locked-memory limit, which said why): the call is answered with why, not left
+        // to the client's deadline; the connection goes on.
+        Err(e) => {
             let status = Status::from(e);
             tracing::debug!(call_id, "response not sent: {}", status.message());
             send_status_flags(conn, call_id, &status, Flags::default()).await
         }
-        other => other,
+        Ok(()) => Ok(()),
     }
 }
 

@@ -22,7 +22,7 @@ static METHODS: [MethodDescriptor; 4] = [
 pub(super) const SLEEP: u32 = METHODS[0].id;
 const PANIC_NOW: u32 = METHODS[1].id;
 const PANIC_LATER: u32 = METHODS[2].id;
-const BIG: u32 = METHODS[3].id;
+pub(super) const BIG: u32 = METHODS[3].id;
 
 /// Sleep(ms), PanicNow, PanicLater, Big(len): the argument is a u32 LE payload.
 #[derive(Default)]

@@ -474,16 +474,17 @@ impl Drop for Lending<'_> {
     }
 }
 
-/// Why a rendezvous buffer could not be had: where memory could not be pinned (the
-/// locked-memory limit; idle buffers were given back first), the message fails
-/// (`RESOURCE_EXHAUSTED` above) and the connection goes on; said once at WARN.
+/// Why a rendezvous buffer could not be had: where the locked-memory account refused it
+/// (idle buffers were given back first), the message fails with
+/// `TransportError::LockedMemory` (`RESOURCE_EXHAUSTED` above), said once at WARN; the
+/// connection goes on either way.
 fn unpinned(e: crate::verbs::Error) -> TransportError {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let error = match &e {
         crate::verbs::Error::Memlock(exhausted) => exhausted.to_transport(),
         e => TransportError::Other(format!("rendezvous buffer: {e}")),
     };
-    if e.is_out_of_locked_memory() {
+    if matches!(e, crate::verbs::Error::Memlock(_)) {
         if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::debug!("a message is not sent: {e}");
         } else {

@@ -12,7 +12,8 @@
 //! - 4: `n` milliseconds pass, and the timers run;
 //! - 5: send the control messages due (read-dones, credits, pings);
 //! - 6: lend the peer a frame of `n` bytes;
-//! - 7: a receive slot is re-posted.
+//! - 7: a receive slot is re-posted;
+//! - 8: the oldest READ posted is refused instead (no memory to receive it into).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -96,6 +97,7 @@ pub fn rdma_session(script: &[u8]) {
                 play.s.handle_reposted();
                 Ok(())
             }
+            8 => play.refuse_read(),
             _ => Ok(()),
         };
         if let Err(why) = result {
@@ -260,6 +262,15 @@ impl Play {
                 seq,
                 read: Some((token, lent)),
             })
+    }
+
+    /// The oldest READ posted could not be given memory after all: refused unread (its
+    /// header goes up in its place, its read-done is due now).
+    fn refuse_read(&mut self) -> Result<(), Close> {
+        let Some((tag, seq, _)) = self.posted.pop_front() else {
+            return Ok(());
+        };
+        self.s.refuse_read(tag, Up { seq, read: None })
     }
 
     fn take_frames(&mut self) {

@@ -48,8 +48,12 @@ pub(crate) struct Budget {
 /// Something that keeps registered memory idle for reuse (a rendezvous pool) and gives
 /// it back when the budget runs short.
 pub(crate) trait Idle: Send + Sync + std::fmt::Debug {
-    /// Deregisters what is idle now; the bytes given back.
-    fn release_idle(&self) -> u64;
+    /// Bytes registered and idle now whose release would make room in the budget (idle
+    /// pages within a connection's reserve make none).
+    fn idle_bytes(&self) -> u64;
+    /// Deregisters idle memory until at least `want` bytes are given back (or nothing
+    /// idle is left); the bytes given back.
+    fn release_idle(&self, want: u64) -> u64;
 }
 
 /// A charge the budget could not take: what was asked, what is left, and the way out.
@@ -129,11 +133,27 @@ impl Budget {
         list.push(idle);
     }
 
-    /// Gives back what every [`Idle`] keeps; the bytes freed. Called with no lock of the
-    /// budget's or an account's held (what is deregistered gives its charge back).
-    fn reclaim(&self) -> u64 {
-        let live: Vec<Arc<dyn Idle>> = self.idle.lock().iter().filter_map(Weak::upgrade).collect();
-        let freed = live.iter().map(|i| i.release_idle()).sum();
+    /// The live [`Idle`] holders.
+    fn idle(&self) -> Vec<Arc<dyn Idle>> {
+        self.idle.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Bytes kept idle by every [`Idle`] (room that giving them back would make).
+    fn idle_bytes(&self) -> u64 {
+        self.idle().iter().map(|i| i.idle_bytes()).sum()
+    }
+
+    /// Gives back idle memory until at least `want` bytes are freed; the bytes freed.
+    /// Called with no lock of the budget's or an account's held (what is deregistered
+    /// gives its charge back).
+    fn reclaim(&self, want: u64) -> u64 {
+        let mut freed = 0;
+        for idle in self.idle() {
+            if freed >= want {
+                break;
+            }
+            freed += idle.release_idle(want - freed);
+        }
         if freed > 0 {
             tracing::debug!(bytes = freed, "gave back idle registered buffers for room");
         }
@@ -141,13 +161,21 @@ impl Budget {
     }
 
     /// `attempt`, and once more after idle buffers were given back if it found too
-    /// little room and something was freed.
+    /// little room and the idle memory could make it up (only the shortfall is given
+    /// back: the caches of other connections are not emptied for a request that cannot
+    /// fit anyway).
     fn or_reclaim<T>(
         &self,
         mut attempt: impl FnMut() -> Result<T, Exhausted>,
     ) -> Result<T, Exhausted> {
         match attempt() {
-            Err(_) if self.probe.is_some() && self.reclaim() > 0 => attempt(),
+            Err(e) if self.probe.is_some() => {
+                let short = e.need.saturating_sub(e.left);
+                if self.idle_bytes() < short || self.reclaim(short) == 0 {
+                    return Err(e);
+                }
+                attempt()
+            }
             result => result,
         }
     }
@@ -190,8 +218,13 @@ impl Budget {
     ///
     /// # Errors
     /// [`Exhausted`] when less is left.
+    /// Idle buffers count as room here, and are not given back: a check (a peer's offer,
+    /// not yet authenticated) frees nothing; the reserve made later does.
     pub(crate) fn check(&self, bytes: u64, what: &'static str) -> Result<(), Exhausted> {
-        self.or_reclaim(|| self.fits(*self.used.lock(), pages(bytes), what))
+        match self.fits(*self.used.lock(), pages(bytes), what) {
+            Err(e) if e.need.saturating_sub(e.left) <= self.idle_bytes() => Ok(()),
+            result => result,
+        }
     }
 
     /// Takes `bytes` (whole pages) or says why not.
@@ -287,6 +320,12 @@ impl Account {
     /// The budget this account draws from.
     pub(crate) fn budget(&self) -> &'static Budget {
         self.budget
+    }
+
+    /// Bytes charged beyond the reserve now (what giving back this account's memory
+    /// could return to the budget at most).
+    pub(crate) fn beyond(&self) -> u64 {
+        self.used.lock().saturating_sub(self.reserved)
     }
 
     /// Bytes charged and not given back.
@@ -428,9 +467,19 @@ mod tests {
     struct Kept(Mutex<Vec<Charge>>);
 
     impl Idle for Kept {
-        fn release_idle(&self) -> u64 {
-            let kept = std::mem::take(&mut *self.0.lock());
-            kept.iter().map(|c| c.bytes).sum()
+        fn idle_bytes(&self) -> u64 {
+            self.0.lock().iter().map(|c| c.bytes).sum()
+        }
+
+        fn release_idle(&self, want: u64) -> u64 {
+            let mut kept = self.0.lock();
+            let mut freed = 0;
+            while freed < want {
+                let Some(charge) = kept.pop() else { break };
+                freed += charge.bytes;
+                drop(charge);
+            }
+            freed
         }
     }
 
@@ -444,6 +493,14 @@ mod tests {
         // 256 KiB reserved, 512 KiB kept idle beyond it (one connection's cache).
         kept.0.lock().push(a.charge(768 << 10).unwrap());
         assert_eq!(budget.left(), Some(256 << 10));
+        // A check counts idle memory as room and gives nothing back; one that idle memory
+        // cannot make up gives nothing back either.
+        assert!(budget.check(512 << 10, "an RDMA connection").is_ok());
+        assert!(budget
+            .check((1 << 20) + 4096, "an RDMA connection")
+            .is_err());
+        assert!(Account::reserve(budget, (1 << 20) + 4096).is_err());
+        assert_eq!(kept.0.lock().len(), 1, "nothing was given back");
         // Another connection's reserve: room once the idle charge is given back.
         let b = Account::reserve(budget, 512 << 10).unwrap();
         assert!(kept.0.lock().is_empty(), "the idle charge went back");
@@ -459,15 +516,15 @@ mod tests {
             budget.check(4096, "an RDMA connection").is_err(),
             "nothing idle is left"
         );
-        // What cannot fit even with everything idle given back is refused, taking nothing.
+        // What cannot fit even with everything idle given back is refused, taking nothing
+        // and giving back nothing (the caches are not emptied for it).
         drop(big);
         kept.0.lock().push(a.charge(512 << 10).unwrap());
         assert!(a.charge(1 << 20).is_err());
-        assert_eq!(
-            a.used(),
-            0,
-            "the idle charge went back, the refused one took nothing"
-        );
+        assert_eq!(a.used(), 512 << 10, "the refused charge took nothing");
+        assert_eq!(kept.0.lock().len(), 1, "the idle charge stayed");
+        assert_eq!(budget.left(), Some(0));
+        kept.0.lock().clear();
         assert_eq!(budget.left(), Some(256 << 10));
         drop((a, b));
         assert_eq!(budget.left(), Some(1 << 20));

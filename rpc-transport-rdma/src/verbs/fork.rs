@@ -26,7 +26,8 @@ pub(crate) enum ForkSafety {
 }
 
 /// Makes registered memory fork-safe where the kernel does not: `ibv_fork_init` on old
-/// kernels, before the first registration (the first device opened). Once per process.
+/// kernels, before librdmacm opens the devices (the rdma_cm service starts) and before the
+/// first registration. Once per process.
 pub(crate) fn ensure_fork_safety() -> ForkSafety {
     static SAFETY: OnceLock<ForkSafety> = OnceLock::new();
     *SAFETY.get_or_init(|| {

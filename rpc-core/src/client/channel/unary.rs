@@ -104,7 +104,7 @@ pub(super) fn decode_response<B: std::ops::Deref<Target = [u8]>, Resp>(
     if frame.is_discarded() {
         return Err(crate::status::discarded(
             "response message",
-            frame.header.payload_len,
+            &frame.header,
             Some(max),
         ));
     }

@@ -215,7 +215,7 @@ impl<B: Deref<Target = [u8]>, K: Keep<B>> Demux<'_, B, K> {
         drop(calls);
         if header.flags.contains(Flags::DISCARDED) {
             inbox.fail(
-                crate::status::discarded("stream message", header.payload_len, None),
+                crate::status::discarded("stream message", header, None),
                 true,
             );
             if self.calls.lock().take(call_id).is_some() {

@@ -109,7 +109,7 @@ impl<K> Demux<'_, K> {
         let max = self.max_message_size;
         if header.flags.contains(Flags::DISCARDED) || header.payload_len as usize > max {
             inbox.fail(
-                crate::status::discarded("request message", header.payload_len, Some(max)),
+                crate::status::discarded("request message", header, Some(max)),
                 true,
             );
             return Ok(());

@@ -105,7 +105,7 @@ impl<C: Connection> State<C> {
         if frame.is_discarded() || header.payload_len as usize > max {
             return Err(crate::status::discarded(
                 "request message",
-                header.payload_len,
+                header,
                 Some(max),
             ));
         }

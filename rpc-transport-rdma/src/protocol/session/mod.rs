@@ -32,7 +32,7 @@ mod receive;
 mod send;
 
 pub(crate) use self::close::Close;
-pub(crate) use self::receive::{refused, MAX_CHUNKS};
+pub(crate) use self::receive::{refused, refused_unpinned, MAX_CHUNKS};
 
 /// Limits and timers of one session, from the configuration and the handshake.
 #[derive(Debug, Clone)]

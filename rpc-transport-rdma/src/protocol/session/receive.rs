@@ -286,3 +286,12 @@ pub(crate) fn refused(header: Header) -> [u8; rdmarpc_core::wire::HEADER_LEN] {
     h.meta_len = 0;
     h.encode()
 }
+
+/// The header of a frame refused for want of memory to receive it into, as it goes up:
+/// as [`refused`], also flagged [`NO_MEMORY`](rdmarpc_core::wire::Flags::NO_MEMORY) (the
+/// call's status says so, not that the frame was over a maximum).
+pub(crate) fn refused_unpinned(header: Header) -> [u8; rdmarpc_core::wire::HEADER_LEN] {
+    let mut h = header;
+    h.flags = h.flags | rdmarpc_core::wire::Flags::NO_MEMORY;
+    refused(h)
+}
