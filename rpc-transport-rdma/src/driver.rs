@@ -504,17 +504,15 @@ fn refuse_unpinned(
     why: &crate::verbs::Error,
 ) -> Result<(), Close> {
     static SAID: AtomicBool = AtomicBool::new(false);
-    let len = read.head.len() + read.len;
-    if SAID.swap(true, Ordering::Relaxed) {
-        tracing::debug!(peer = %inner.peer, len, "a rendezvous frame is refused unread: {why}");
-    } else {
-        tracing::warn!(
-            peer = %inner.peer,
-            len,
-            "a rendezvous frame is refused unread (its call fails with RESOURCE_EXHAUSTED; \
-             the connection stays): {why} (said once; then at debug)"
-        );
-    }
+    crate::warn_once::warn_once(
+        &SAID,
+        format_args!(
+            "a rendezvous frame of {} bytes from {} is refused unread (its call fails with \
+             RESOURCE_EXHAUSTED; the connection stays): {why}",
+            read.head.len() + read.len,
+            inner.peer
+        ),
+    );
     Counters::bump(&inner.counters.refused_unpinned, 1);
     inner.state.lock().session.refuse_read(
         read.tag,

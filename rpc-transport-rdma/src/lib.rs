@@ -79,6 +79,7 @@ mod setup;
 // The only module with `unsafe` code (CONTRIBUTING.md rule 4); `forbid` could not be re-allowed here.
 #[allow(unsafe_code)]
 mod verbs;
+mod warn_once;
 
 pub use config::{RdmaConfig, MIN_SLOT_SIZE};
 pub use connection::{MessageBuf, RdmaConnection, RecvBuf};

@@ -480,21 +480,17 @@ impl Drop for Lending<'_> {
 /// connection goes on either way.
 fn unpinned(e: crate::verbs::Error) -> TransportError {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let error = match &e {
-        crate::verbs::Error::Memlock(exhausted) => exhausted.to_transport(),
-        e => TransportError::Other(format!("rendezvous buffer: {e}")),
-    };
-    if matches!(e, crate::verbs::Error::Memlock(_)) {
-        if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            tracing::debug!("a message is not sent: {e}");
-        } else {
-            tracing::warn!(
+    match e {
+        crate::verbs::Error::Memlock(exhausted) => {
+            exhausted.log_once(
                 "a message is not sent (its call fails with RESOURCE_EXHAUSTED; the \
-                 connection stays): {e} (said once; then at debug)"
+                 connection stays)",
+                &SAID,
             );
+            exhausted.to_transport()
         }
+        e => TransportError::Other(format!("rendezvous buffer: {e}")),
     }
-    error
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@
 mod probe;
 
 pub(crate) use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
@@ -95,11 +94,7 @@ impl Exhausted {
     /// process may be a client and a server), with the numbers and the way out, then at
     /// DEBUG: `then` says what happens instead.
     pub(crate) fn log_once(&self, then: &str, said: &AtomicBool) {
-        if said.swap(true, Ordering::Relaxed) {
-            tracing::debug!("{self}; {then}");
-        } else {
-            tracing::warn!("{self}; {then} (said once; then at debug)");
-        }
+        crate::warn_once::warn_once(said, format_args!("{self}; {then}"));
     }
 }
 
@@ -214,12 +209,12 @@ impl Budget {
     }
 
     /// Whether `bytes` could be taken now, or why not (nothing is taken: a check ahead
-    /// of a reservation made later).
+    /// of a reservation made later). Idle buffers count as room here, and are not given
+    /// back: a check (a peer's offer, not yet authenticated) frees nothing; the reserve
+    /// made later does.
     ///
     /// # Errors
     /// [`Exhausted`] when less is left.
-    /// Idle buffers count as room here, and are not given back: a check (a peer's offer,
-    /// not yet authenticated) frees nothing; the reserve made later does.
     pub(crate) fn check(&self, bytes: u64, what: &'static str) -> Result<(), Exhausted> {
         match self.fits(*self.used.lock(), pages(bytes), what) {
             Err(e) if e.need.saturating_sub(e.left) <= self.idle_bytes() => Ok(()),

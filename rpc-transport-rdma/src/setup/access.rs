@@ -7,7 +7,7 @@
 use std::fs::OpenOptions;
 use std::io::ErrorKind;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use crate::verbs;
 
@@ -83,8 +83,6 @@ fn no_access(what: &dyn std::fmt::Display) -> String {
          /dev/infiniband/rdma_cm and the device's /dev/infiniband/uverbs* (the nodes' \
          group, Docker's `--device /dev/infiniband/...`, or a Kubernetes RDMA device plugin)"
     );
-    if !SAID.swap(true, Ordering::Relaxed) {
-        tracing::warn!("{text} (said once)");
-    }
+    crate::warn_once::warn_once(&SAID, format_args!("{text}"));
     text
 }

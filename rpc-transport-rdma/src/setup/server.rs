@@ -1,7 +1,7 @@
 //! The server's side of the set-up: the client's HELLO answered with OKAY (the rdma_cm
 //! port and a token) or NONE, then the connect request that carries the token accepted.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use rdmarpc_transport_tcp::Socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,11 +47,7 @@ fn listen(stream: &Socket, config: &RdmaConfig) -> Result<(u16, Expected), Refus
 /// Logs why RDMA is refused: at WARN the first time, then at DEBUG.
 fn log_refusal(reason: &str) {
     static SAID: AtomicBool = AtomicBool::new(false);
-    if SAID.swap(true, Ordering::Relaxed) {
-        tracing::debug!(%reason, "RDMA refused");
-    } else {
-        tracing::warn!(%reason, "RDMA refused (said once; then at debug)");
-    }
+    crate::warn_once::warn_once(&SAID, format_args!("RDMA refused: {reason}"));
 }
 
 /// Server side, after the first 8 bytes were HELLO: reads the offer and answers it.

@@ -158,8 +158,8 @@ pub(crate) struct Session<F> {
     /// Loans finished here (read and consumed, or refused unread), to acknowledge, with
     /// the bytes the borrower counted for each.
     done: Vec<(u64, usize)>,
-    /// Descriptors waiting for READ budget, with their tags.
-    pending_reads: VecDeque<(u64, Rendezvous)>,
+    /// Descriptors waiting for READ budget, with their tags and decoded headers.
+    pending_reads: VecDeque<(u64, Rendezvous, Header)>,
     reading: HashMap<u64, Reading>,
     next_tag: u64,
     read_wrs: usize,

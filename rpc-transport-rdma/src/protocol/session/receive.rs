@@ -94,7 +94,7 @@ impl<F> Session<F> {
         let tag = self.next_tag;
         self.next_tag += 1;
         self.in_order.push_back(InOrder::Reading(tag));
-        self.pending_reads.push_back((tag, d));
+        self.pending_reads.push_back((tag, d, header));
         Ok(None)
     }
 
@@ -109,16 +109,12 @@ impl<F> Session<F> {
         if self.is_closed() {
             return None;
         }
-        let (_, next) = self.pending_reads.front()?;
+        let (_, next, _) = self.pending_reads.front()?;
         let (chunks, chunk) = self.chunking(next.len as usize);
         if self.read_wrs + chunks > self.cfg.read_wr_budget {
             return None;
         }
-        let (tag, d) = self.pending_reads.pop_front().expect("checked");
-        let header = Header::decode(&d.header)
-            .ok()
-            .flatten()
-            .expect("checked when the descriptor arrived");
+        let (tag, d, header) = self.pending_reads.pop_front().expect("checked");
         self.read_wrs += chunks;
         let len = d.len as usize;
         self.reading.insert(
