@@ -81,6 +81,12 @@ pub fn rdma_control(data: &[u8]) {
             assert_eq!(tokens.len(), usize::from(m.n_tokens), "token count");
             assert_eq!(body_len, 8 * tokens.len(), "control body length");
         }
+        ControlBody::Piece { token, bytes } => {
+            assert_eq!(data[0], 4);
+            assert!(!bytes.is_empty(), "an empty piece accepted");
+            assert_eq!(*token, read_le(data, PREFIX_LEN, 8).expect("in the body"));
+            assert_eq!(bytes[..], data[PREFIX_LEN + 8..], "piece bytes");
+        }
         // A kind added later: only the prefix checks below apply until it is covered here.
         _ => {}
     }

@@ -1,9 +1,10 @@
 //! Target `rdma_session`: the RDMA transport's session (`rdmarpc-transport-rdma`'s
 //! `protocol/session/`, through `rdmarpc_transport_rdma::fuzzing`), fed by a hostile peer's
-//! script of messages (data, batches, rendezvous descriptors, read-dones) between READs
-//! completing or refused, frames consumed, time passing, control messages sent and loans
-//! made; the invariants (arrival order, the READ budget, the loan limits, read-dones only
-//! for what was lent, only the peer's lies or timers ending it) are checked inside.
+//! script of messages (data, batches, rendezvous descriptors lent or pushed, pieces,
+//! read-dones) between READs
+//! completing, frames consumed, time passing, control messages sent and loans made; the
+//! invariants (arrival order, the READ budget, the loan limits, read-dones only for what
+//! was lent, only the peer's lies or timers ending it) are checked inside.
 
 use rdmarpc_core::wire::{FrameKind, Header, HEADER_LEN};
 use rdmarpc_core::Metadata;
@@ -27,7 +28,7 @@ pub fn fields(data: &[u8]) -> Vec<Field> {
         vec![0, 0x15, 0x2a, 0x3f, 0x55, 0xea, 0xff],
     )];
     for (at, op, n) in fuzzing::session_steps(data) {
-        fields.push(Field::new(at - 3, 1, (0..9).collect()));
+        fields.push(Field::new(at - 3, 1, (0..8).collect()));
         if op != 0 {
             fields.push(Field::new(at - 2, 2, vec![0, 1, 100, 250, 700, 1500, 4096]));
             continue;
@@ -35,6 +36,7 @@ pub fn fields(data: &[u8]) -> Vec<Field> {
         let real = data.len().saturating_sub(at).min(n) as u64;
         fields.push(Field::length(at - 2, 2, n as u64, real));
         fields.push(Field::new(at, 1, vec![1, 2, 3, 4]));
+        fields.push(Field::new(at + 1, 1, vec![0, 4, 8]));
         fields.push(Field::new(at + 2, 2, vec![0, 1, 2, 3, 16, 17]));
         fields.push(Field::new(at + 4, 4, vec![0, 1, 8, 1 << 16, (1 << 16) + 1]));
         fields.push(Field::new(at + 8, 8, vec![0, 1, 2, 100, u64::MAX]));
@@ -88,6 +90,27 @@ fn data(frames: &[Vec<u8>]) -> Vec<u8> {
     [prefix_bytes(1, 0, n, 0, 0), frames.concat()].concat()
 }
 
+/// A descriptor flagged PUSHED for all of `frame` under `token`.
+fn pushed_message(frame: &[u8], token: u64) -> Vec<u8> {
+    let mut m = descriptor_message(frame, 0, token);
+    m[1] = 8;
+    m[PREFIX + 16..PREFIX + 20].fill(0);
+    m
+}
+
+/// A PIECE of the pushed frame `token`.
+fn piece(token: u64, bytes: &[u8]) -> Vec<u8> {
+    [
+        prefix_bytes(4, 0, 0, 0, 0),
+        token.to_le_bytes().to_vec(),
+        bytes.to_vec(),
+    ]
+    .concat()
+}
+
+/// Bytes of a message prefix.
+const PREFIX: usize = 16;
+
 /// A CONTROL message with the read-dones of `tokens`.
 fn read_done(tokens: &[u64]) -> Vec<u8> {
     let body: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
@@ -132,11 +155,20 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         })
         .collect();
     loans.extend([1, 2, 3, 5].map(|op| step(op, 0, b"")));
+    let big = frame(9, &[5; 2500]);
+    let mut pushed = vec![
+        step(0, 0, &pushed_message(&big, 7)),
+        step(0, 0, &data(&[frame(10, b"after")])),
+        step(3, 0, b""),
+    ];
+    pushed.extend(big.chunks(1000).map(|part| step(0, 0, &piece(7, part))));
+    pushed.extend([3, 5].map(|op| step(op, 0, b"")));
     [
         ("eager-and-batch", 0x2a, eager),
         ("rendezvous", 0x6a, rendezvous),
         ("lend-and-time", 0x2a, lend),
         ("loans-past-the-limit", 0x65, loans),
+        ("pushed", 0x6a, pushed),
     ]
     .into_iter()
     .map(|(name, setting, steps)| {

@@ -295,17 +295,11 @@ impl std::error::Error for Status {}
 
 /// Why `what` did not arrive (its frame's `header` flagged
 /// [`DISCARDED`](crate::wire::Flags::DISCARDED) by the receiving transport), as the
-/// call's status: refused for want of memory to receive it into
-/// ([`NO_MEMORY`](crate::wire::Flags::NO_MEMORY): an RDMA receiver at its locked-memory
-/// limit), or over `max` (the receiving side's maximum message size; `None`: not known
-/// here) or the transport's own maximum.
+/// call's status: over `max` (the receiving side's maximum message size; `None`: not
+/// known here) or the transport's own maximum.
 pub(crate) fn discarded(what: &str, header: &crate::wire::Header, max: Option<usize>) -> Status {
     let len = header.payload_len;
     Status::resource_exhausted(match max {
-        _ if header.flags.contains(crate::wire::Flags::NO_MEMORY) => format!(
-            "{what} of {len} bytes was refused by the receiving transport: it had no memory \
-             to receive it into (its log says why)"
-        ),
         Some(max) if len as usize > max => {
             format!("{what} of {len} bytes exceeds the maximum of {max}")
         }
@@ -333,7 +327,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_discarded_message_says_whether_it_was_over_the_maximum_or_refused_for_memory() {
+    fn a_discarded_message_says_whose_maximum_it_was_over() {
         use crate::wire::{Flags, FrameKind, Header};
         let header = |len, flags| {
             let mut h = Header::new(FrameKind::Request, 1);
@@ -363,17 +357,6 @@ mod tests {
                 .contains("the receiving transport's maximum"),
             "{transport}"
         );
-        let refused = discarded(
-            "request message",
-            &header(3_000, Flags::DISCARDED | Flags::NO_MEMORY),
-            Some(4_000),
-        );
-        assert_eq!(refused.code(), Code::ResourceExhausted);
-        assert!(
-            refused.message().contains("no memory to receive it"),
-            "{refused}"
-        );
-        assert!(!refused.message().contains("exceeds"), "{refused}");
         let unknown = discarded("stream message", &header(3_000, Flags::DISCARDED), None);
         assert!(
             unknown.message().contains("exceeds the maximum"),

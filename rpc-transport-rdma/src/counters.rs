@@ -50,10 +50,15 @@ pub struct RdmaCounters {
     /// caller's response, an idle server connection's next request. No task hop, no
     /// wake-up.
     pub found_by_spin: u64,
-    /// Rendezvous frames refused unread because this process could not pin memory to
-    /// receive them into (its locked-memory limit was spent): each failed its call with
-    /// `RESOURCE_EXHAUSTED`; the connection and its other calls went on.
-    pub refused_unpinned: u64,
+    /// Rendezvous frames pulled through the connection's send slots into unpinned heap
+    /// memory, slot by slot, because this process could not pin a buffer to receive them
+    /// into (its locked-memory limit was spent): served, more slowly.
+    pub bounced_reads: u64,
+    /// Rendezvous frames this side pushed in pieces through its send slots because it
+    /// could not pin a buffer to lend them from (its locked-memory limit was spent).
+    pub pushed_sends: u64,
+    /// Pushed frames received (the peer could not pin a buffer to lend them from).
+    pub pushed_receives: u64,
 }
 
 /// The live counters.
@@ -71,7 +76,9 @@ pub(crate) struct Counters {
     pub(crate) kept_frames: AtomicU64,
     pub(crate) lent_in_place: AtomicU64,
     pub(crate) found_by_spin: AtomicU64,
-    pub(crate) refused_unpinned: AtomicU64,
+    pub(crate) bounced_reads: AtomicU64,
+    pub(crate) pushed_sends: AtomicU64,
+    pub(crate) pushed_receives: AtomicU64,
 }
 
 /// Every connection's counters, and what those that are gone counted: a connection's
@@ -131,8 +138,12 @@ pub struct ProcessCounters {
     pub lent_in_place: u64,
     /// See [`RdmaCounters::found_by_spin`].
     pub found_by_spin: u64,
-    /// See [`RdmaCounters::refused_unpinned`].
-    pub refused_unpinned: u64,
+    /// See [`RdmaCounters::bounced_reads`].
+    pub bounced_reads: u64,
+    /// See [`RdmaCounters::pushed_sends`].
+    pub pushed_sends: u64,
+    /// See [`RdmaCounters::pushed_receives`].
+    pub pushed_receives: u64,
     /// Bytes of locked memory the RDMA transport has pinned or reserved now (every
     /// connection's reserve, and registrations beyond it).
     pub locked_bytes: u64,
@@ -159,7 +170,9 @@ impl ProcessCounters {
         kept_frames: 0,
         lent_in_place: 0,
         found_by_spin: 0,
-        refused_unpinned: 0,
+        bounced_reads: 0,
+        pushed_sends: 0,
+        pushed_receives: 0,
         locked_bytes: 0,
         locked_limit: None,
         live_connections: 0,
@@ -179,7 +192,9 @@ impl ProcessCounters {
         self.kept_frames += get(&c.kept_frames);
         self.lent_in_place += get(&c.lent_in_place);
         self.found_by_spin += get(&c.found_by_spin);
-        self.refused_unpinned += get(&c.refused_unpinned);
+        self.bounced_reads += get(&c.bounced_reads);
+        self.pushed_sends += get(&c.pushed_sends);
+        self.pushed_receives += get(&c.pushed_receives);
     }
 }
 
@@ -239,7 +254,9 @@ impl Counters {
             lent_in_place: get(&self.lent_in_place),
             kept_bytes,
             found_by_spin: get(&self.found_by_spin),
-            refused_unpinned: get(&self.refused_unpinned),
+            bounced_reads: get(&self.bounced_reads),
+            pushed_sends: get(&self.pushed_sends),
+            pushed_receives: get(&self.pushed_receives),
         }
     }
 }

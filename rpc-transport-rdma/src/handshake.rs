@@ -24,8 +24,9 @@
 //! `rdv_budget_kib` and `max_loans` are what the sender of the block accepts to be lent
 //! at once (bytes of rendezvous frames, in KiB, and descriptors) before it has sent their
 //! read-done: the other side lends within them (and its own limits) and is closed if it
-//! lends more. `flags` is zero. Version 4: queue pairs connect through rdma_cm (version
-//! 3 exchanged queue-pair endpoints here), so the versions do not mix.
+//! lends more. `flags` is zero. Version 5: a rendezvous frame may be pushed in pieces
+//! (`protocol/message.rs`); version 4 connected queue pairs through rdma_cm (version 3
+//! exchanged queue-pair endpoints here); versions do not mix.
 
 use std::io::Read;
 
@@ -35,7 +36,7 @@ pub(crate) const OKAY: &[u8; 8] = b"RDMAOKAY";
 /// Client's QP is ready.
 pub(crate) const READY: &[u8; 8] = b"RDMAREDY";
 /// Handshake version.
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 
 /// The random value that binds an rdma_cm connect request to its side channel.
 pub(crate) type Token = [u8; 16];

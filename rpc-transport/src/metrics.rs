@@ -10,7 +10,7 @@ use std::time::Duration;
 /// `rpc_rdma_eager_receives_total`, `rpc_rdma_batches_total`,
 /// `rpc_rdma_control_sends_total`, `rpc_rdma_credit_stalls_total`,
 /// `rpc_rdma_errors_total`, `rpc_rdma_kept_frames_total`, `rpc_rdma_lent_in_place_total`,
-/// `rpc_rdma_found_by_spin_total`, `rpc_rdma_refused_unpinned_total`, and the gauges
+/// `rpc_rdma_found_by_spin_total`, `rpc_rdma_bounced_reads_total`, `rpc_rdma_pushed_sends_total`, `rpc_rdma_pushed_receives_total`, and the gauges
 /// `rpc_rdma_connections`, `rpc_rdma_locked_bytes` (locked memory the transport holds:
 /// reserves and registrations) and `rpc_rdma_locked_limit_bytes` (what the process may
 /// lock; not set where no limit applies). [`spawn_rdma_metrics`] does it periodically.
@@ -32,7 +32,9 @@ pub fn publish_rdma_metrics() {
             ("rpc_rdma_kept_frames_total", c.kept_frames),
             ("rpc_rdma_lent_in_place_total", c.lent_in_place),
             ("rpc_rdma_found_by_spin_total", c.found_by_spin),
-            ("rpc_rdma_refused_unpinned_total", c.refused_unpinned),
+            ("rpc_rdma_bounced_reads_total", c.bounced_reads),
+            ("rpc_rdma_pushed_sends_total", c.pushed_sends),
+            ("rpc_rdma_pushed_receives_total", c.pushed_receives),
         ] {
             metrics::counter!(name).absolute(value);
         }

@@ -19,6 +19,8 @@ use rdmarpc_transport_rdma::test_peer::{Descriptor, HelloLimits, Message, RawPee
 
 use super::{rdma_channel, settings, wait_for_port, BIG, NETWORK, SERVER_IP};
 
+mod pushed;
+
 const ECHO: u32 = rdmarpc_core::codegen::method_id("/echo.Echo/Echo");
 /// The raw peers never answer pings: the servers here do not ping within a test.
 const NO_PINGS: [(&str, &str); 2] = [
@@ -160,6 +162,7 @@ fn next_descriptor(peer: &mut RawPeer, tokens: &mut Vec<u64>) -> Descriptor {
             Message::Rendezvous(d) => return d,
             Message::Control { tokens: t, .. } => tokens.extend(t),
             Message::Data(frame) => panic!("unexpected frame {:?}", Header::decode(&frame)),
+            m @ (Message::Pushed(_) | Message::Piece { .. }) => panic!("unexpected push {m:?}"),
         }
     }
 }
@@ -192,6 +195,10 @@ guest_test!(
 guest_test!(
     idle_connections_register_64_kib_and_rings_grow_with_use,
     rings_grow_with_use()
+);
+guest_test!(
+    pushed_frames_are_served_and_forged_pieces_close_the_pushers_connection_only,
+    pushed::pushed_frames()
 );
 
 /// Forty idle connections cost the server at most 64 KiB of registered memory each (two
@@ -449,7 +456,7 @@ async fn forged_descriptors() {
                     calls.push(call);
                 }
                 Message::Control { .. } => {}
-                Message::Rendezvous(_) => panic!("unexpected loan"),
+                m => panic!("unexpected {m:?}"),
             }
         }
         calls.sort_unstable();
@@ -479,7 +486,7 @@ async fn forged_descriptors() {
                     assert_eq!(header.call_id, 9);
                     answered = true;
                 }
-                Message::Rendezvous(_) => panic!("unexpected loan"),
+                m => panic!("unexpected {m:?}"),
             }
         }
         !peer.closed_by_peer(Duration::from_millis(500))

@@ -107,18 +107,13 @@ impl Flags {
     /// RDMA READ, not the message itself (RDMA rendezvous; never seen above the transport).
     pub const REMOTE_DESCRIPTOR: Flags = Flags(2);
     /// The receiving transport discarded this frame's body because it exceeded the
-    /// configured maximum (or, with [`Flags::NO_MEMORY`], because it had no memory to
-    /// receive it into); only the header arrived. The runtime answers RESOURCE_EXHAUSTED.
+    /// configured maximum; only the header arrived. The runtime answers RESOURCE_EXHAUSTED.
     pub const DISCARDED: Flags = Flags(4);
     /// On a failed response: the server did not start this call (it was draining after a
     /// GOAWAY, or the connection's queue of waiting calls was full), so the client may
     /// send it again, on another connection, without running it twice.
     pub const REFUSED: Flags = Flags(8);
-    /// With [`Flags::DISCARDED`]: the body was within the maximum, but the receiving
-    /// transport could not get memory to receive it into (an RDMA receiver at its
-    /// locked-memory limit). Set by transports, never sent.
-    pub const NO_MEMORY: Flags = Flags(16);
-    const ALL: u8 = 31;
+    const ALL: u8 = 15;
 
     /// Whether every bit of `other` is set.
     pub fn contains(self, other: Flags) -> bool {

@@ -28,6 +28,7 @@ use crate::protocol::session::{Close, Session};
 use crate::protocol::MAX_BATCH;
 use crate::verbs::{Rings, SendBuf, Target};
 mod message;
+mod push;
 mod received;
 mod send;
 mod slots;
@@ -88,6 +89,9 @@ pub(crate) struct Inner {
     /// Largest frame accepted or sent.
     pub(crate) max_frame: usize,
     pub(crate) eager_limit: usize,
+    /// Bytes of a pushed frame one PIECE message carries (what fits a slot of either
+    /// side after the prefix and the token).
+    pub(crate) piece_len: usize,
     /// What the frames lent to the peer hold on a server's account.
     pub(crate) loan_charges: crate::sending::LoanCharges,
     /// The connection's rdma_cm id, destroyed after the queue pair (fields drop in
@@ -103,6 +107,11 @@ pub(crate) struct Inner {
 pub(crate) struct State {
     pub(crate) session: Session<RecvBuf>,
     pub(crate) sends: Sends,
+    /// READs no pinned buffer could be had for, waiting for bounce slots (in order;
+    /// bounded by the session's READ budget).
+    pub(crate) unpinned: std::collections::VecDeque<crate::protocol::session::Read>,
+    /// Frames being pushed in pieces (`push.rs`).
+    pub(crate) pushes: push::Pushes,
 }
 
 impl Inner {

@@ -60,6 +60,14 @@ pub(crate) enum Received {
         lent: usize,
         token: u64,
     },
+    /// A frame pulled through bounce slots into heap memory (no pinned buffer could be
+    /// had); like `Large`, its read-done is sent when it is dropped.
+    Copied {
+        inner: Arc<Inner>,
+        bytes: Vec<u8>,
+        lent: usize,
+        token: u64,
+    },
     Header([u8; HEADER_LEN]),
     Bytes(bytes::Bytes),
     /// One frame of a batch: `range` of the shared slot's body.
@@ -210,6 +218,7 @@ impl std::ops::Deref for RecvBuf {
                 .rings
                 .received(slot.as_ref().expect("present until drop"))[PREFIX_LEN..],
             Received::Large { buf, len, .. } => &buf.region().as_slice()[..*len],
+            Received::Copied { bytes, .. } => bytes,
             Received::Header(h) => h,
             Received::Bytes(b) => b,
             Received::Shared { hold, range } => &hold.bytes()[range.clone()],
@@ -226,6 +235,9 @@ impl Drop for RecvBuf {
                 }
             }
             Received::Large {
+                inner, token, lent, ..
+            }
+            | Received::Copied {
                 inner, token, lent, ..
             } => {
                 inner.state.lock().session.frame_consumed(*token, *lent);

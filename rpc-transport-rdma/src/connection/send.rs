@@ -12,7 +12,7 @@ use super::{Inner, State};
 use crate::counters::Counters;
 use crate::pool::LargeBuf;
 use crate::protocol::session::Close;
-use crate::protocol::{Kind, Rendezvous, MAX_BATCH, PREFIX_LEN};
+use crate::protocol::{Kind, Prefix, Rendezvous, MAX_BATCH, PREFIX_LEN};
 use crate::verbs::{Error, RegisteredTarget, SendBuf, SendSlot, Target};
 
 /// How many whole frames `bytes` holds back to back (1 unless the runtime wrote a run
@@ -51,7 +51,7 @@ pub(crate) struct RegisteredSend {
     /// Present until sent; dropping it unsent gives slot and credit back.
     pub(super) slot: Option<SendSlot>,
     /// The rendezvous buffer, for frames over the eager limit.
-    pub(super) large: Option<LargeBuf>,
+    pub(super) large: Option<Large>,
     pub(super) len: usize,
     /// Bytes of the lending budget this frame holds (rendezvous frames), released by its
     /// read-done, or by dropping it unsent.
@@ -60,10 +60,19 @@ pub(crate) struct RegisteredSend {
     pub(super) charge: rdmarpc_core::account::Charge,
 }
 
+/// A frame over the eager limit: in a registered buffer to lend, or, where none could be
+/// pinned, in heap memory to push in pieces (`push.rs`).
+#[derive(Debug)]
+pub(crate) enum Large {
+    Pinned(LargeBuf),
+    Heap(Vec<u8>),
+}
+
 impl RegisteredTarget for RegisteredSend {
     fn area_mut(&mut self) -> &mut [u8] {
         match &mut self.large {
-            Some(buf) => &mut buf.region_mut().as_mut_slice()[..self.len],
+            Some(Large::Pinned(buf)) => &mut buf.region_mut().as_mut_slice()[..self.len],
+            Some(Large::Heap(bytes)) => &mut bytes[..self.len],
             None => {
                 let slot = self.slot.as_mut().expect("slot present until sent");
                 &mut self.inner.rings.slot_mut(slot)[PREFIX_LEN..PREFIX_LEN + self.len]
@@ -104,11 +113,12 @@ impl Inner {
         .await
     }
 
-    /// Waits for a free send slot and a data credit.
+    /// Waits for a free send slot and a data credit, and for the frames being pushed to
+    /// have gone (`push.rs`: their pieces come first).
     pub(super) async fn take_slot(&self) -> Result<SendSlot, TransportError> {
         self.wait_for(
             |state| {
-                (state.sends.has_free() && state.session.try_take_data())
+                (state.pushes.is_empty() && state.sends.has_free() && state.session.try_take_data())
                     .then(|| state.sends.take().expect("checked non-empty"))
             },
             || Counters::bump(&self.counters.credit_stalls, 1),
@@ -166,7 +176,7 @@ impl Inner {
                 inner: self,
                 bytes: reserved,
             };
-            let buf = self.tx_pool.take(len).map_err(unpinned)?;
+            let buf = self.rendezvous_buffer(len)?;
             std::mem::forget(guard);
             (Some(buf), reserved, charge)
         } else {
@@ -198,7 +208,7 @@ impl Inner {
             state.sends.give_back(slot);
             return Err(self.close_error());
         }
-        let Some(buf) = large else {
+        let Some(large) = large else {
             return self.send_eager(state, slot, send.len);
         };
         // Frames waiting in a batch go first: frames arrive in the order sent.
@@ -208,6 +218,10 @@ impl Inner {
                 return Err(self.post_failed(e));
             }
         }
+        let buf = match large {
+            Large::Heap(bytes) => return self.send_pushed(state, slot, bytes, &mut send),
+            Large::Pinned(buf) => buf,
+        };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&buf.region().as_slice()[..HEADER_LEN]);
         // Lent (its own key, valid on this connection's QP only) before the descriptor
@@ -228,11 +242,13 @@ impl Inner {
                 return Err(TransportError::Other(reason));
             }
         };
-        self.post_descriptor(state, slot, lent, send.len, header, Vec::new())
+        self.post_descriptor(state, slot, lent, send.len, header, Vec::new(), None)
     }
 
     /// Sends a rendezvous descriptor in `slot` for the frame `head` + the `len` bytes of
-    /// `lent` (lent already; an empty head: the whole frame is lent).
+    /// `lent` (lent already; an empty head: the whole frame is lent), or, with `pushed`,
+    /// of those bytes pushed after it in pieces (`push.rs`).
+    #[allow(clippy::too_many_arguments, reason = "one descriptor's fields")]
     pub(super) fn post_descriptor(
         &self,
         mut state: MutexGuard<'_, State>,
@@ -241,6 +257,7 @@ impl Inner {
         len: usize,
         header: [u8; HEADER_LEN],
         head: Vec<u8>,
+        pushed: Option<Vec<u8>>,
     ) -> Result<(), TransportError> {
         let advert = state.session.advertise();
         let token = state.session.lend(lent.key, Instant::now());
@@ -261,16 +278,23 @@ impl Inner {
             "lending a rendezvous frame"
         );
         let bytes = self.rings.slot_mut(&mut slot);
-        advert
-            .prefix(Kind::Rendezvous, head_len as u16)
-            .encode(bytes);
+        let mut prefix = advert.prefix(Kind::Rendezvous, head_len as u16);
+        if pushed.is_some() {
+            prefix.flags |= Prefix::PUSHED;
+        }
+        prefix.encode(bytes);
         descriptor.encode(&mut bytes[PREFIX_LEN..]);
         Counters::bump(&self.counters.rendezvous_sends, 1);
-        let posted = state.sends.post(
+        let mut posted = state.sends.post(
             &self.rings,
             slot,
             PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN + head_len,
         );
+        if let (Ok(()), Some(bytes)) = (&posted, pushed) {
+            // Its pieces follow at once, as far as slots and credits go; the driver
+            // posts the rest as they come back.
+            posted = self.push(&mut state, token, bytes);
+        }
         drop(state);
         posted.map_err(|e| self.post_failed(e))?;
         self.frame_sent();
@@ -347,7 +371,7 @@ impl Inner {
         Counters::bump(&self.counters.lent_in_place, 1);
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&head_bytes[..HEADER_LEN]);
-        self.post_descriptor(state, slot, lent, len, header, head_bytes)
+        self.post_descriptor(state, slot, lent, len, header, head_bytes, None)
     }
 
     /// Sends `head` + `tail` (`total` bytes) copied into one frame.
@@ -471,25 +495,6 @@ impl Drop for Lending<'_> {
             self.inner.state.lock().session.release_lending(self.bytes);
         }
         self.inner.space.notify_waiters();
-    }
-}
-
-/// Why a rendezvous buffer could not be had: where the locked-memory account refused it
-/// (idle buffers were given back first), the message fails with
-/// `TransportError::LockedMemory` (`RESOURCE_EXHAUSTED` above), said once at WARN; the
-/// connection goes on either way.
-fn unpinned(e: crate::verbs::Error) -> TransportError {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    match e {
-        crate::verbs::Error::Memlock(exhausted) => {
-            exhausted.log_once(
-                "a message is not sent (its call fails with RESOURCE_EXHAUSTED; the \
-                 connection stays)",
-                &SAID,
-            );
-            exhausted.to_transport()
-        }
-        e => TransportError::Other(format!("rendezvous buffer: {e}")),
     }
 }
 

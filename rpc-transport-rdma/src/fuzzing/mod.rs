@@ -70,6 +70,13 @@ pub enum ControlBody {
         /// The tokens, in order.
         tokens: Vec<u64>,
     },
+    /// A piece of a pushed frame.
+    Piece {
+        /// The pushed frame's token.
+        token: u64,
+        /// The piece's bytes.
+        bytes: Vec<u8>,
+    },
 }
 
 /// Decodes one received message (prefix, then the body by kind), for the fuzz targets only.
@@ -119,6 +126,13 @@ pub fn decode_control(data: &[u8]) -> Result<ControlMessage, String> {
                 reencoded[at..at + 8].copy_from_slice(&token.to_le_bytes());
             }
             ControlBody::Control { tokens }
+        }
+        Kind::Piece => {
+            reencoded[PREFIX_LEN..].copy_from_slice(body);
+            ControlBody::Piece {
+                token: u64::from_le_bytes(body[..8].try_into().expect("8 bytes")),
+                bytes: body[8..].to_vec(),
+            }
         }
     };
     Ok(ControlMessage {

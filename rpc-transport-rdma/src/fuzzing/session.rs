@@ -12,8 +12,10 @@
 //! - 4: `n` milliseconds pass, and the timers run;
 //! - 5: send the control messages due (read-dones, credits, pings);
 //! - 6: lend the peer a frame of `n` bytes;
-//! - 7: a receive slot is re-posted;
-//! - 8: the oldest READ posted is refused instead (no memory to receive it into).
+//! - 7: a receive slot is re-posted.
+//!
+//! A message may be a descriptor flagged PUSHED and PIECE messages after it: the model
+//! follows each pushed frame's bytes, and checks it goes up whole, in its place.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -57,6 +59,9 @@ struct Play {
     /// Our loans to the peer: token to (key, bytes).
     lent: HashMap<u64, (u32, usize)>,
     next_key: u32,
+    /// Pushed frames whose pieces are coming, by token: arrival number (`None`:
+    /// refused), bytes still to come, and the whole frame's length.
+    pushing: HashMap<u64, (Option<u64>, usize, usize)>,
 }
 
 /// Plays `script` against a session.
@@ -97,7 +102,6 @@ pub fn rdma_session(script: &[u8]) {
                 play.s.handle_reposted();
                 Ok(())
             }
-            8 => play.refuse_read(),
             _ => Ok(()),
         };
         if let Err(why) = result {
@@ -145,6 +149,7 @@ impl Play {
             borrowed: HashMap::new(),
             lent: HashMap::new(),
             next_key: 1,
+            pushing: HashMap::new(),
         }
     }
 
@@ -166,7 +171,14 @@ impl Play {
                 Ok(())
             }
             Kind::Data => self.eager(body),
+            Kind::Rendezvous if prefix.flags & Prefix::PUSHED != 0 => {
+                self.pushed_descriptor(Rendezvous::decode(body))
+            }
             Kind::Rendezvous => self.descriptor(Rendezvous::decode(body)),
+            Kind::Piece => {
+                let token = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
+                self.piece(token, &body[8..])
+            }
             Kind::Control => {
                 let tokens = body
                     .chunks_exact(8)
@@ -189,6 +201,25 @@ impl Play {
         let token = d.token;
         let lent = usize::try_from(d.len).unwrap_or(usize::MAX);
         let result = self.s.handle_descriptor(d);
+        let refused_unread = self.loan_accepted(token, lent, result)?;
+        let seq = self.next_seq();
+        match refused_unread {
+            Some(_) => self.s.deliver(Up { seq, read: None }),
+            None => {
+                self.to_read.push_back(seq);
+                Ok(())
+            }
+        }
+    }
+
+    /// Checks the session's verdict on a loan of `lent` bytes against the limits, and
+    /// counts it borrowed: whether the frame was refused unread.
+    fn loan_accepted(
+        &mut self,
+        token: u64,
+        lent: usize,
+        result: Result<Option<rdmarpc_core::wire::Header>, Close>,
+    ) -> Result<Option<rdmarpc_core::wire::Header>, Close> {
         if let Err(Close::Violation(Lie::OverLent { .. })) = &result {
             let (loans, bytes) = self.borrowed_now();
             let limit = &self.cfg.borrow;
@@ -209,13 +240,66 @@ impl Play {
             bytes <= self.cfg.borrow.bytes || loans == 1,
             "bytes borrowed past the limit beside another loan"
         );
+        Ok(refused_unread)
+    }
+
+    fn pushed_descriptor(&mut self, d: Rendezvous) -> Result<(), Close> {
+        let (token, frame_len) = (d.token, d.head.len() + d.len as usize);
+        let lent = usize::try_from(d.len).unwrap_or(usize::MAX);
+        let in_use = self.pushing.contains_key(&token);
+        let result = self.s.handle_pushed_descriptor(d);
+        if let Err(Close::Violation(Lie::TokenInUse { .. })) = &result {
+            assert!(in_use, "a token refused as in use that is not");
+        }
+        assert!(!in_use || result.is_err(), "a token pushed twice at once");
+        let refused_unread = self.loan_accepted(token, lent, result)?;
         let seq = self.next_seq();
         match refused_unread {
-            Some(_) => self.s.deliver(Up { seq, read: None }),
+            Some(_) => {
+                self.pushing.insert(token, (None, lent, frame_len));
+                self.s.deliver(Up { seq, read: None })
+            }
             None => {
-                self.to_read.push_back(seq);
+                self.pushing.insert(token, (Some(seq), lent, frame_len));
                 Ok(())
             }
+        }
+    }
+
+    fn piece(&mut self, token: u64, bytes: &[u8]) -> Result<(), Close> {
+        let expected = self.pushing.get(&token).copied();
+        let result = self.s.handle_piece(token, bytes);
+        let Some((seq, left, frame_len)) = expected else {
+            assert!(result.is_err(), "a piece for no pushed frame accepted");
+            return result.map(drop);
+        };
+        if bytes.len() > left {
+            assert!(result.is_err(), "a piece past its frame's end accepted");
+            return result.map(drop);
+        }
+        let whole = result.expect("a piece within its frame refused");
+        let left = left - bytes.len();
+        if left > 0 {
+            assert!(whole.is_none(), "a frame whole before its last piece");
+            self.pushing.insert(token, (seq, left, frame_len));
+            return Ok(());
+        }
+        self.pushing.remove(&token);
+        match (seq, whole) {
+            (Some(seq), Some((tag, frame))) => {
+                assert_eq!(frame.len(), frame_len, "a pushed frame's length");
+                self.s
+                    .handle_read_complete(tag, |token, _frame_len, lent| Up {
+                        seq,
+                        read: Some((token, lent)),
+                    })
+            }
+            (None, None) => Ok(()),
+            (seq, whole) => panic!(
+                "a pushed frame refused: {}, went up whole: {}",
+                seq.is_none(),
+                whole.is_some()
+            ),
         }
     }
 
@@ -262,15 +346,6 @@ impl Play {
                 seq,
                 read: Some((token, lent)),
             })
-    }
-
-    /// The oldest READ posted could not be given memory after all: refused unread (its
-    /// header goes up in its place, its read-done is due now).
-    fn refuse_read(&mut self) -> Result<(), Close> {
-        let Some((tag, seq, _)) = self.posted.pop_front() else {
-            return Ok(());
-        };
-        self.s.refuse_read(tag, Up { seq, read: None })
     }
 
     fn take_frames(&mut self) {

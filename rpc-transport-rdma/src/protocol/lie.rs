@@ -132,6 +132,23 @@ pub(crate) enum Lie {
         /// The token.
         token: u64,
     },
+    /// A piece for a token no pushed frame of the peer's has, or more bytes than its
+    /// descriptor announced.
+    #[error("a piece of {len} bytes for token {token}, which has {left} bytes left to push")]
+    PieceOverrun {
+        /// The token.
+        token: u64,
+        /// The piece's bytes.
+        len: usize,
+        /// Bytes the frame still had to come (0: no such frame).
+        left: usize,
+    },
+    /// A pushed descriptor reusing the token of a frame still being pushed.
+    #[error("a pushed frame's token {token} is already being pushed")]
+    TokenInUse {
+        /// The token.
+        token: u64,
+    },
     /// Bytes on the side channel, where the peer may only close.
     #[error("unexpected bytes on the side channel")]
     SideChannelBytes,

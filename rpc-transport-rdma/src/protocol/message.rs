@@ -11,8 +11,12 @@
 //!               | head (`n_tokens` bytes): the frame is `head` followed by the `len` lent
 //!               bytes (a frame whose large field is lent from where it lies, its first
 //!               bytes inline); `n_tokens` = 0: the frame is the `len` lent bytes
+//!               flag PUSHED: nothing is lent (offset and rkey are 0): the `len` bytes
+//!               follow in PIECE messages (a sender that could not pin a buffer)
 //!  CONTROL:     body = n_tokens x u64 tokens of finished READs (read-done);
 //!               flags: PING / PONG
+//!  PIECE:       body = token u64 | bytes: the next bytes of the pushed frame `token`
+//!               names (at least one; pieces of one frame go in order)
 //! ```
 //! `reposted` is the sender's running count of the receiver's messages whose slots it has
 //! re-posted: the receiver's credits (see [`Credits`](super::Credits)). `granted` (u32 LE)
@@ -28,6 +32,9 @@ pub(crate) const PREFIX_LEN: usize = 16;
 /// Bytes of a rendezvous body.
 pub(crate) const RENDEZVOUS_LEN: usize = 32 + HEADER_LEN;
 
+/// Bytes of a piece's token, before its bytes.
+pub(crate) const PIECE_TOKEN_LEN: usize = 8;
+
 /// Frames one DATA message carries at most.
 pub(crate) const MAX_BATCH: u16 = 64;
 
@@ -40,6 +47,8 @@ pub(crate) enum Kind {
     Rendezvous = 2,
     /// Credits, read-done tokens, pings.
     Control = 3,
+    /// The next bytes of a pushed rendezvous frame.
+    Piece = 4,
 }
 
 /// The decoded prefix.
@@ -59,6 +68,8 @@ impl Prefix {
     pub(crate) const PONG: u8 = 2;
     /// Any message: the sender ran out of credit and asks for more receive slots.
     pub(crate) const WANT: u8 = 4;
+    /// Rendezvous: the frame is pushed in PIECE messages, not lent.
+    pub(crate) const PUSHED: u8 = 8;
 
     pub(crate) fn encode(&self, out: &mut [u8]) {
         out[0] = self.kind as u8;
@@ -80,6 +91,7 @@ impl Prefix {
             1 => Kind::Data,
             2 => Kind::Rendezvous,
             3 => Kind::Control,
+            4 => Kind::Piece,
             k => return Err(Lie::UnknownKind(k)),
         };
         let prefix = Prefix {
@@ -94,6 +106,7 @@ impl Prefix {
             Kind::Data => true,
             Kind::Rendezvous => body == RENDEZVOUS_LEN + prefix.n_tokens as usize,
             Kind::Control => body == 8 * prefix.n_tokens as usize,
+            Kind::Piece => body > PIECE_TOKEN_LEN,
         };
         if !ok {
             return Err(Lie::BodyLength {

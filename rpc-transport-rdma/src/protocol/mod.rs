@@ -12,5 +12,5 @@ pub(crate) use credits::Credits;
 pub(crate) use lie::Lie;
 pub(crate) use loans::{Borrower, Lender, LoanLimit};
 pub(crate) use message::{
-    split_batch, Kind, Prefix, Rendezvous, MAX_BATCH, PREFIX_LEN, RENDEZVOUS_LEN,
+    split_batch, Kind, Prefix, Rendezvous, MAX_BATCH, PIECE_TOKEN_LEN, PREFIX_LEN, RENDEZVOUS_LEN,
 };

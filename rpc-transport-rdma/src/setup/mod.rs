@@ -267,6 +267,8 @@ impl Connected {
             state: Mutex::new(State {
                 session: Session::new(session_config, Instant::now()),
                 sends: Sends::new(slots),
+                unpinned: Default::default(),
+                pushes: Default::default(),
             }),
             space: Notify::new(),
             closed,
@@ -290,6 +292,9 @@ impl Connected {
             peer_certificates: side.peer_certificates().map(Arc::from),
             max_frame,
             eager_limit,
+            piece_len: slot_size.min(remote.slot_size as usize)
+                - PREFIX_LEN
+                - crate::protocol::PIECE_TOKEN_LEN,
             loan_charges: Default::default(),
             cm: Mutex::new(self.cm),
         });

@@ -11,6 +11,7 @@
 //!   handle_message(prefix)                   poll_read()      -> READ to post
 //!   classify_eager(frame) / deliver(frame)   poll_control()   -> control message to send
 //!   handle_descriptor(rendezvous)            poll_deliver()   -> frame to hand up, in order
+//!   handle_pushed_descriptor / handle_piece
 //!   handle_read_complete(tag, ..)            poll_timeout()   -> when handle_timeout is due
 //!   handle_read_dones(tokens)                closed()         -> why the session ended
 //!   frame_consumed(token, len)
@@ -24,15 +25,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use rdmarpc_core::wire::Header;
-
 use crate::protocol::{Borrower, Credits, Lender, LoanLimit, Prefix, Rendezvous};
 mod close;
+mod pushed;
 mod receive;
 mod send;
 
 pub(crate) use self::close::Close;
-pub(crate) use self::receive::{refused, refused_unpinned, MAX_CHUNKS};
+pub(crate) use self::receive::{refused, MAX_CHUNKS};
 
 /// Limits and timers of one session, from the configuration and the handshake.
 #[derive(Debug, Clone)]
@@ -76,8 +76,6 @@ pub(crate) struct Read {
     pub(crate) chunk: usize,
     /// The frame's first bytes, carried inline by the descriptor (often empty).
     pub(crate) head: Vec<u8>,
-    /// The frame's header (checked when the descriptor arrived).
-    pub(crate) header: Header,
 }
 
 /// A control message the driver is to send (a send slot and a credit are taken).
@@ -158,9 +156,13 @@ pub(crate) struct Session<F> {
     /// Loans finished here (read and consumed, or refused unread), to acknowledge, with
     /// the bytes the borrower counted for each.
     done: Vec<(u64, usize)>,
-    /// Descriptors waiting for READ budget, with their tags and decoded headers.
-    pending_reads: VecDeque<(u64, Rendezvous, Header)>,
+    /// Descriptors waiting for READ budget, with their tags.
+    pending_reads: VecDeque<(u64, Rendezvous)>,
     reading: HashMap<u64, Reading>,
+    /// Pushed frames whose pieces are still coming, by token.
+    pushed: HashMap<u64, pushed::Pushed>,
+    /// Of them, those that go up (not refused).
+    pushing: usize,
     next_tag: u64,
     read_wrs: usize,
     /// Frames held back behind a frame still being READ.
@@ -202,6 +204,8 @@ impl<F> Session<F> {
             done: Vec::new(),
             pending_reads: VecDeque::new(),
             reading: HashMap::new(),
+            pushed: HashMap::new(),
+            pushing: 0,
             next_tag: 1,
             read_wrs: 0,
             in_order: VecDeque::new(),
@@ -368,5 +372,7 @@ impl<F> Session<F> {
     }
 }
 
+#[cfg(test)]
+mod pushed_tests;
 #[cfg(test)]
 mod tests;

@@ -62,6 +62,24 @@ impl<F> Session<F> {
     /// A lie (a length other than its header's), a malformed header, or a loan beyond
     /// what this side announced.
     pub(crate) fn handle_descriptor(&mut self, d: Rendezvous) -> Result<Option<Header>, Close> {
+        let (header, lent, fits) = self.check_descriptor(&d)?;
+        self.borrower.accept(lent, fits).map_err(Close::Violation)?;
+        if !fits {
+            self.done.push((d.token, 0));
+            return Ok(Some(header));
+        }
+        let tag = self.next_tag();
+        self.in_order.push_back(InOrder::Reading(tag));
+        self.pending_reads.push_back((tag, d));
+        Ok(None)
+    }
+
+    /// A descriptor's header, the bytes it lends (or pushes), and whether the frame is
+    /// within this side's maximum (else it is refused unread).
+    ///
+    /// # Errors
+    /// As [`Session::handle_descriptor`].
+    pub(super) fn check_descriptor(&self, d: &Rendezvous) -> Result<(Header, usize, bool), Close> {
         let lent = usize::try_from(d.len).unwrap_or(usize::MAX);
         let len = lent.saturating_add(d.head.len());
         let header = match Header::decode(&d.header) {
@@ -83,19 +101,16 @@ impl<F> Session<F> {
         {
             return Err(Close::Violation(Lie::DescriptorHead));
         }
-        if header.payload_len as usize > self.cfg.max_message_size || len > self.cfg.max_frame {
-            self.borrower
-                .accept(lent, false)
-                .map_err(Close::Violation)?;
-            self.done.push((d.token, 0));
-            return Ok(Some(header));
-        }
-        self.borrower.accept(lent, true).map_err(Close::Violation)?;
+        let fits =
+            header.payload_len as usize <= self.cfg.max_message_size && len <= self.cfg.max_frame;
+        Ok((header, lent, fits))
+    }
+
+    /// A new tag for a frame being received by READ or pushed.
+    pub(super) fn next_tag(&mut self) -> u64 {
         let tag = self.next_tag;
         self.next_tag += 1;
-        self.in_order.push_back(InOrder::Reading(tag));
-        self.pending_reads.push_back((tag, d, header));
-        Ok(None)
+        tag
     }
 
     /// READ work requests a frame of `len` bytes is split into, and their size.
@@ -109,12 +124,12 @@ impl<F> Session<F> {
         if self.is_closed() {
             return None;
         }
-        let (_, next, _) = self.pending_reads.front()?;
+        let (_, next) = self.pending_reads.front()?;
         let (chunks, chunk) = self.chunking(next.len as usize);
         if self.read_wrs + chunks > self.cfg.read_wr_budget {
             return None;
         }
-        let (tag, d, header) = self.pending_reads.pop_front().expect("checked");
+        let (tag, d) = self.pending_reads.pop_front().expect("checked");
         self.read_wrs += chunks;
         let len = d.len as usize;
         self.reading.insert(
@@ -133,27 +148,7 @@ impl<F> Session<F> {
             len,
             chunk,
             head: d.head,
-            header,
         })
-    }
-
-    /// The READ tagged `tag` (from [`Session::poll_read`]) was not posted: this side
-    /// could not pin memory to receive the frame into. The frame is refused as one over
-    /// the size limit is: unread, its read-done due at once (the lender's buffer and
-    /// budget come back), and `frame` (its header, flagged DISCARDED: the call fails,
-    /// not the connection) takes its place in the arrival order.
-    ///
-    /// # Errors
-    /// A tag not being read.
-    pub(crate) fn refuse_read(&mut self, tag: u64, frame: F) -> Result<(), Close> {
-        let Some(&Reading { token, lent, .. }) = self.reading.get(&tag) else {
-            return Err(Close::Failed(format!(
-                "refusing an unknown rendezvous read ({tag})"
-            )));
-        };
-        self.handle_read_complete(tag, |_, _, _| frame)?;
-        self.frame_consumed(token, lent);
-        Ok(())
     }
 
     /// The READ tagged `tag` completed; `frame(token, frame_len, lent)` makes the frame
@@ -281,13 +276,4 @@ pub(crate) fn refused(header: Header) -> [u8; rdmarpc_core::wire::HEADER_LEN] {
     h.flags = h.flags | rdmarpc_core::wire::Flags::DISCARDED;
     h.meta_len = 0;
     h.encode()
-}
-
-/// The header of a frame refused for want of memory to receive it into, as it goes up:
-/// as [`refused`], also flagged [`NO_MEMORY`](rdmarpc_core::wire::Flags::NO_MEMORY) (the
-/// call's status says so, not that the frame was over a maximum).
-pub(crate) fn refused_unpinned(header: Header) -> [u8; rdmarpc_core::wire::HEADER_LEN] {
-    let mut h = header;
-    h.flags = h.flags | rdmarpc_core::wire::Flags::NO_MEMORY;
-    refused(h)
 }

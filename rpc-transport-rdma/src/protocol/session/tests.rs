@@ -49,14 +49,14 @@ impl Rng {
 
 /// A frame as the simulated application sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct AppFrame {
-    id: u64,
-    len: usize,
+pub(super) struct AppFrame {
+    pub(super) id: u64,
+    pub(super) len: usize,
 }
 
 /// A received frame handed up by a session.
 #[derive(Debug)]
-enum Up {
+pub(super) enum Up {
     /// In a receive slot (re-posted when consumed).
     Eager(u64),
     /// READ into a local buffer (read-done due when consumed).
@@ -111,8 +111,6 @@ struct Side {
     held: Vec<(Instant, Up)>,
     /// Ids in the order they went up; whether each was refused.
     got: Vec<(u64, bool)>,
-    /// Ids of frames whose READ was refused for want of memory to receive them into.
-    unpinned: std::collections::HashSet<u64>,
     frozen: bool,
     closed_at: Option<Instant>,
     sent_messages: u64,
@@ -135,7 +133,6 @@ impl Side {
             reads: Vec::new(),
             held: Vec::new(),
             got: Vec::new(),
-            unpinned: Default::default(),
             frozen: false,
             closed_at: None,
             sent_messages: 0,
@@ -165,7 +162,7 @@ struct World {
     max_delay: u64,
 }
 
-fn header_bytes(frame: AppFrame) -> [u8; HEADER_LEN] {
+pub(super) fn header_bytes(frame: AppFrame) -> [u8; HEADER_LEN] {
     let mut h = Header::new(FrameKind::Request, frame.id);
     h.payload_len = (frame.len - HEADER_LEN) as u32;
     h.encode()
@@ -253,12 +250,6 @@ impl World {
                 .get(&read.rkey)
                 .expect("a READ of a buffer the peer no longer lends");
             assert_eq!(frame.len, read.len);
-            // Now and then this side has no memory to receive the frame into.
-            if rng.chance(5) {
-                side.s.refuse_read(read.tag, Up::Refused(frame.id)).unwrap();
-                side.unpinned.insert(frame.id);
-                continue;
-            }
             let at = self.now + Duration::from_micros(rng.below(self.max_delay * 2));
             side.reads.push((at, read, frame));
         }
@@ -506,19 +497,13 @@ fn frames(rng: &mut Rng, n: usize, first_id: u64) -> VecDeque<AppFrame> {
 }
 
 /// What side `to` should have received from `from`'s list, in order: refused when over
-/// `to`'s limit, or when `to` had no memory to receive it (`unpinned`).
-fn expected(
-    sent: &VecDeque<AppFrame>,
-    to: &SessionConfig,
-    unpinned: &std::collections::HashSet<u64>,
-) -> Vec<(u64, bool)> {
+/// `to`'s limit.
+fn expected(sent: &VecDeque<AppFrame>, to: &SessionConfig) -> Vec<(u64, bool)> {
     sent.iter()
         .map(|f| {
             (
                 f.id,
-                f.len - HEADER_LEN > to.max_message_size
-                    || f.len > to.max_frame
-                    || unpinned.contains(&f.id),
+                f.len - HEADER_LEN > to.max_message_size || f.len > to.max_frame,
             )
         })
         .collect()
@@ -544,7 +529,7 @@ fn honest_pairs_deliver_everything_in_order_and_go_quiet() {
             let side = &w.sides[i];
             assert_eq!(
                 side.got,
-                expected(&sent[1 - i], &side.cfg, &side.unpinned),
+                expected(&sent[1 - i], &side.cfg),
                 "seed {seed}: side {i} got frames out of order or lost"
             );
             assert!(
@@ -666,7 +651,7 @@ fn a_close_in_the_middle_of_reads_gives_everything_back() {
 }
 
 /// A drawn configuration with the limits a unit test relies on set.
-fn fixed(seed: u64, borrow: LoanLimit, max_message_size: usize) -> SessionConfig {
+pub(super) fn fixed(seed: u64, borrow: LoanLimit, max_message_size: usize) -> SessionConfig {
     let (mut cfg, _) = config(&mut Rng(seed));
     cfg.peer_slots = 4;
     cfg.own_slots = 4;
@@ -957,46 +942,4 @@ fn a_descriptor_may_carry_the_frame_start_inline_and_lies_about_it_close() {
         }),
         Err(Close::Violation(_))
     ));
-}
-
-#[test]
-fn a_read_refused_for_want_of_memory_goes_up_as_its_header_in_order_and_ends_its_loan() {
-    let now = Instant::now();
-    let borrow = LoanLimit {
-        bytes: 10_000,
-        loans: 2,
-    };
-    let mut s: Session<Up> = Session::new(fixed(17, borrow, 4_000), now);
-    let descriptor = |id, token| Rendezvous {
-        offset: 0,
-        len: 3_000,
-        rkey: 1,
-        token,
-        header: header_bytes(AppFrame { id, len: 3_000 }),
-        head: Vec::new(),
-    };
-    assert!(s.handle_descriptor(descriptor(1, 11)).unwrap().is_none());
-    assert!(s.handle_descriptor(descriptor(2, 12)).unwrap().is_none());
-    let first = s.poll_read().expect("within budget");
-    let second = s.poll_read().expect("within budget");
-    assert_eq!(first.header.payload_len, 3_000 - HEADER_LEN as u32);
-    assert!(
-        s.refuse_read(99, Up::Refused(99)).is_err(),
-        "an unknown tag"
-    );
-    // The second is refused first: it waits behind the first, still being read.
-    s.refuse_read(second.tag, Up::Refused(2)).unwrap();
-    assert!(s.poll_deliver().is_none(), "in the order sent");
-    // Its read-done is due at once, counting its bytes: the lender's loan ends.
-    let control = s.poll_control().expect("a read-done is due");
-    assert_eq!(control.tokens, [12]);
-    // Room for another loan now (two at most): the refused one no longer counts.
-    assert!(s.handle_descriptor(descriptor(3, 13)).unwrap().is_none());
-    s.handle_read_complete(first.tag, |token, len, _| Up::Large { id: 1, token, len })
-        .unwrap();
-    assert!(matches!(s.poll_deliver(), Some(Up::Large { id: 1, .. })));
-    assert!(matches!(s.poll_deliver(), Some(Up::Refused(2))));
-    // Refusing what is not being read (its READ completed) is an error, not a second
-    // read-done.
-    assert!(s.refuse_read(first.tag, Up::Refused(1)).is_err());
 }

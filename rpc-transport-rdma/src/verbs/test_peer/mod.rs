@@ -84,6 +84,15 @@ pub enum Message {
         /// Tokens of loans the other side finished reading.
         tokens: Vec<u64>,
     },
+    /// A frame pushed in pieces (flagged PUSHED: nothing is lent).
+    Pushed(Descriptor),
+    /// The next bytes of the pushed frame `token`.
+    Piece {
+        /// The pushed frame's token.
+        token: u64,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
 }
 
 /// A connected raw peer. See the module docs.
@@ -310,6 +319,29 @@ impl RawPeer {
     /// # Errors
     /// No credit, or the send failed.
     pub fn send_descriptor(&mut self, d: Descriptor) -> Result<(), String> {
+        self.descriptor(d, 0)
+    }
+
+    /// Sends a descriptor flagged PUSHED (the frame's bytes to follow in pieces), true
+    /// or not.
+    ///
+    /// # Errors
+    /// No credit, or the send failed.
+    pub fn send_pushed_descriptor(&mut self, d: Descriptor) -> Result<(), String> {
+        self.descriptor(d, Prefix::PUSHED)
+    }
+
+    /// Sends a PIECE of the pushed frame `token`, true or not.
+    ///
+    /// # Errors
+    /// No credit, or the send failed.
+    pub fn send_piece(&mut self, token: u64, bytes: &[u8]) -> Result<(), String> {
+        let mut body = token.to_le_bytes().to_vec();
+        body.extend_from_slice(bytes);
+        self.send_slot(Kind::Piece, 0, 0, &body)
+    }
+
+    fn descriptor(&mut self, d: Descriptor, flags: u8) -> Result<(), String> {
         let mut body = vec![0u8; RENDEZVOUS_LEN + d.head.len()];
         let n = u16::try_from(d.head.len()).map_err(err)?;
         Rendezvous {
@@ -321,7 +353,7 @@ impl RawPeer {
             head: d.head,
         }
         .encode(&mut body);
-        self.send_slot(Kind::Rendezvous, 0, n, &body)
+        self.send_slot(Kind::Rendezvous, flags, n, &body)
     }
 
     /// Sends read-done `tokens` (CONTROL), known to the other side or not.
@@ -401,15 +433,24 @@ impl RawPeer {
                     Kind::Data => Message::Data(body.to_vec()),
                     Kind::Rendezvous => {
                         let r = Rendezvous::decode(body);
-                        Message::Rendezvous(Descriptor {
+                        let d = Descriptor {
                             offset: r.offset,
                             len: r.len,
                             rkey: r.rkey,
                             token: r.token,
                             header: r.header,
                             head: r.head,
-                        })
+                        };
+                        if prefix.flags & Prefix::PUSHED != 0 {
+                            Message::Pushed(d)
+                        } else {
+                            Message::Rendezvous(d)
+                        }
                     }
+                    Kind::Piece => Message::Piece {
+                        token: u64::from_le_bytes(body[..8].try_into().expect("8 bytes")),
+                        bytes: body[8..].to_vec(),
+                    },
                     Kind::Control => Message::Control {
                         flags: prefix.flags,
                         tokens: body

@@ -26,6 +26,9 @@ pub(super) enum LoanBuf {
     /// A received frame the application kept and sends on (its `Bytes` keep the buffer
     /// from going back to the pool; nothing writes to it while they live).
     Shared(Arc<LargeBuf>, bytes::Bytes),
+    /// A frame pushed in pieces through the send slots (no buffer was pinned): nothing
+    /// is lent; the loan holds the frame's lending charge until its read-done.
+    Pushed,
 }
 
 /// What the peer is told of a loan.
@@ -109,6 +112,20 @@ impl Rings {
                 rkey,
             },
         })
+    }
+
+    /// Records the loan of a frame pushed in pieces (nothing registered is lent: the
+    /// remote address and key are 0), ended by [`Rings::reclaim`] as any other.
+    pub(crate) fn lend_pushed(&self, charge: usize) -> Lent {
+        let loan = Loan {
+            buf: LoanBuf::Pushed,
+            charge,
+        };
+        let key = self.loans.lock().insert(loan) as u32;
+        Lent {
+            key,
+            remote: RemoteBuf { addr: 0, rkey: 0 },
+        }
     }
 
     /// Ends a loan: the buffer goes back to its pool; returns the charge it was lent with.

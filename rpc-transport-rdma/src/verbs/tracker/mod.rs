@@ -31,6 +31,7 @@ use crate::verbs::{
     Completion, Error, ProtectionDomain, QueuePair, RemoteBuf, Result, Rts, SendOptions, WcStatus,
     WrId,
 };
+mod bounce;
 mod loans;
 mod prepared;
 mod ring;
@@ -48,6 +49,13 @@ use self::slots::{TAG_MASK, TAG_READ, TAG_RECV, TAG_SEND};
 /// connection's memory.
 pub(super) static NEXT_RINGS_ID: AtomicU64 = AtomicU64::new(1);
 
+/// What a READ work request in flight belongs to.
+#[derive(Debug)]
+enum Pending {
+    Read(PendingRead),
+    Bounce(bounce::Bounce),
+}
+
 /// A READ whose chunks are posted.
 #[derive(Debug)]
 struct PendingRead {
@@ -62,8 +70,9 @@ struct PendingRead {
 pub(crate) struct Rings {
     /// Dropped first: destroying the QP retires every work request still posted.
     qp: QueuePair<Rts>,
-    /// READ targets owned while their READs are posted, keyed by work-request id.
-    reads: Mutex<Slab<PendingRead>>,
+    /// READ targets (and bounce slots) owned while their READs are posted, keyed by
+    /// work-request id.
+    reads: Mutex<Slab<Pending>>,
     /// Buffers lent to the peer, until the loan ends.
     loans: Mutex<Slab<Loan>>,
     send: Ring,
@@ -279,17 +288,19 @@ impl Rings {
             return Err((buf, e));
         }
         let mut reads = self.reads.lock();
-        let key = reads.insert(PendingRead {
+        let key = reads.insert(Pending::Read(PendingRead {
             buf,
             tag,
             remaining: chunks as u32,
             status: Ok(()),
-        });
+        }));
         let wr_id = WrId(TAG_READ | key as u64);
         for i in 0..chunks {
             let offset = i * chunk;
             let n = chunk.min(len - offset);
-            let pending = &reads[key];
+            let Pending::Read(pending) = &reads[key] else {
+                unreachable!("inserted above");
+            };
             let target = RemoteBuf {
                 addr: remote.addr + offset as u64,
                 rkey: remote.rkey,
@@ -303,10 +314,15 @@ impl Rings {
             };
             if let Err(e) = posted {
                 if i == 0 {
-                    return Err((reads.remove(key).buf, e));
+                    let Pending::Read(pending) = reads.remove(key) else {
+                        unreachable!("inserted above");
+                    };
+                    return Err((pending.buf, e));
                 }
                 // Chunks already posted will complete (or flush) and return the buffer.
-                let pending = &mut reads[key];
+                let Pending::Read(pending) = &mut reads[key] else {
+                    unreachable!("inserted above");
+                };
                 pending.remaining -= (chunks - i) as u32;
                 pending.status = Err(WcStatus::LocQpOp);
                 return Ok(());
@@ -341,16 +357,24 @@ impl Rings {
             TAG_READ => {
                 let mut reads = self.reads.lock();
                 let key = index as usize;
-                let Some(pending) = reads.get_mut(key) else {
-                    tracing::error!(key, "completion of an unknown READ");
-                    return;
+                let pending = match reads.get_mut(key) {
+                    Some(Pending::Read(pending)) => pending,
+                    Some(Pending::Bounce(_)) => {
+                        return self.bounce_completed(&mut reads, key, c.status, events);
+                    }
+                    None => {
+                        tracing::error!(key, "completion of an unknown READ");
+                        return;
+                    }
                 };
                 if pending.status.is_ok() {
                     pending.status = c.status;
                 }
                 pending.remaining -= 1;
                 if pending.remaining == 0 {
-                    let done = reads.remove(key);
+                    let Some(Pending::Read(done)) = reads.try_remove(key) else {
+                        unreachable!("matched above");
+                    };
                     events.push(Event::Read {
                         buf: done.buf,
                         tag: done.tag,

@@ -48,4 +48,12 @@ pub(crate) enum Event {
         tag: u64,
         status: std::result::Result<(), WcStatus>,
     },
+    /// Every chunk of a bounced READ completed: `bytes` holds the frame (on success),
+    /// and its bounce `slots` are free again.
+    Bounced {
+        bytes: Vec<u8>,
+        slots: Vec<SendSlot>,
+        tag: u64,
+        status: std::result::Result<(), WcStatus>,
+    },
 }

@@ -4,7 +4,7 @@
 //! A batch of completions is handled in order: events into the session, then the READs,
 //! frames and control messages the session has due.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,13 +16,16 @@ use tokio::sync::mpsc;
 use crate::completion::Member;
 use crate::connection::{Inner, Received, RecvBuf, SlotHold, State};
 use crate::counters::Counters;
-use crate::protocol::session::{refused, refused_unpinned, Close};
+use crate::protocol::session::{refused, Close};
 use crate::protocol::{split_batch, Kind, Lie, Prefix, Rendezvous, PREFIX_LEN};
 use crate::verbs::{CmEvent, CmEventKind, Event, RecvSlot, Rings, WcStatus};
 
 /// READ work requests in flight per connection at most (the send queue is sized for it).
 pub(crate) const READ_WR_BUDGET: usize = 32;
 const _: () = assert!(crate::protocol::session::MAX_CHUNKS <= READ_WR_BUDGET);
+
+mod pushed;
+mod reads;
 
 /// Polls the connection's completion queue once, unless another task is polling it:
 /// returns the completions handled, for every connection on the CQ (0 also when another
@@ -152,7 +155,8 @@ fn handle_batch(inner: &Arc<Inner>, events: &mut Vec<Event>) {
     }
     let result = result
         .and_then(|()| inner.flush_batch())
-        .and_then(|()| start_reads(inner));
+        .and_then(|()| reads::start_reads(inner))
+        .and_then(|()| inner.push_due());
     // Always: frames that completed before a failure still go up, and frames discarded
     // meanwhile (the connection may have been closed by another task since the check
     // above) are dropped, not left holding the connection.
@@ -176,7 +180,7 @@ fn first_error(event: &Event) -> Option<(&'static str, WcStatus)> {
     let (what, status) = match event {
         Event::Sent { status, .. } => ("send", *status),
         Event::Received { status, .. } => ("receive", *status),
-        Event::Read { status, .. } => ("RDMA READ", *status),
+        Event::Read { status, .. } | Event::Bounced { status, .. } => ("RDMA READ", *status),
     };
     status.err().map(|s| (what, s))
 }
@@ -278,27 +282,13 @@ fn handle(inner: &Arc<Inner>, event: Event, cause: Option<&str>) -> Result<(), C
             (_, Err(s)) => Err(failure(inner, "receive", s, cause)),
             (None, Ok(())) => Ok(()),
         },
-        Event::Read { buf, tag, status } => {
-            if let Err(s) = status {
-                return Err(failure(inner, "RDMA READ", s, cause));
-            }
-            inner
-                .state
-                .lock()
-                .session
-                .handle_read_complete(tag, |token, len, lent| {
-                    Counters::bump(&inner.counters.rendezvous_reads, 1);
-                    Counters::bump(&inner.counters.bytes_read, lent as u64);
-                    // The read-done goes out when the frame is dropped (`RecvBuf`'s drop).
-                    RecvBuf(Received::Large {
-                        inner: inner.clone(),
-                        buf,
-                        len,
-                        lent,
-                        token,
-                    })
-                })
-        }
+        Event::Read { buf, tag, status } => reads::read_completed(inner, tag, buf, status, cause),
+        Event::Bounced {
+            bytes,
+            slots,
+            tag,
+            status,
+        } => reads::bounce_completed(inner, tag, bytes, slots, status, cause),
     }
 }
 
@@ -322,14 +312,18 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
     let prefix = Prefix::decode(bytes).map_err(Close::Violation)?;
     let mut state = inner.state.lock();
     state.session.handle_message(&prefix)?;
-    if prefix.kind != Kind::Control {
+    if !matches!(prefix.kind, Kind::Control | Kind::Piece) {
         inner.frame_received();
     }
     match prefix.kind {
         Kind::Data if prefix.n_tokens >= 2 => received_batch(inner, state, slot, prefix.n_tokens),
         Kind::Data => received_eager(inner, state, slot),
+        Kind::Rendezvous if prefix.flags & Prefix::PUSHED != 0 => {
+            pushed::received_descriptor(inner, state, slot)
+        }
         Kind::Rendezvous => received_descriptor(inner, state, slot),
         Kind::Control => received_read_dones(inner, state, slot),
+        Kind::Piece => pushed::received_piece(inner, state, slot),
     }
 }
 
@@ -351,12 +345,20 @@ fn received_batch(
         inner: inner.clone(),
         slot: Some(slot),
     });
+    let copy = state.session.behind_push();
     let mut result = Ok(());
     for range in frames {
         let delivered = match state.session.classify_eager(&hold.bytes()[range.clone()]) {
             Ok(Some(header)) => state
                 .session
                 .deliver(RecvBuf(Received::Header(refused(header)))),
+            Ok(None) if copy => {
+                state
+                    .session
+                    .deliver(RecvBuf::from_bytes(bytes::Bytes::copy_from_slice(
+                        &hold.bytes()[range],
+                    )))
+            }
             Ok(None) => state.session.deliver(RecvBuf(Received::Shared {
                 hold: hold.clone(),
                 range,
@@ -376,7 +378,8 @@ fn received_batch(
 }
 
 /// One eager frame: it goes up in its slot (or, refused, as its header alone, the slot
-/// re-posted at once).
+/// re-posted at once; or, behind a pushed frame, copied out, the slot re-posted at once:
+/// `pushed.rs`).
 fn received_eager(
     inner: &Arc<Inner>,
     mut state: MutexGuard<'_, State>,
@@ -388,6 +391,14 @@ fn received_eager(
             state
                 .session
                 .deliver(RecvBuf(Received::Header(refused(header))))?;
+            drop(state);
+            inner.space.notify_waiters();
+            inner.repost(slot);
+        }
+        None if state.session.behind_push() => {
+            Counters::bump(&inner.counters.eager_receives, 1);
+            let frame = bytes::Bytes::copy_from_slice(&bytes[PREFIX_LEN..]);
+            state.session.deliver(RecvBuf::from_bytes(frame))?;
             drop(state);
             inner.space.notify_waiters();
             inner.repost(slot);
@@ -455,69 +466,6 @@ fn received_read_dones(
     inner.space.notify_waiters();
     inner.repost(slot);
     Ok(())
-}
-
-/// Posts the READs the session has due, within its READ budget.
-fn start_reads(inner: &Inner) -> Result<(), Close> {
-    loop {
-        let Some(read) = inner.state.lock().session.poll_read() else {
-            return Ok(());
-        };
-        tracing::trace!(
-            tag = read.tag,
-            offset = read.offset,
-            len = read.len,
-            rkey = read.rkey,
-            "pulling a rendezvous frame"
-        );
-        let head = read.head.len();
-        let mut buf = match inner.rx_pool.take(head + read.len) {
-            Ok(buf) => buf,
-            Err(e) if e.is_out_of_locked_memory() => {
-                refuse_unpinned(inner, &read, &e)?;
-                continue;
-            }
-            Err(e) => return Err(Close::Failed(format!("rendezvous buffer: {e}"))),
-        };
-        // The frame's first bytes came inline; the lent ones land after them.
-        buf.region_mut().as_mut_slice()[..head].copy_from_slice(&read.head);
-        let remote = crate::verbs::RemoteBuf {
-            addr: read.offset,
-            rkey: read.rkey,
-        };
-        if let Err((_buf, e)) = inner
-            .rings
-            .post_read(buf, head, read.len, remote, read.chunk, read.tag)
-        {
-            return Err(Close::Failed(format!("posting an RDMA READ failed: {e}")));
-        }
-    }
-}
-
-/// A frame this process cannot pin memory for (its locked-memory limit is spent, idle
-/// buffers given back already): refused unread, so its call fails with
-/// `RESOURCE_EXHAUSTED` while the connection, its other calls and the lender's loan go
-/// on (the read-done returns it).
-fn refuse_unpinned(
-    inner: &Inner,
-    read: &crate::protocol::session::Read,
-    why: &crate::verbs::Error,
-) -> Result<(), Close> {
-    static SAID: AtomicBool = AtomicBool::new(false);
-    crate::warn_once::warn_once(
-        &SAID,
-        format_args!(
-            "a rendezvous frame of {} bytes from {} is refused unread (its call fails with \
-             RESOURCE_EXHAUSTED; the connection stays): {why}",
-            read.head.len() + read.len,
-            inner.peer
-        ),
-    );
-    Counters::bump(&inner.counters.refused_unpinned, 1);
-    inner.state.lock().session.refuse_read(
-        read.tag,
-        RecvBuf(Received::Header(refused_unpinned(read.header))),
-    )
 }
 
 /// Runs the session's timers that are due at `now` (pings after silence, the ping

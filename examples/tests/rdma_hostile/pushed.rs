@@ -1,0 +1,122 @@
+//! Pushed frames (a sender that could not pin a buffer to lend pushes the frame in PIECE
+//! messages): a raw peer's honest push is served and its loan ended by a read-done; forged
+//! pieces close the forger's connection, and a well-behaved client is served meanwhile.
+
+use std::time::{Duration, Instant};
+
+use examples::echo::{EchoReply, EchoRequest};
+use prost::Message as _;
+use rdmarpc_core::wire::{Frame, Header, HEADER_LEN};
+use rdmarpc_transport_rdma::test_peer::{Descriptor, Message, RawPeer};
+
+use super::{blocking, connect, echo_frame, good_call, pattern, Server};
+
+/// Bytes of a piece that fit the server's 8 KiB slots (after the prefix and the token).
+const PIECE: usize = 8192 - 16 - 8;
+
+/// A pushed descriptor of all of `frame` under `token` (nothing lent).
+fn pushed(frame: &[u8], token: u64) -> Descriptor {
+    Descriptor {
+        offset: 0,
+        len: frame.len() as u64,
+        rkey: 0,
+        token,
+        header: frame[..HEADER_LEN].try_into().unwrap(),
+        head: Vec::new(),
+    }
+}
+
+/// Pushes `frame` honestly under `token`.
+fn push(peer: &mut RawPeer, frame: &[u8], token: u64) {
+    peer.send_pushed_descriptor(pushed(frame, token)).unwrap();
+    for part in frame.chunks(PIECE) {
+        peer.send_piece(token, part).unwrap();
+    }
+}
+
+pub(super) async fn pushed_frames() {
+    let mut server = Server::start(47106, &[]);
+    crate::wait_for_port(&server.addr).await;
+    good_call(&server.addr).await;
+    let addr = server.socket();
+    let request = echo_frame(
+        3,
+        &EchoRequest {
+            payload: pattern(3, 30_000).into(),
+            ..Default::default()
+        },
+    );
+
+    // Honest: the request goes up whole, its echo comes back (lent: the server can pin),
+    // and the push's loan ends with a read-done once the server consumed it.
+    let frame = request.clone();
+    let (echoed, done) = blocking(move || {
+        let mut peer = connect(addr);
+        push(&mut peer, &frame, 41);
+        let mut tokens = Vec::new();
+        let mut echoed = None;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while (echoed.is_none() || !tokens.contains(&41)) && Instant::now() < deadline {
+            match peer.recv(Duration::from_secs(10)).expect("answered") {
+                Message::Rendezvous(reply) => {
+                    let lent = peer
+                        .read(reply.offset, reply.rkey, reply.len as usize)
+                        .expect("reads the reply");
+                    peer.send_read_done(&[reply.token]).unwrap();
+                    let bytes = [reply.head.clone(), lent].concat();
+                    let frame = Frame::parse(&bytes).expect("a response frame");
+                    let reply = EchoReply::decode(frame.payload).expect("an echo reply");
+                    echoed = Some(reply.payload);
+                }
+                Message::Control { tokens: t, .. } => tokens.extend(t),
+                m => panic!("unexpected {m:?}"),
+            }
+        }
+        (echoed, tokens.contains(&41))
+    })
+    .await;
+    assert!(
+        echoed.as_deref() == Some(&pattern(3, 30_000)[..]),
+        "the pushed request's echo"
+    );
+    assert!(done, "the push's loan ended by a read-done");
+
+    // Forged: each closes the forger's connection, and only it.
+    type Case = fn(&mut RawPeer, &[u8]);
+    let cases: [(&str, Case); 4] = [
+        ("a piece for a token never pushed", |peer, frame| {
+            peer.send_piece(0xdead, &frame[..100]).unwrap();
+        }),
+        ("more bytes than the descriptor announced", |peer, frame| {
+            // A frame of 100 bytes announced, 200 pushed.
+            let mut header = Header::decode(frame).unwrap().unwrap();
+            header.payload_len = (100 - HEADER_LEN - header.meta_len as usize) as u32;
+            let mut d = pushed(frame, 5);
+            d.len = 100;
+            d.header = header.encode();
+            peer.send_pushed_descriptor(d).unwrap();
+            peer.send_piece(5, &[0; 200]).unwrap();
+        }),
+        ("a token pushed twice at once", |peer, frame| {
+            peer.send_pushed_descriptor(pushed(frame, 6)).unwrap();
+            peer.send_pushed_descriptor(pushed(frame, 6)).unwrap();
+        }),
+        ("a piece after the frame was whole", |peer, frame| {
+            push(peer, frame, 7);
+            peer.send_piece(7, &[1]).unwrap();
+        }),
+    ];
+    for (what, case) in cases {
+        let frame = request.clone();
+        let closed = blocking(move || {
+            let mut peer = connect(addr);
+            case(&mut peer, &frame);
+            peer.closed_by_peer(Duration::from_secs(15))
+        })
+        .await;
+        eprintln!("forged push, {what}: closed = {closed}");
+        assert!(closed, "{what}: the forger's connection stays open");
+        assert!(server.alive(), "{what}: the server died");
+        good_call(&server.addr).await;
+    }
+}
