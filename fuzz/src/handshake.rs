@@ -126,7 +126,7 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     let offer = |magic: &[u8; 8], mode: u8, port: u16, slots: u32, size: u32| {
         let mut b = vec![0u8; HELLO_LEN];
         b[..8].copy_from_slice(magic);
-        b[8..12].copy_from_slice(&4u32.to_le_bytes());
+        b[8..12].copy_from_slice(&5u32.to_le_bytes());
         b[12] = mode;
         if magic == OKAY {
             b[24..40].copy_from_slice(b"0123456789abcdef");
@@ -149,6 +149,9 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     let mut v3 = offer(HELLO, 1, 0, 64, 8192);
     v3[8] = 3;
     seeds.push(("seed-version-3", v3));
+    let mut v4 = offer(HELLO, 1, 0, 64, 8192);
+    v4[8] = 4;
+    seeds.push(("seed-version-4", v4));
     let mut v1 = offer(HELLO, 1, 0, 64, 8192);
     v1[8] = 1;
     v1[56..64].fill(0);

@@ -93,13 +93,13 @@ async fn an_rdma_hello_is_refused_and_the_socket_goes_on_as_tcp() {
     round_trip(&conn, 7, 1000).await;
 }
 
-/// A well-formed client offer (version 4, auto mode; the rdma_cm port and token are the
+/// A well-formed client offer (version 5, auto mode; the rdma_cm port and token are the
 /// server's to give), as
 /// `rdmarpc-transport-rdma`'s handshake writes it.
 fn hello_block() -> [u8; 64] {
     let mut b = [0u8; 64];
     b[..8].copy_from_slice(b"RDMAHELO");
-    b[8..12].copy_from_slice(&4u32.to_le_bytes()); // version
+    b[8..12].copy_from_slice(&5u32.to_le_bytes()); // version
     b[12] = 2; // auto
     b[48..52].copy_from_slice(&64u32.to_le_bytes()); // recv_slots
     b[52..56].copy_from_slice(&8192u32.to_le_bytes()); // slot_size
