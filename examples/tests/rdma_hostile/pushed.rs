@@ -9,7 +9,7 @@ use prost::Message as _;
 use rdmarpc_core::wire::{Frame, Header, HEADER_LEN};
 use rdmarpc_transport_rdma::test_peer::{Descriptor, Message, RawPeer};
 
-use super::{blocking, connect, echo_frame, good_call, pattern, Server};
+use super::{blocking, connect, echo_frame, good_call, pattern, request as request_frame, Server};
 
 /// Bytes of a piece that fit the server's 8 KiB slots (after the prefix and the token).
 const PIECE: usize = 8192 - 16 - 8;
@@ -83,7 +83,7 @@ pub(super) async fn pushed_frames() {
 
     // Forged: each closes the forger's connection, and only it.
     type Case = fn(&mut RawPeer, &[u8]);
-    let cases: [(&str, Case); 4] = [
+    let cases: [(&str, Case); 5] = [
         ("a piece for a token never pushed", |peer, frame| {
             peer.send_piece(0xdead, &frame[..100]).unwrap();
         }),
@@ -105,6 +105,19 @@ pub(super) async fn pushed_frames() {
             push(peer, frame, 7);
             peer.send_piece(7, &[1]).unwrap();
         }),
+        (
+            "more messages behind an unfinished push than an honest pusher sends",
+            |peer, frame| {
+                // Each is copied out and its slot re-posted at once: the server's bound
+                // (2 x its 64 ring slots) ends it, not its memory.
+                peer.send_pushed_descriptor(pushed(frame, 8)).unwrap();
+                for call in 1..=400 {
+                    if peer.send_frame(&request_frame(call)).is_err() {
+                        break; // closed already
+                    }
+                }
+            },
+        ),
     ];
     for (what, case) in cases {
         let frame = request.clone();

@@ -58,7 +58,13 @@ impl Inner {
                         self.peer
                     ),
                 );
-                Ok(Large::Heap(vec![0; len]))
+                // A failed allocation fails this message, never the process.
+                let mut bytes = Vec::new();
+                bytes.try_reserve_exact(len).map_err(|_| {
+                    TransportError::Other(format!("no heap memory for a message of {len} bytes"))
+                })?;
+                bytes.resize(len, 0);
+                Ok(Large::Heap(bytes))
             }
             Err(e) => Err(TransportError::Other(format!("rendezvous buffer: {e}"))),
         }
@@ -126,6 +132,18 @@ impl Inner {
                 .post(&self.rings, slot, PREFIX_LEN + PIECE_TOKEN_LEN + n)?;
         }
         Ok(())
+    }
+
+    /// A send slot or credit went back outside a completion (`state` still locked):
+    /// wakes the senders waiting, and runs the bounces and pieces waiting for a slot,
+    /// which no completion may come to run.
+    pub(super) fn gave_back(&self, state: MutexGuard<'_, State>) {
+        let waiting = !state.pushes.is_empty() || !state.unpinned.is_empty();
+        drop(state);
+        self.space.notify_waiters();
+        if waiting {
+            crate::driver::resume(self);
+        }
     }
 
     /// Posts the pieces due after completions gave slots or credits back (the driver,

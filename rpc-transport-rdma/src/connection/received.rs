@@ -175,9 +175,25 @@ impl Drop for Kept {
 }
 
 impl RecvBuf {
-    /// The frame as kept memory, if it is a rendezvous frame and the connection's
-    /// budget for kept frames has room for its buffer; its read-done goes out now.
+    /// The frame as kept memory, if it is a rendezvous frame in heap memory (bounced or
+    /// pushed), or in a registered buffer the connection's budget for kept frames has
+    /// room for; its read-done goes out now.
     pub(crate) fn keep(self) -> Result<bytes::Bytes, RecvBuf> {
+        if let Received::Copied { .. } = &self.0 {
+            // Heap memory already (bounced or pushed): kept as it is, its read-done now.
+            let Received::Copied {
+                inner,
+                bytes,
+                lent,
+                token,
+            } = self.into_received()
+            else {
+                unreachable!("matched above");
+            };
+            inner.state.lock().session.frame_consumed(token, lent);
+            inner.flush_control();
+            return Ok(bytes::Bytes::from(bytes));
+        }
         let Received::Large { inner, buf, .. } = &self.0 else {
             return Err(self);
         };

@@ -95,8 +95,7 @@ impl Drop for RegisteredSend {
         if reserved > 0 {
             state.session.release_lending(reserved);
         }
-        drop(state);
-        self.inner.space.notify_waiters();
+        self.inner.gave_back(state);
     }
 }
 
@@ -290,12 +289,17 @@ impl Inner {
             slot,
             PREFIX_LEN + crate::protocol::RENDEZVOUS_LEN + head_len,
         );
+        let pushing = pushed.is_some();
         if let (Ok(()), Some(bytes)) = (&posted, pushed) {
             // Its pieces follow at once, as far as slots and credits go; the driver
             // posts the rest as they come back.
             posted = self.push(&mut state, token, bytes);
         }
         drop(state);
+        if pushing {
+            // Senders waiting for the pushes to go may go now, if these did.
+            self.space.notify_waiters();
+        }
         posted.map_err(|e| self.post_failed(e))?;
         self.frame_sent();
         Ok(())
@@ -421,8 +425,7 @@ impl Inner {
                 // The frame's own slot and credit go back: the batch's message carries it.
                 state.sends.give_back(slot);
                 state.session.untake();
-                drop(state);
-                self.space.notify_waiters();
+                self.gave_back(state);
                 return Ok(());
             }
             let full = state.sends.take_batch().expect("checked");

@@ -37,6 +37,11 @@ impl Sends {
         }
     }
 
+    /// How many send slots are free.
+    pub(crate) fn free(&self) -> usize {
+        self.free.len()
+    }
+
     /// Whether a send slot is free.
     pub(crate) fn has_free(&self) -> bool {
         !self.free.is_empty()

@@ -27,6 +27,8 @@ const _: () = assert!(crate::protocol::session::MAX_CHUNKS <= READ_WR_BUDGET);
 mod pushed;
 mod reads;
 
+pub(crate) use self::reads::resume;
+
 /// Polls the connection's completion queue once, unless another task is polling it:
 /// returns the completions handled, for every connection on the CQ (0 also when another
 /// task polls).
@@ -318,10 +320,9 @@ fn received(inner: &Arc<Inner>, slot: RecvSlot) -> Result<(), Close> {
     match prefix.kind {
         Kind::Data if prefix.n_tokens >= 2 => received_batch(inner, state, slot, prefix.n_tokens),
         Kind::Data => received_eager(inner, state, slot),
-        Kind::Rendezvous if prefix.flags & Prefix::PUSHED != 0 => {
-            pushed::received_descriptor(inner, state, slot)
+        Kind::Rendezvous => {
+            received_descriptor(inner, state, slot, prefix.flags & Prefix::PUSHED != 0)
         }
-        Kind::Rendezvous => received_descriptor(inner, state, slot),
         Kind::Control => received_read_dones(inner, state, slot),
         Kind::Piece => pushed::received_piece(inner, state, slot),
     }
@@ -345,7 +346,14 @@ fn received_batch(
         inner: inner.clone(),
         slot: Some(slot),
     });
-    let copy = state.session.behind_push();
+    let copy = match state.session.copy_behind_push() {
+        Ok(copy) => copy,
+        Err(why) => {
+            drop(state);
+            drop(hold);
+            return Err(why);
+        }
+    };
     let mut result = Ok(());
     for range in frames {
         let delivered = match state.session.classify_eager(&hold.bytes()[range.clone()]) {
@@ -386,25 +394,26 @@ fn received_eager(
     slot: RecvSlot,
 ) -> Result<(), Close> {
     let bytes = inner.rings.received(&slot);
-    match state.session.classify_eager(&bytes[PREFIX_LEN..])? {
-        Some(header) => {
-            state
-                .session
-                .deliver(RecvBuf(Received::Header(refused(header))))?;
-            drop(state);
-            inner.space.notify_waiters();
-            inner.repost(slot);
-        }
-        None if state.session.behind_push() => {
-            Counters::bump(&inner.counters.eager_receives, 1);
-            let frame = bytes::Bytes::copy_from_slice(&bytes[PREFIX_LEN..]);
-            state.session.deliver(RecvBuf::from_bytes(frame))?;
+    let classified = state.session.classify_eager(&bytes[PREFIX_LEN..])?;
+    if classified.is_none() {
+        Counters::bump(&inner.counters.eager_receives, 1);
+    }
+    // Refused, or copied out behind a pushed frame: the slot is re-posted at once.
+    let apart = match classified {
+        Some(header) => Some(RecvBuf(Received::Header(refused(header)))),
+        None if state.session.copy_behind_push()? => Some(RecvBuf::from_bytes(
+            bytes::Bytes::copy_from_slice(&bytes[PREFIX_LEN..]),
+        )),
+        None => None,
+    };
+    match apart {
+        Some(frame) => {
+            state.session.deliver(frame)?;
             drop(state);
             inner.space.notify_waiters();
             inner.repost(slot);
         }
         None => {
-            Counters::bump(&inner.counters.eager_receives, 1);
             state.session.deliver(RecvBuf(Received::Slot {
                 inner: inner.clone(),
                 slot: Some(slot),
@@ -416,14 +425,21 @@ fn received_eager(
     Ok(())
 }
 
-/// A rendezvous descriptor: the session schedules its READ (or refuses the frame).
+/// A rendezvous descriptor: the session schedules its READ, or, `pushed`, waits for its
+/// pieces (`pushed.rs`); or it refuses the frame.
 fn received_descriptor(
     inner: &Arc<Inner>,
     mut state: MutexGuard<'_, State>,
     slot: RecvSlot,
+    pushed: bool,
 ) -> Result<(), Close> {
     let descriptor = Rendezvous::decode(&inner.rings.received(&slot)[PREFIX_LEN..]);
-    let result = match state.session.handle_descriptor(descriptor) {
+    let handled = if pushed {
+        state.session.handle_pushed_descriptor(descriptor)
+    } else {
+        state.session.handle_descriptor(descriptor)
+    };
+    let result = match handled {
         Ok(Some(header)) => state
             .session
             .deliver(RecvBuf(Received::Header(refused(header)))),

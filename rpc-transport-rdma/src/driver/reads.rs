@@ -6,15 +6,19 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crate::connection::{Inner, Received, RecvBuf};
+use crate::connection::{Inner, Received, RecvBuf, State};
 use crate::counters::Counters;
 use crate::pool::LargeBuf;
 use crate::protocol::session::{Close, Read};
 use crate::verbs::{RemoteBuf, SendSlot, WcStatus};
 
 /// Send slots one bounced frame pulls through at most (its chunks are pipelined over
-/// them); it starts with whatever is free, at least one.
+/// them); it starts with whatever is free beyond [`LEFT_FREE`], at least one.
 const BOUNCE_SLOTS: usize = 4;
+
+/// Send slots a bounce leaves free: control messages (pongs, credits, read-dones) and
+/// pieces still go while frames are pulled through the others.
+const LEFT_FREE: usize = 2;
 
 /// Posts the READs the session has due, within its READ budget; frames waiting for a
 /// bounce slot go first, in their order.
@@ -25,11 +29,13 @@ pub(super) fn start_reads(inner: &Inner) -> Result<(), Close> {
             let state = &mut *state;
             match state.unpinned.pop_front() {
                 Some(read) => {
+                    let n = state.sends.free().saturating_sub(LEFT_FREE);
                     let slots: Vec<SendSlot> = std::iter::from_fn(|| state.sends.take())
-                        .take(BOUNCE_SLOTS)
+                        .take(n.min(BOUNCE_SLOTS))
                         .collect();
                     if slots.is_empty() {
-                        // Sends in flight give slots back; their completions call again.
+                        // Sends in flight give slots back; their completions (or a sender
+                        // that gives its slot back, `resume`) call again.
                         state.unpinned.push_front(read);
                         return Ok(());
                     }
@@ -101,8 +107,16 @@ fn read_pinned(inner: &Inner, read: Read) -> Result<(), Close> {
 fn bounce(inner: &Inner, read: Read, slots: Vec<SendSlot>) -> Result<(), Close> {
     Counters::bump(&inner.counters.bounced_reads, 1);
     let head = read.head.len();
-    let mut bytes = vec![0; head + read.len];
-    bytes[..head].copy_from_slice(&read.head);
+    let mut bytes = Vec::new();
+    if bytes.try_reserve_exact(head + read.len).is_err() {
+        give_back(inner, slots);
+        return Err(Close::Failed(format!(
+            "no heap memory for a rendezvous frame of {} bytes",
+            head + read.len
+        )));
+    }
+    bytes.extend_from_slice(&read.head);
+    bytes.resize(head + read.len, 0);
     let remote = remote(&read);
     match inner
         .rings
@@ -137,21 +151,14 @@ pub(super) fn read_completed(
     if let Err(s) = status {
         return Err(super::failure(inner, "RDMA READ", s, cause));
     }
-    inner
-        .state
-        .lock()
-        .session
-        .handle_read_complete(tag, |token, len, lent| {
-            Counters::bump(&inner.counters.rendezvous_reads, 1);
-            Counters::bump(&inner.counters.bytes_read, lent as u64);
-            RecvBuf(Received::Large {
-                inner: inner.clone(),
-                buf,
-                len,
-                lent,
-                token,
-            })
-        })
+    let mut state = inner.state.lock();
+    frame_completed(inner, &mut state, tag, |token, len, lent| Received::Large {
+        inner: inner.clone(),
+        buf,
+        len,
+        lent,
+        token,
+    })
 }
 
 /// A bounced READ completed: its slots are free again and its frame, in heap memory,
@@ -168,18 +175,37 @@ pub(super) fn bounce_completed(
     if let Err(s) = status {
         return Err(super::failure(inner, "RDMA READ", s, cause));
     }
-    inner
-        .state
-        .lock()
-        .session
-        .handle_read_complete(tag, |token, _len, lent| {
-            Counters::bump(&inner.counters.rendezvous_reads, 1);
-            Counters::bump(&inner.counters.bytes_read, lent as u64);
-            RecvBuf(Received::Copied {
-                inner: inner.clone(),
-                bytes,
-                lent,
-                token,
-            })
-        })
+    let mut state = inner.state.lock();
+    frame_completed(inner, &mut state, tag, |token, _len, lent| {
+        Received::Copied {
+            inner: inner.clone(),
+            bytes,
+            lent,
+            token,
+        }
+    })
+}
+
+/// The frame received under `tag` (READ, bounced or pushed) is whole: `make(token, len,
+/// lent)` makes it, and it takes its place in the arrival order; counted as read.
+pub(super) fn frame_completed(
+    inner: &Inner,
+    state: &mut State,
+    tag: u64,
+    make: impl FnOnce(u64, usize, usize) -> Received,
+) -> Result<(), Close> {
+    state.session.handle_read_complete(tag, |token, len, lent| {
+        Counters::bump(&inner.counters.rendezvous_reads, 1);
+        Counters::bump(&inner.counters.bytes_read, lent as u64);
+        RecvBuf(make(token, len, lent))
+    })
+}
+
+/// Runs what waits for a free send slot (bounces, pieces) after a sender gave one back
+/// outside a completion (a frame dropped unsent, a frame merged into a batch): no
+/// completion may come to run them otherwise.
+pub(crate) fn resume(inner: &Inner) {
+    if let Err(why) = start_reads(inner).and_then(|()| inner.push_due()) {
+        inner.fail(why);
+    }
 }

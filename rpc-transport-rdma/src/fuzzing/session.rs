@@ -60,8 +60,8 @@ struct Play {
     lent: HashMap<u64, (u32, usize)>,
     next_key: u32,
     /// Pushed frames whose pieces are coming, by token: arrival number (`None`:
-    /// refused), bytes still to come, and the whole frame's length.
-    pushing: HashMap<u64, (Option<u64>, usize, usize)>,
+    /// refused), bytes still to come, and the frame's bytes so far (head, then pieces).
+    pushing: HashMap<u64, (Option<u64>, usize, Vec<u8>)>,
 }
 
 /// Plays `script` against a session.
@@ -158,19 +158,29 @@ impl Play {
         self.arrived
     }
 
-    /// A message from the peer, handled as the driver handles it.
+    /// A message from the peer, handled as the driver handles it; after it, frames wait
+    /// behind a push exactly while an accepted pushed frame is incomplete.
     fn message(&mut self, slot: &[u8]) -> Result<(), Close> {
+        self.handle(slot)?;
+        let pushing = self.pushing.values().any(|(seq, ..)| seq.is_some());
+        assert_eq!(self.s.behind_push(), pushing, "frames behind a push");
+        Ok(())
+    }
+
+    fn handle(&mut self, slot: &[u8]) -> Result<(), Close> {
         let prefix = Prefix::decode(slot).map_err(Close::Violation)?;
         self.s.handle_message(&prefix)?;
         let body = &slot[PREFIX_LEN..];
         match prefix.kind {
             Kind::Data if prefix.n_tokens >= 2 => {
-                for range in split_batch(body, prefix.n_tokens).map_err(Close::Violation)? {
-                    self.eager(&body[range])?;
+                let ranges = split_batch(body, prefix.n_tokens).map_err(Close::Violation)?;
+                self.behind_push()?;
+                for range in ranges {
+                    self.eager(&body[range], false)?;
                 }
                 Ok(())
             }
-            Kind::Data => self.eager(body),
+            Kind::Data => self.eager(body, true),
             Kind::Rendezvous if prefix.flags & Prefix::PUSHED != 0 => {
                 self.pushed_descriptor(Rendezvous::decode(body))
             }
@@ -188,13 +198,31 @@ impl Play {
         }
     }
 
-    fn eager(&mut self, frame: &[u8]) -> Result<(), Close> {
+    /// An eager frame (`alone`: a message of its own, which is copied out behind a push
+    /// unless refused, as the driver does).
+    fn eager(&mut self, frame: &[u8], alone: bool) -> Result<(), Close> {
         let header = self.s.classify_eager(frame)?;
         if let Some(header) = header {
             assert!(header.payload_len as usize > self.cfg.max_message_size);
+        } else if alone {
+            self.behind_push()?;
         }
         let seq = self.next_seq();
         self.s.deliver(Up { seq, read: None })
+    }
+
+    /// A DATA message arrived: copied out behind a push, as the driver does, within the
+    /// bound an honest pusher keeps.
+    fn behind_push(&mut self) -> Result<(), Close> {
+        let pushing = self.pushing.values().any(|(seq, ..)| seq.is_some());
+        match self.s.copy_behind_push() {
+            Ok(copied) => assert_eq!(copied, pushing, "copied out behind a push"),
+            Err(why) => {
+                assert!(pushing, "a bound behind no push: {why}");
+                return Err(why);
+            }
+        }
+        Ok(())
     }
 
     fn descriptor(&mut self, d: Rendezvous) -> Result<(), Close> {
@@ -244,7 +272,7 @@ impl Play {
     }
 
     fn pushed_descriptor(&mut self, d: Rendezvous) -> Result<(), Close> {
-        let (token, frame_len) = (d.token, d.head.len() + d.len as usize);
+        let (token, head) = (d.token, d.head.clone());
         let lent = usize::try_from(d.len).unwrap_or(usize::MAX);
         let in_use = self.pushing.contains_key(&token);
         let result = self.s.handle_pushed_descriptor(d);
@@ -256,20 +284,20 @@ impl Play {
         let seq = self.next_seq();
         match refused_unread {
             Some(_) => {
-                self.pushing.insert(token, (None, lent, frame_len));
+                self.pushing.insert(token, (None, lent, Vec::new()));
                 self.s.deliver(Up { seq, read: None })
             }
             None => {
-                self.pushing.insert(token, (Some(seq), lent, frame_len));
+                self.pushing.insert(token, (Some(seq), lent, head));
                 Ok(())
             }
         }
     }
 
     fn piece(&mut self, token: u64, bytes: &[u8]) -> Result<(), Close> {
-        let expected = self.pushing.get(&token).copied();
+        let expected = self.pushing.remove(&token);
         let result = self.s.handle_piece(token, bytes);
-        let Some((seq, left, frame_len)) = expected else {
+        let Some((seq, left, mut so_far)) = expected else {
             assert!(result.is_err(), "a piece for no pushed frame accepted");
             return result.map(drop);
         };
@@ -279,15 +307,20 @@ impl Play {
         }
         let whole = result.expect("a piece within its frame refused");
         let left = left - bytes.len();
+        if seq.is_some() {
+            so_far.extend_from_slice(bytes);
+        }
         if left > 0 {
             assert!(whole.is_none(), "a frame whole before its last piece");
-            self.pushing.insert(token, (seq, left, frame_len));
+            self.pushing.insert(token, (seq, left, so_far));
             return Ok(());
         }
-        self.pushing.remove(&token);
         match (seq, whole) {
             (Some(seq), Some((tag, frame))) => {
-                assert_eq!(frame.len(), frame_len, "a pushed frame's length");
+                assert!(
+                    frame == so_far,
+                    "a pushed frame's bytes: its head, then its pieces"
+                );
                 self.s
                     .handle_read_complete(tag, |token, _frame_len, lent| Up {
                         seq,
@@ -370,6 +403,11 @@ impl Play {
         while let Some(control) = self.s.poll_control() {
             assert!(control.tokens.len() <= self.cfg.max_tokens);
             for token in control.tokens {
+                assert!(
+                    self.borrowed.get(&token).is_none_or(|l| l.len() > 1)
+                        || !self.pushing.contains_key(&token),
+                    "a read-done for token {token} before its last piece"
+                );
                 let loans = self.borrowed.get_mut(&token);
                 let returned = loans.and_then(|l| (!l.is_empty()).then(|| l.remove(0)));
                 assert!(

@@ -149,6 +149,18 @@ pub(crate) enum Lie {
         /// The token.
         token: u64,
     },
+    /// More messages behind an unfinished pushed frame than an honest pusher sends.
+    #[error("more than {max} messages behind a pushed frame whose pieces are still coming")]
+    TooManyBehindPush {
+        /// The bound.
+        max: usize,
+    },
+    /// A pushed frame's pieces stopped coming.
+    #[error("a pushed frame was not whole within the loan timeout ({timeout:?})")]
+    PushStalled {
+        /// The loan timeout.
+        timeout: std::time::Duration,
+    },
     /// Bytes on the side channel, where the peer may only close.
     #[error("unexpected bytes on the side channel")]
     SideChannelBytes,

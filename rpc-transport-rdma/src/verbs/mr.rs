@@ -22,7 +22,8 @@ const _: () = assert!(MR_ALIGN.is_power_of_two());
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub(crate) enum Access {
-    /// Local access only: send and receive rings, READ targets.
+    /// Local access only: send and receive rings (on iWARP also remote write, which READ
+    /// sinks need there and the queue pairs refuse to the peer).
     Local,
     /// Also readable by the peer with RDMA READ given the MR's rkey (whole region, any
     /// QP of the protection domain): for tests and probes only; the transport lends
@@ -127,6 +128,12 @@ impl MemoryRegion {
             Access::Local | Access::RemoteRead => {
                 if access == Access::RemoteRead {
                     flags |= ibv_access_flags::IBV_ACCESS_REMOTE_READ;
+                }
+                if pd.context().is_iwarp() {
+                    // Send slots are READ sinks too (a bounced READ, `tracker/bounce.rs`),
+                    // and iWARP delivers a READ's response as a tagged write into the sink
+                    // (RFC 5040). The queue pairs allow the peer no WRITE.
+                    flags |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
                 }
                 // SAFETY: `pd` is a live PD (kept alive by the `Arc` stored below) and
                 // `buf[..len]` is a live allocation that is freed only after ibv_dereg_mr

@@ -163,6 +163,8 @@ pub(crate) struct Session<F> {
     pushed: HashMap<u64, pushed::Pushed>,
     /// Of them, those that go up (not refused).
     pushing: usize,
+    /// Messages copied out behind pushed frames since none was being pushed.
+    copied_behind: usize,
     next_tag: u64,
     read_wrs: usize,
     /// Frames held back behind a frame still being READ.
@@ -206,6 +208,7 @@ impl<F> Session<F> {
             reading: HashMap::new(),
             pushed: HashMap::new(),
             pushing: 0,
+            copied_behind: 0,
             next_tag: 1,
             read_wrs: 0,
             in_order: VecDeque::new(),
@@ -330,6 +333,7 @@ impl<F> Session<F> {
                 return Err(Close::LoanTimeout(self.cfg.loan_timeout));
             }
         }
+        self.check_pushes(now, self.cfg.loan_timeout)?;
         if self.heard != self.heard_seen {
             self.heard_seen = self.heard;
             self.last_heard = now;

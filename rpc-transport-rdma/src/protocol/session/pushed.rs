@@ -5,6 +5,8 @@
 //! are copied out as they come (their slots are re-posted at once), and it goes up once
 //! the last one arrived.
 
+use std::time::Instant;
+
 use rdmarpc_core::wire::Header;
 
 use super::close::Close;
@@ -20,6 +22,9 @@ pub(super) struct Pushed {
     bytes: Vec<u8>,
     /// Bytes still to come.
     left: usize,
+    /// When the timers first saw it (the session reads no clock of its own): a push
+    /// unfinished after the loan timeout ends the connection.
+    seen: Option<Instant>,
 }
 
 impl<F> Session<F> {
@@ -41,12 +46,18 @@ impl<F> Session<F> {
         if self.pushed.contains_key(&d.token) {
             return Err(Close::Violation(Lie::TokenInUse { token: d.token }));
         }
+        // Within the loan limits (checked below, before anything is kept): the frame's
+        // memory, or, where the heap has none, the frame is refused as one over the size
+        // limit is (the call fails, not the process).
+        let mut bytes = Vec::new();
+        let fits = fits && bytes.try_reserve_exact(d.head.len() + lent).is_ok();
         self.borrower.accept(lent, fits).map_err(Close::Violation)?;
         if !fits {
             let pushed = Pushed {
                 tag: None,
                 bytes: Vec::new(),
                 left: lent,
+                seen: None,
             };
             self.pushed.insert(d.token, pushed);
             return Ok(Some(header));
@@ -62,8 +73,6 @@ impl<F> Session<F> {
                 chunks: 0,
             },
         );
-        // Within the loan limits just accepted: the borrower counted these bytes.
-        let mut bytes = Vec::with_capacity(d.head.len() + lent);
         bytes.extend_from_slice(&d.head);
         self.pushing += 1;
         self.pushed.insert(
@@ -72,6 +81,7 @@ impl<F> Session<F> {
                 tag: Some(tag),
                 bytes,
                 left: lent,
+                seen: None,
             },
         );
         Ok(None)
@@ -108,6 +118,9 @@ impl<F> Session<F> {
         match pushed.tag {
             Some(tag) => {
                 self.pushing -= 1;
+                if self.pushing == 0 {
+                    self.copied_behind = 0;
+                }
                 Ok(Some((tag, pushed.bytes)))
             }
             None => {
@@ -118,11 +131,50 @@ impl<F> Session<F> {
         }
     }
 
-    /// Whether a frame received now would wait behind a pushed frame whose pieces are
-    /// still coming: the driver then copies it out and re-posts its slot at once, since
-    /// the pieces need receive slots too (a frame held in its slot there could keep
-    /// them from coming).
+    /// Whether a message of frames received now waits behind a pushed frame whose
+    /// pieces are still coming: `Ok(true)`: the driver copies its frames out and
+    /// re-posts its slot at once, since the pieces need receive slots too (frames held
+    /// in their slots there could keep them from coming).
+    ///
+    /// # Errors
+    /// More such messages than an honest pusher sends: it posts no new frame until its
+    /// pieces went, so only those whose slot (and credit) it had taken before, at most
+    /// the slots it may claim here; twice that is allowed (copied memory is bounded by
+    /// 2 x `max_slots` x slot size per connection).
+    pub(crate) fn copy_behind_push(&mut self) -> Result<bool, Close> {
+        if self.pushing == 0 {
+            return Ok(false);
+        }
+        self.copied_behind += 1;
+        let max = 2 * self.cfg.max_slots as usize;
+        if self.copied_behind > max {
+            return Err(Close::Violation(Lie::TooManyBehindPush { max }));
+        }
+        Ok(true)
+    }
+
+    /// Whether a frame received now would wait behind a pushed frame (tests).
+    #[cfg(any(test, feature = "unstable-fuzzing"))]
     pub(crate) fn behind_push(&self) -> bool {
         self.pushing > 0
+    }
+
+    /// The push timer (from `handle_timeout`): a push first seen by an earlier run and
+    /// unfinished after `timeout` ends the connection.
+    pub(super) fn check_pushes(
+        &mut self,
+        now: Instant,
+        timeout: std::time::Duration,
+    ) -> Result<(), Close> {
+        for pushed in self.pushed.values_mut() {
+            match pushed.seen {
+                None => pushed.seen = Some(now),
+                Some(seen) if now.saturating_duration_since(seen) > timeout => {
+                    return Err(Close::Violation(Lie::PushStalled { timeout }));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
     }
 }

@@ -157,3 +157,52 @@ fn pushers_that_lie_are_caught() {
         Lie::OverLent { .. }
     ));
 }
+
+#[test]
+fn messages_behind_an_unfinished_push_are_bounded() {
+    let mut s = session(4_000);
+    assert!(
+        !s.copy_behind_push().unwrap(),
+        "no push: frames stay in their slots"
+    );
+    s.handle_pushed_descriptor(pushed(1, 3_000, 11, 0)).unwrap();
+    let max = 2 * s.cfg.max_slots as usize;
+    for _ in 0..max {
+        assert!(s.copy_behind_push().unwrap(), "copied out behind the push");
+    }
+    assert!(matches!(
+        violation(s.copy_behind_push()),
+        Lie::TooManyBehindPush { .. }
+    ));
+    // Once the push is whole the count starts again.
+    let mut s = session(4_000);
+    s.handle_pushed_descriptor(pushed(1, 3_000, 11, 0)).unwrap();
+    for _ in 0..max {
+        s.copy_behind_push().unwrap();
+    }
+    s.handle_piece(11, &[0; 3_000]).unwrap().expect("whole");
+    assert!(!s.copy_behind_push().unwrap());
+    s.handle_pushed_descriptor(pushed(2, 3_000, 12, 0)).unwrap();
+    assert!(s.copy_behind_push().unwrap(), "a new push, a new count");
+}
+
+#[test]
+fn a_push_whose_pieces_stop_coming_ends_the_connection_after_the_loan_timeout() {
+    let mut s = session(4_000);
+    let timeout = std::time::Duration::from_secs(60);
+    let now = Instant::now();
+    s.handle_pushed_descriptor(pushed(1, 3_000, 11, 0)).unwrap();
+    s.check_pushes(now, timeout).unwrap();
+    s.handle_piece(11, &[0; 1_000]).unwrap();
+    s.check_pushes(now + timeout, timeout).unwrap();
+    assert!(matches!(
+        violation(s.check_pushes(now + timeout * 2, timeout)),
+        Lie::PushStalled { .. }
+    ));
+    // One that finishes in time is gone from the timer.
+    let mut s = session(4_000);
+    s.handle_pushed_descriptor(pushed(1, 3_000, 11, 0)).unwrap();
+    s.check_pushes(now, timeout).unwrap();
+    s.handle_piece(11, &[0; 3_000]).unwrap();
+    s.check_pushes(now + timeout * 2, timeout).unwrap();
+}
