@@ -9,7 +9,7 @@ use prost::Message as _;
 use rdmarpc_core::wire::{Frame, Header, HEADER_LEN};
 use rdmarpc_transport_rdma::test_peer::{Descriptor, Message, RawPeer};
 
-use super::{blocking, connect, echo_frame, good_call, pattern, request as request_frame, Server};
+use super::{blocking, echo_frame, good_call, pattern, request as request_frame, Server};
 
 /// Bytes of a piece that fit the server's 8 KiB slots (after the prefix and the token).
 const PIECE: usize = 8192 - 16 - 8;
@@ -72,13 +72,21 @@ pub(super) async fn pushed_frames() {
     // and the push's loan ends with a read-done once the server consumed it.
     let frame = request.clone();
     let (echoed, done) = blocking(move || {
-        let mut peer = connect(addr);
+        let started = Instant::now();
+        let mut peer = connect_again(addr);
+        eprintln!("honest push: connected after {:?}", started.elapsed());
         push(&mut peer, &frame, 41);
+        eprintln!("honest push: pushed after {:?}", started.elapsed());
         let mut tokens = Vec::new();
         let mut echoed = None;
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // Alone this takes 0.1 s on rxe; the whole suite at once in the emulated guest
+        // once left it without a message for 10 s: the waits are generous, and the log
+        // says when each message came.
+        let deadline = Instant::now() + Duration::from_secs(60);
         while (echoed.is_none() || !tokens.contains(&41)) && Instant::now() < deadline {
-            match peer.recv(Duration::from_secs(10)).expect("answered") {
+            let message = peer.recv(Duration::from_secs(30)).expect("answered");
+            eprintln!("honest push: {message:.60?} after {:?}", started.elapsed());
+            match message {
                 Message::Rendezvous(reply) => {
                     let lent = peer
                         .read(reply.offset, reply.rkey, reply.len as usize)
